@@ -1,0 +1,80 @@
+// The symbolic pickle VM: a model of CPython's C unpickler (Modules/_pickle.c) for protocols
+// 0-5 that records what loading would import and call, and never imports or calls anything.
+//
+// Fidelity: opcodes, argument grammars (text INT/LONG/FLOAT/GET/PUT literals included), the
+// stack with its MARK fence, the metastack and the memo (MEMOIZE indexes by memo length) behave
+// as in _pickle.c. Framing is enforced strictly (PEP 3154, as fixed CPython does): no argument
+// or line may cross a frame end and no FRAME may start inside an unfinished frame.
+// Departures, all fail-closed, are listed in docs/pickle_vm.md.
+//
+// Every resource is bounded by Limits; hitting one stops the VM with VmError::Code::kLimit
+// naming the limit. No recursion on input-controlled depth.
+//
+// Thread-safe: a Vm is immutable; Run/ScanStream may be called concurrently.
+//
+//   pickle::Vm vm(pickle::Limits{});
+//   pickle::StreamFacts facts = vm.ScanStream(bytes);
+#ifndef CKPTSCAN_CORE_PICKLE_VM_H_
+#define CKPTSCAN_CORE_PICKLE_VM_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "core/pickle/facts.h"
+
+namespace ckptscan::pickle {
+
+// Named, configurable limits. Defaults suit multi-GB checkpoints on a worker with a few GiB.
+struct Limits {
+  uint64_t max_opcodes = 50'000'000;       // opcodes executed per pickle
+  uint64_t max_stack_depth = 5'000'000;    // items on the stack
+  uint64_t max_mark_depth = 100'000;       // nesting depth: MARKs open at once (metastack)
+  uint64_t max_memo_entries = 5'000'000;   // memo entries set
+  uint64_t max_nodes = 20'000'000;         // values built (graph nodes) per pickle
+  uint64_t max_string_bytes = 4ull << 30;  // declared length of one str/bytes argument
+  uint64_t max_line_bytes = 1ull << 20;    // one text-argument line (protocol 0 opcodes)
+  uint64_t max_total_bytes = 1ull << 40;   // bytes of one stream
+  uint64_t max_kept_string = 64 << 10;     // bytes of a str/bytes value kept for analysis
+  uint32_t max_pickles = 10'000;           // pickles in one stream
+  uint32_t max_nested_depth = 3;           // byte strings that are pickles, inside pickles
+  uint64_t max_nested_bytes = 64ull << 20; // total bytes re-scanned as nested pickles
+};
+
+// One executed opcode, for the disassembler.
+struct TraceEvent {
+  uint64_t offset = 0;
+  uint8_t opcode = 0;
+  std::string arg;   // the argument as decoded ("" when none)
+  std::string note;  // what it produced: "global posix.system", "call posix.system('id')"
+  uint32_t mark_depth = 0;
+  uint32_t pickle_index = 0;
+  uint32_t nested_depth = 0;
+};
+using TraceSink = std::function<void(const TraceEvent&)>;
+
+class Vm final {
+ public:
+  explicit Vm(Limits limits = {}) : limits_(limits) {}
+
+  // Runs one pickle starting at data[0] (absolute offset `base_offset`) through STOP. The
+  // returned facts' `end` says where it stopped.
+  PickleFacts RunOne(std::string_view data, uint64_t base_offset = 0,
+                     const TraceSink* trace = nullptr) const;
+
+  // Scans every pickle in `data`: after each STOP, if bytes remain, another pickle is tried;
+  // bytes that do not form one are reported as trailing. Then byte strings inside the pickles
+  // that are themselves pickles are scanned (bounded by max_nested_depth/max_nested_bytes).
+  StreamFacts ScanStream(std::string_view data, uint64_t base_offset = 0,
+                         const TraceSink* trace = nullptr) const;
+
+  const Limits& limits() const { return limits_; }
+
+ private:
+  Limits limits_;
+};
+
+}  // namespace ckptscan::pickle
+
+#endif  // CKPTSCAN_CORE_PICKLE_VM_H_

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One entry point that does all the set-up itself (packages, configure, build), then:
+#   scripts/run.sh scan PATH...     scan files or folders (any ckptscan scan flags work)
+#   scripts/run.sh test             build and run the whole test suite (ctest)
+#   scripts/run.sh build            only set up and build
+#   scripts/run.sh <cmd> ...        any other ckptscan command (disasm, rules, ...)
+# Environment: BUILD_DIR (default: build), CI=true turns compiler warnings into errors.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+cmd="${1:-}"
+[[ -n "$cmd" ]] || { sed -n '2,8p' "$0"; exit 64; }
+shift
+
+"$root/scripts/setup.sh" >&2
+werror=OFF
+[[ "${CI:-}" == "true" ]] && werror=ON
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR="$werror" >&2
+else
+  cmake -S "$root" -B "$build" -DCKPT_WERROR="$werror" >/dev/null
+fi
+cmake --build "$build" -j"$(nproc)" >&2
+
+case "$cmd" in
+  build) ;;
+  test) cd "$build" && ctest --output-on-failure -j"$(nproc)" "$@" ;;
+  *) exec "$build/clients/ckptscan" "$cmd" "$@" ;;
+esac
