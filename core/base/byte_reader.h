@@ -37,6 +37,9 @@ class ByteReader final {
   // lie between the current position and the end of the data.
   [[nodiscard]] absl::Status SetEnd(uint64_t abs_end);
 
+  // The unread bytes of the current window, without consuming them.
+  std::string_view Peek() const { return data_.substr(pos_, end_ - pos_); }
+
   absl::StatusOr<uint8_t> ReadU8();
   absl::StatusOr<uint16_t> ReadU16LE();
   absl::StatusOr<uint32_t> ReadU32LE();

@@ -56,8 +56,11 @@ struct Node {
   std::string text;
   uint64_t len = 0;
   bool truncated = false;
-  // Where the value's bytes start in the stream (kBytes/kStr), for nested-pickle scanning.
+  // Where the value's bytes start in the stream (kBytes/kStr/kByteArray). When `in_stream`,
+  // the value is exactly the stream bytes [data_offset, data_offset + len) (binary opcodes),
+  // which lets nested-pickle scanning read it whole even when `text` is truncated.
   uint64_t data_offset = 0;
+  bool in_stream = false;
   // Containers: tuple/list/set/frozenset items; dict: k0, v0, k1, v1, ... in insertion order
   // (a repeated key appears again; consumers apply Python's overwrite rule).
   // kPersistent: items[0] is the pid.

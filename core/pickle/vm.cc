@@ -1,0 +1,1108 @@
+#include "core/pickle/vm.h"
+
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/strings.h"
+#include "core/base/byte_reader.h"
+#include "core/base/status_macros.h"
+#include "core/pickle/literals.h"
+#include "core/pickle/opcodes.h"
+
+namespace ckptscan::pickle {
+namespace {
+
+struct NameMapping {
+  const char* module2;
+  const char* name2;
+  const char* module3;
+  const char* name3;
+};
+struct ImportMapping {
+  const char* module2;
+  const char* module3;
+};
+#include "core/pickle/compat_pickle_table.inc"
+
+// CPython's find_class: for protocol < 3 (fix_imports), Python 2 names are mapped first.
+void ResolveCompatNames(int proto, GlobalRef* g) {
+  g->resolved_module = g->module;
+  g->resolved_name = g->name;
+  if (proto >= 3) return;
+  for (const NameMapping& m : kNameMapping) {
+    if (g->module == m.module2 && g->name == m.name2) {
+      g->resolved_module = m.module3;
+      g->resolved_name = m.name3;
+      return;
+    }
+  }
+  for (const ImportMapping& m : kImportMapping) {
+    if (g->module == m.module2) {
+      g->resolved_module = m.module3;
+      return;
+    }
+  }
+}
+
+std::string QuoteForTrace(std::string_view s, size_t max = 80) {
+  std::string out = "'";
+  for (char c : s.substr(0, max)) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\' && c != '\'') {
+      out.push_back(c);
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", u);
+    }
+  }
+  if (s.size() > max) absl::StrAppend(&out, "...");
+  out += "'";
+  return out;
+}
+
+// Kinds whose objects are known not to be callable / not types / not tuples.
+bool IsPlainData(Kind k) {
+  switch (k) {
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+    case Kind::kStr:
+    case Kind::kBytes:
+    case Kind::kByteArray:
+    case Kind::kTuple:
+    case Kind::kList:
+    case Kind::kDict:
+    case Kind::kSet:
+    case Kind::kFrozenSet:
+    case Kind::kBuffer:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Objects of unknown type (built by a call, named by a global, loaded persistently).
+bool IsOpaque(Kind k) { return !IsPlainData(k); }
+
+// Executes one pickle. Single use.
+class Machine final {
+ public:
+  Machine(const Limits& limits, std::string_view data, uint64_t base, const TraceSink* trace,
+          uint32_t pickle_index, uint32_t depth)
+      : limits_(limits),
+        r_(data, base),
+        trace_(trace),
+        pickle_index_(pickle_index),
+        depth_(depth) {
+    out_.start = base;
+    out_.depth = depth;
+  }
+
+  PickleFacts Run() && {
+    absl::Status st = Loop();
+    out_.end = r_.offset();
+    if (!st.ok()) {
+      VmError e;
+      e.code = st.code() == absl::StatusCode::kResourceExhausted ? VmError::Code::kLimit
+               : st.code() == absl::StatusCode::kUnimplemented ? VmError::Code::kUnsupported
+                                                               : VmError::Code::kMalformed;
+      e.message = std::string(st.message());
+      e.offset = op_offset_;
+      e.opcode = op_;
+      e.has_opcode = have_op_;
+      if (e.code == VmError::Code::kLimit) {
+        e.limit_name = limit_name_;
+        e.limit_value = limit_value_;
+      }
+      out_.error = std::move(e);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  // ---- errors ----
+  absl::Status Malformed(std::string msg) const {
+    return absl::InvalidArgumentError(std::move(msg));
+  }
+  absl::Status Limit(const char* name, uint64_t value) {
+    limit_name_ = name;
+    limit_value_ = value;
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("limit %s (%d) exceeded", name, value));
+  }
+  absl::Status Underflow() const {
+    return Malformed(marks_.empty() ? "unpickling stack underflow" : "unexpected MARK found");
+  }
+
+  // ---- input, with PEP 3154 framing enforced ----
+  void MaybeLeaveFrame() {
+    if (in_frame_ && r_.remaining() == 0) {
+      in_frame_ = false;
+      (void)r_.SetEnd(r_.data_end_offset());
+    }
+  }
+
+  absl::StatusOr<std::string_view> Read(uint64_t n) {
+    MaybeLeaveFrame();
+    if (n > r_.remaining()) {
+      if (in_frame_) {
+        return Malformed(absl::StrFormat(
+            "argument of %d bytes crosses the end of its frame at offset %d", n,
+            r_.end_offset()));
+      }
+      return Malformed(absl::StrFormat("pickle data was truncated: %d bytes needed, %d remain",
+                                       n, r_.remaining()));
+    }
+    return r_.ReadBytes(n);
+  }
+
+  absl::StatusOr<uint64_t> ReadUInt(int nbytes) {
+    CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(nbytes));
+    uint64_t v = 0;
+    for (int k = nbytes - 1; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[k]);
+    return v;
+  }
+
+  // A declared length for a str/bytes argument: checked against the limit and the input
+  // before anything is read or allocated.
+  absl::Status CheckLength(uint64_t n) {
+    if (n > limits_.max_string_bytes) return Limit("max_string_bytes", limits_.max_string_bytes);
+    return absl::OkStatus();
+  }
+
+  // readline(): through the next '\n', which must lie inside the current frame if any.
+  absl::StatusOr<std::string_view> ReadLine() {
+    MaybeLeaveFrame();
+    std::string_view window = r_.Peek();
+    uint64_t cap = limits_.max_line_bytes;
+    std::string_view search = window.size() > cap ? window.substr(0, cap) : window;
+    size_t nl = search.find('\n');
+    if (nl == std::string_view::npos) {
+      if (window.size() > cap) return Limit("max_line_bytes", cap);
+      if (in_frame_) {
+        return Malformed(absl::StrFormat("line crosses the end of its frame at offset %d",
+                                         r_.end_offset()));
+      }
+      return Malformed("pickle data was truncated (no end of line)");
+    }
+    return r_.ReadBytes(nl + 1);
+  }
+
+  // ---- values ----
+  NodeId New(Kind k) {
+    out_.graph.nodes.emplace_back();
+    out_.graph.nodes.back().kind = k;
+    return static_cast<NodeId>(out_.graph.nodes.size() - 1);
+  }
+  Node& N(NodeId id) { return out_.graph.nodes[id]; }
+
+  NodeId NewInt(const IntValue& v) {
+    NodeId id = New(v.is_bool ? Kind::kBool : Kind::kInt);
+    Node& n = N(id);
+    if (v.is_bool) {
+      n.b = v.value != 0;
+    } else {
+      n.fits = v.fits;
+      n.i = v.value;
+      n.text = v.text;
+    }
+    return id;
+  }
+  NodeId NewSmallInt(int64_t x) {
+    IntValue v;
+    v.value = x;
+    v.text = absl::StrCat(x);
+    return NewInt(v);
+  }
+
+  // A str/bytes value. `raw` is the stream bytes when they are the value itself.
+  NodeId NewText(Kind k, std::string value, uint64_t data_offset, bool in_stream) {
+    NodeId id = New(k);
+    Node& n = N(id);
+    n.len = value.size();
+    n.data_offset = data_offset;
+    n.in_stream = in_stream;
+    uint64_t keep = k == Kind::kStr ? limits_.max_kept_string : std::min<uint64_t>(
+                                                                    limits_.max_kept_string, 256);
+    if (value.size() > keep) {
+      value.resize(keep);
+      n.truncated = true;
+    }
+    n.text = std::move(value);
+    return id;
+  }
+  NodeId NewRawText(Kind k, std::string_view raw, uint64_t data_offset) {
+    uint64_t keep = k == Kind::kStr ? limits_.max_kept_string : std::min<uint64_t>(
+                                                                    limits_.max_kept_string, 256);
+    NodeId id = New(k);
+    Node& n = N(id);
+    n.len = raw.size();
+    n.data_offset = data_offset;
+    n.in_stream = true;
+    n.truncated = raw.size() > keep;
+    n.text = std::string(raw.substr(0, keep));
+    return id;
+  }
+
+  NodeId NewContainer(Kind k, std::vector<NodeId> items) {
+    NodeId id = New(k);
+    N(id).items = std::move(items);
+    return id;
+  }
+
+  // ---- stack (with _pickle.c's MARK fence) ----
+  size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
+
+  void Push(NodeId id) { stack_.push_back(id); }
+
+  absl::StatusOr<NodeId> Pop() {
+    if (stack_.size() <= fence()) return Underflow();
+    NodeId id = stack_.back();
+    stack_.pop_back();
+    return id;
+  }
+
+  absl::StatusOr<size_t> Marker() {
+    if (marks_.empty()) return Malformed("could not find MARK");
+    size_t m = marks_.back();
+    marks_.pop_back();
+    return m;
+  }
+
+  absl::StatusOr<std::vector<NodeId>> PopItems(size_t start) {
+    if (start < fence() || start > stack_.size()) return Underflow();
+    std::vector<NodeId> items(stack_.begin() + static_cast<std::ptrdiff_t>(start), stack_.end());
+    stack_.resize(start);
+    return items;
+  }
+
+  // ---- memo ----
+  absl::Status MemoPut(uint64_t idx, NodeId value) {
+    auto it = memo_.find(idx);
+    if (it != memo_.end()) {
+      it->second = value;
+      return absl::OkStatus();
+    }
+    if (memo_.size() >= limits_.max_memo_entries) {
+      return Limit("max_memo_entries", limits_.max_memo_entries);
+    }
+    memo_.emplace(idx, value);
+    return absl::OkStatus();
+  }
+  absl::Status MemoGet(uint64_t idx) {
+    auto it = memo_.find(idx);
+    if (it == memo_.end()) {
+      return Malformed(absl::StrFormat("Memo value not found at index %d", idx));
+    }
+    Push(it->second);
+    note_ = absl::StrCat("memo[", idx, "]");
+    return absl::OkStatus();
+  }
+  absl::Status PutTop(uint64_t idx) {
+    if (stack_.size() <= fence()) return Underflow();
+    note_ = absl::StrCat("memo[", idx, "]");
+    return MemoPut(idx, stack_.back());
+  }
+
+  // ---- facts ----
+  NodeId AddGlobal(std::string module, std::string name, Via via, int64_t ext_code = 0) {
+    GlobalRef g;
+    g.module = std::move(module);
+    g.name = std::move(name);
+    g.offset = op_offset_;
+    g.opcode = op_;
+    g.via = via;
+    g.ext_code = ext_code;
+    if (via != Via::kExt) ResolveCompatNames(proto_, &g);
+    out_.graph.globals.push_back(std::move(g));
+    NodeId id = New(Kind::kGlobal);
+    N(id).ref = static_cast<uint32_t>(out_.graph.globals.size() - 1);
+    if (trace_ != nullptr) {
+      const GlobalRef& gr = out_.graph.globals.back();
+      note_ = via == Via::kExt ? absl::StrCat("global <extension code ", ext_code, ">")
+                               : absl::StrCat("global ", gr.resolved_module, ".",
+                                              gr.resolved_name);
+    }
+    return id;
+  }
+
+  // Records a call site; returns the node pushed for its result (kNoNode for mutations).
+  NodeId AddCall(CallOp op, NodeId callee, NodeId args, NodeId kwargs, Kind result_kind) {
+    CallSite c;
+    c.op = op;
+    c.offset = op_offset_;
+    c.opcode = op_;
+    c.callee = callee;
+    c.args = args;
+    c.kwargs = kwargs;
+    out_.graph.calls.push_back(c);
+    uint32_t index = static_cast<uint32_t>(out_.graph.calls.size() - 1);
+    NodeId result = kNoNode;
+    if (result_kind == Kind::kCall || result_kind == Kind::kPersistent) {
+      result = New(result_kind);
+      N(result).ref = index;
+      if (result_kind == Kind::kPersistent) N(result).items.push_back(args);
+      out_.graph.calls[index].result = result;
+    } else if (callee != kNoNode) {
+      N(callee).mutations.push_back(index);
+    }
+    if (trace_ != nullptr) {
+      note_ = absl::StrCat("call ", SummarizeCall(out_.graph, out_.graph.calls[index], 120));
+    }
+    return result;
+  }
+
+  bool Unhashable(NodeId id) {
+    Kind k = N(id).kind;
+    if (k == Kind::kList || k == Kind::kDict || k == Kind::kSet || k == Kind::kByteArray) {
+      return true;
+    }
+    if (k == Kind::kTuple) {
+      for (NodeId item : N(id).items) {
+        Kind ik = N(item).kind;
+        if (ik == Kind::kList || ik == Kind::kDict || ik == Kind::kSet ||
+            ik == Kind::kByteArray) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+  absl::Status CheckHashable(NodeId id) {
+    if (Unhashable(id)) {
+      return Malformed(absl::StrCat("unhashable type: '", KindName(N(id).kind), "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- the opcode loop ----
+  absl::Status Loop() {
+    while (true) {
+      MaybeLeaveFrame();
+      op_offset_ = r_.offset();
+      have_op_ = false;
+      if (r_.remaining() == 0) {
+        return Malformed(out_.opcodes == 0 ? "Ran out of input" : "pickle data was truncated");
+      }
+      op_ = *r_.ReadU8();
+      have_op_ = true;
+      if (++out_.opcodes > limits_.max_opcodes) return Limit("max_opcodes", limits_.max_opcodes);
+      note_.clear();
+      arg_.clear();
+      bool stop = false;
+      CKPT_RETURN_IF_ERROR(Step(&stop));
+      if (stack_.size() > limits_.max_stack_depth) {
+        return Limit("max_stack_depth", limits_.max_stack_depth);
+      }
+      if (out_.graph.nodes.size() > limits_.max_nodes) {
+        return Limit("max_nodes", limits_.max_nodes);
+      }
+      if (trace_ != nullptr) {
+        TraceEvent ev;
+        ev.offset = op_offset_;
+        ev.opcode = op_;
+        ev.arg = arg_;
+        ev.note = note_;
+        ev.mark_depth = static_cast<uint32_t>(marks_.size());
+        ev.pickle_index = pickle_index_;
+        ev.nested_depth = depth_;
+        (*trace_)(ev);
+      }
+      if (stop) return absl::OkStatus();
+    }
+  }
+
+  absl::Status PushStr(std::string_view raw, uint64_t off, bool utf8_surrogatepass) {
+    if (utf8_surrogatepass && !IsValidUtf8(raw, true)) {
+      return Malformed("'utf-8' codec can't decode the argument (invalid UTF-8)");
+    }
+    if (trace_ != nullptr) arg_ = QuoteForTrace(raw);
+    Push(NewRawText(Kind::kStr, raw, off));
+    return absl::OkStatus();
+  }
+
+  // Python 2 str (STRING/BINSTRING/SHORT_BINSTRING): decoded as text; non-ASCII bytes are
+  // taken as Latin-1 (what torch/numpy loaders pass as encoding) rather than failing.
+  void PushPy2Str(std::string bytes, uint64_t off, bool in_stream) {
+    if (trace_ != nullptr) arg_ = QuoteForTrace(bytes);
+    bool ascii = true;
+    for (char c : bytes) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+    if (ascii) {
+      Push(NewText(Kind::kStr, std::move(bytes), off, in_stream));
+    } else {
+      Push(NewText(Kind::kStr, Latin1ToUtf8(bytes), off, false));
+    }
+  }
+
+  absl::Status PushBytes(Kind k, uint64_t n) {
+    CKPT_RETURN_IF_ERROR(CheckLength(n));
+    uint64_t off = r_.offset();
+    CKPT_ASSIGN_OR_RETURN(std::string_view raw, Read(n));
+    if (trace_ != nullptr) arg_ = absl::StrCat("b", QuoteForTrace(raw, 40), " (", n, " bytes)");
+    Push(NewRawText(k, raw, off));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> ReadAsciiLine(const char* what) {
+    CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+    if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+    std::string_view s = line.substr(0, line.size() - 1);
+    for (char c : s) {
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        return Malformed(absl::StrCat("'ascii' codec can't decode the ", what, " name"));
+      }
+    }
+    return std::string(s);
+  }
+
+  absl::StatusOr<std::string> ReadUtf8Line(const char* what) {
+    CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+    if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+    std::string_view s = line.substr(0, line.size() - 1);
+    if (!IsValidUtf8(s, false)) {
+      return Malformed(absl::StrCat("'utf-8' codec can't decode the ", what, " name"));
+    }
+    return std::string(s);
+  }
+
+  absl::Status DoAppend(int64_t x, bool single) {
+    const int64_t len = static_cast<int64_t>(stack_.size());
+    if (x > len || x <= static_cast<int64_t>(fence())) return Underflow();
+    if (len == x) return absl::OkStatus();
+    NodeId target = stack_[x - 1];
+    CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(static_cast<size_t>(x)));
+    Kind k = N(target).kind;
+    if (k == Kind::kList) {
+      Node& list = N(target);
+      list.items.insert(list.items.end(), items.begin(), items.end());
+      return absl::OkStatus();
+    }
+    if (IsOpaque(k) || k == Kind::kByteArray) {
+      NodeId args = NewContainer(Kind::kTuple, std::move(items));
+      AddCall(CallOp::kAppends, target, args, kNoNode, Kind::kNone);
+      return absl::OkStatus();
+    }
+    return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute '",
+                                  single ? "append" : "extend", "'"));
+  }
+
+  absl::Status DoSetItems(int64_t x) {
+    const int64_t len = static_cast<int64_t>(stack_.size());
+    if (x > len || x <= static_cast<int64_t>(fence())) return Underflow();
+    if (len == x) return absl::OkStatus();
+    if ((len - x) % 2 != 0) return Malformed("odd number of items for SETITEMS");
+    NodeId target = stack_[x - 1];
+    CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(static_cast<size_t>(x)));
+    Kind k = N(target).kind;
+    if (k == Kind::kDict) {
+      for (size_t i = 0; i < items.size(); i += 2) CKPT_RETURN_IF_ERROR(CheckHashable(items[i]));
+      Node& dict = N(target);
+      dict.items.insert(dict.items.end(), items.begin(), items.end());
+      return absl::OkStatus();
+    }
+    if (IsOpaque(k) || k == Kind::kList || k == Kind::kByteArray) {
+      NodeId args = NewContainer(Kind::kTuple, std::move(items));
+      AddCall(CallOp::kSetItems, target, args, kNoNode, Kind::kNone);
+      return absl::OkStatus();
+    }
+    return Malformed(
+        absl::StrCat("'", KindName(k), "' object does not support item assignment"));
+  }
+
+  absl::Status CheckCallable(NodeId callee) {
+    if (IsPlainData(N(callee).kind)) {
+      return Malformed(absl::StrCat("'", KindName(N(callee).kind), "' object is not callable"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CheckArgsTuple(NodeId args, const char* what) {
+    Kind k = N(args).kind;
+    if (k != Kind::kTuple && IsPlainData(k)) {
+      return Malformed(absl::StrCat(what, " args argument must be a tuple, not ", KindName(k)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Step(bool* stop) {
+    switch (op_) {
+      case PROTO: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(1));
+        arg_ = absl::StrCat(v);
+        if (v > static_cast<uint64_t>(kHighestProtocol)) {
+          return Malformed(absl::StrFormat("unsupported pickle protocol: %d", v));
+        }
+        proto_ = static_cast<int>(v);
+        if (out_.protocol < 0) out_.protocol = proto_;
+        return absl::OkStatus();
+      }
+      case FRAME: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t size, ReadUInt(8));
+        arg_ = absl::StrCat(size);
+        if (size > static_cast<uint64_t>(INT64_MAX)) {
+          return Malformed("FRAME length exceeds system's maximum");
+        }
+        if (in_frame_ && r_.remaining() > 0) {
+          return Malformed("beginning of a new frame before end of current frame");
+        }
+        in_frame_ = false;
+        (void)r_.SetEnd(r_.data_end_offset());
+        if (size > r_.remaining()) {
+          return Malformed(absl::StrFormat("pickle data was truncated: frame of %d bytes, %d remain",
+                                           size, r_.remaining()));
+        }
+        if (size > 0) {
+          in_frame_ = true;
+          (void)r_.SetEnd(r_.offset() + size);
+        }
+        return absl::OkStatus();
+      }
+      case STOP: {
+        CKPT_ASSIGN_OR_RETURN(NodeId v, Pop());
+        out_.root = v;
+        *stop = true;
+        return absl::OkStatus();
+      }
+      case MARK:
+        if (marks_.size() >= limits_.max_mark_depth) {
+          return Limit("max_mark_depth", limits_.max_mark_depth);
+        }
+        marks_.push_back(stack_.size());
+        return absl::OkStatus();
+      case POP:
+        if (!marks_.empty() && marks_.back() == stack_.size()) {
+          marks_.pop_back();
+        } else if (stack_.size() <= fence()) {
+          return Underflow();
+        } else {
+          stack_.pop_back();
+        }
+        return absl::OkStatus();
+      case POP_MARK: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        stack_.resize(m);
+        return absl::OkStatus();
+      }
+      case DUP:
+        if (stack_.size() <= fence()) return Underflow();
+        Push(stack_.back());
+        return absl::OkStatus();
+      case NONE: Push(New(Kind::kNone)); return absl::OkStatus();
+      case NEWTRUE:
+      case NEWFALSE: {
+        NodeId id = New(Kind::kBool);
+        N(id).b = op_ == NEWTRUE;
+        Push(id);
+        return absl::OkStatus();
+      }
+      case INT: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(IntValue v, ParseIntLine(line));
+        arg_ = v.is_bool ? (v.value != 0 ? "True" : "False") : v.text;
+        Push(NewInt(v));
+        return absl::OkStatus();
+      }
+      case BININT: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(4));
+        int64_t x = static_cast<int32_t>(static_cast<uint32_t>(v));
+        arg_ = absl::StrCat(x);
+        Push(NewSmallInt(x));
+        return absl::OkStatus();
+      }
+      case BININT1:
+      case BININT2: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(op_ == BININT1 ? 1 : 2));
+        arg_ = absl::StrCat(v);
+        Push(NewSmallInt(static_cast<int64_t>(v)));
+        return absl::OkStatus();
+      }
+      case LONG: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(IntValue v, ParseLongLine(line));
+        arg_ = v.text;
+        Push(NewInt(v));
+        return absl::OkStatus();
+      }
+      case LONG1:
+      case LONG4: {
+        uint64_t n;
+        if (op_ == LONG1) {
+          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+        } else {
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
+          if (sn < 0) return Malformed("LONG pickle has negative byte count");
+          n = static_cast<uint64_t>(sn);
+        }
+        CKPT_RETURN_IF_ERROR(CheckLength(n));
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        IntValue v = IntFromTwosComplement(b);
+        arg_ = v.text;
+        Push(NewInt(v));
+        return absl::OkStatus();
+      }
+      case FLOAT: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(double d, ParseFloatLine(line));
+        NodeId id = New(Kind::kFloat);
+        N(id).f = d;
+        arg_ = absl::StrCat(d);
+        Push(id);
+        return absl::OkStatus();
+      }
+      case BINFLOAT: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(8));
+        uint64_t bits = 0;
+        for (int k = 0; k < 8; ++k) bits = (bits << 8) | static_cast<unsigned char>(b[k]);
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        NodeId id = New(Kind::kFloat);
+        N(id).f = d;
+        arg_ = absl::StrCat(d);
+        Push(id);
+        return absl::OkStatus();
+      }
+      case STRING: {
+        uint64_t off = r_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+        std::string_view s = line.substr(0, line.size() - 1);
+        if (s.size() < 2 || s.front() != s.back() || (s.front() != '\'' && s.front() != '"')) {
+          return Malformed("the STRING opcode argument must be quoted");
+        }
+        CKPT_ASSIGN_OR_RETURN(std::string bytes, DecodeEscapedBytes(s.substr(1, s.size() - 2)));
+        PushPy2Str(std::move(bytes), off + 1, false);
+        return absl::OkStatus();
+      }
+      case BINSTRING:
+      case SHORT_BINSTRING: {
+        uint64_t n;
+        if (op_ == SHORT_BINSTRING) {
+          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+        } else {
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
+          if (sn < 0) return Malformed("BINSTRING pickle has negative byte count");
+          n = static_cast<uint64_t>(sn);
+        }
+        CKPT_RETURN_IF_ERROR(CheckLength(n));
+        uint64_t off = r_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        PushPy2Str(std::string(b.substr(0, std::min<uint64_t>(b.size(), limits_.max_kept_string))),
+                   off, true);
+        if (b.size() > limits_.max_kept_string) {
+          N(stack_.back()).len = b.size();
+          N(stack_.back()).truncated = true;
+        }
+        return absl::OkStatus();
+      }
+      case UNICODE: {
+        uint64_t off = r_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string s,
+                              DecodeRawUnicodeEscape(line.substr(0, line.size() - 1)));
+        if (trace_ != nullptr) arg_ = QuoteForTrace(s);
+        Push(NewText(Kind::kStr, std::move(s), off, false));
+        return absl::OkStatus();
+      }
+      case SHORT_BINUNICODE:
+      case BINUNICODE:
+      case BINUNICODE8: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t n,
+                              ReadUInt(op_ == SHORT_BINUNICODE ? 1 : op_ == BINUNICODE ? 4 : 8));
+        if (n > static_cast<uint64_t>(INT64_MAX)) {
+          return Malformed("BINUNICODE8 exceeds system's maximum size");
+        }
+        CKPT_RETURN_IF_ERROR(CheckLength(n));
+        uint64_t off = r_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        return PushStr(b, off, true);
+      }
+      case SHORT_BINBYTES:
+      case BINBYTES:
+      case BINBYTES8:
+      case BYTEARRAY8: {
+        CKPT_ASSIGN_OR_RETURN(
+            uint64_t n, ReadUInt(op_ == SHORT_BINBYTES ? 1 : op_ == BINBYTES ? 4 : 8));
+        if (n > static_cast<uint64_t>(INT64_MAX)) {
+          return Malformed("BINBYTES8 exceeds system's maximum size");
+        }
+        return PushBytes(op_ == BYTEARRAY8 ? Kind::kByteArray : Kind::kBytes, n);
+      }
+      case NEXT_BUFFER:
+        return absl::UnimplementedError(
+            "pickle stream refers to out-of-band data but no *buffers* argument was given");
+      case READONLY_BUFFER: {
+        if (stack_.size() <= fence()) return Underflow();
+        NodeId top = stack_.back();
+        Kind k = N(top).kind;
+        if (k == Kind::kByteArray || IsOpaque(k)) {
+          NodeId view = New(Kind::kBuffer);
+          N(view).items.push_back(top);
+          stack_.back() = view;
+        } else if (k != Kind::kBytes && k != Kind::kBuffer) {
+          return Malformed(absl::StrCat("a bytes-like object is required, not '", KindName(k),
+                                        "'"));
+        }
+        return absl::OkStatus();
+      }
+      case EMPTY_TUPLE: Push(New(Kind::kTuple)); return absl::OkStatus();
+      case EMPTY_LIST: Push(New(Kind::kList)); return absl::OkStatus();
+      case EMPTY_DICT: Push(New(Kind::kDict)); return absl::OkStatus();
+      case EMPTY_SET: Push(New(Kind::kSet)); return absl::OkStatus();
+      case TUPLE: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        Push(NewContainer(Kind::kTuple, std::move(items)));
+        return absl::OkStatus();
+      }
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3: {
+        size_t n = op_ - TUPLE1 + 1;
+        if (stack_.size() < n) return Underflow();
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(stack_.size() - n));
+        Push(NewContainer(Kind::kTuple, std::move(items)));
+        return absl::OkStatus();
+      }
+      case LIST: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        Push(NewContainer(Kind::kList, std::move(items)));
+        return absl::OkStatus();
+      }
+      case DICT: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        if ((stack_.size() - m) % 2 != 0) return Malformed("odd number of items for DICT");
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        for (size_t i = 0; i < items.size(); i += 2) CKPT_RETURN_IF_ERROR(CheckHashable(items[i]));
+        Push(NewContainer(Kind::kDict, std::move(items)));
+        return absl::OkStatus();
+      }
+      case FROZENSET: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        for (NodeId item : items) CKPT_RETURN_IF_ERROR(CheckHashable(item));
+        Push(NewContainer(Kind::kFrozenSet, std::move(items)));
+        return absl::OkStatus();
+      }
+      case ADDITEMS: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        const size_t len = stack_.size();
+        if (m > len || m <= fence()) return Underflow();
+        if (len == m) return absl::OkStatus();
+        NodeId target = stack_[m - 1];
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        Kind k = N(target).kind;
+        if (k == Kind::kSet) {
+          for (NodeId item : items) CKPT_RETURN_IF_ERROR(CheckHashable(item));
+          Node& set = N(target);
+          set.items.insert(set.items.end(), items.begin(), items.end());
+          return absl::OkStatus();
+        }
+        if (IsOpaque(k)) {
+          NodeId args = NewContainer(Kind::kTuple, std::move(items));
+          AddCall(CallOp::kAddItems, target, args, kNoNode, Kind::kNone);
+          return absl::OkStatus();
+        }
+        return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute 'add'"));
+      }
+      case APPEND: return DoAppend(static_cast<int64_t>(stack_.size()) - 1, true);
+      case APPENDS: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        return DoAppend(static_cast<int64_t>(m), false);
+      }
+      case SETITEM: return DoSetItems(static_cast<int64_t>(stack_.size()) - 2);
+      case SETITEMS: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        return DoSetItems(static_cast<int64_t>(m));
+      }
+      case GET: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
+        arg_ = absl::StrCat(idx);
+        if (idx < 0) return Malformed(absl::StrFormat("Memo value not found at index %d", idx));
+        return MemoGet(static_cast<uint64_t>(idx));
+      }
+      case BINGET:
+      case LONG_BINGET: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINGET ? 1 : 4));
+        arg_ = absl::StrCat(idx);
+        return MemoGet(idx);
+      }
+      case PUT: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+        if (stack_.size() <= fence()) return Underflow();
+        CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
+        arg_ = absl::StrCat(idx);
+        if (idx < 0) return Malformed("negative PUT argument");
+        return PutTop(static_cast<uint64_t>(idx));
+      }
+      case BINPUT:
+      case LONG_BINPUT: {
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINPUT ? 1 : 4));
+        arg_ = absl::StrCat(idx);
+        return PutTop(idx);
+      }
+      case MEMOIZE: {
+        if (stack_.size() <= fence()) return Underflow();
+        return PutTop(memo_.size());
+      }
+      case GLOBAL: {
+        CKPT_ASSIGN_OR_RETURN(std::string module, ReadUtf8Line("module"));
+        CKPT_ASSIGN_OR_RETURN(std::string name, ReadUtf8Line("global"));
+        arg_ = absl::StrCat(QuoteForTrace(module), " ", QuoteForTrace(name));
+        Push(AddGlobal(std::move(module), std::move(name), Via::kGlobal));
+        return absl::OkStatus();
+      }
+      case STACK_GLOBAL: {
+        CKPT_ASSIGN_OR_RETURN(NodeId name, Pop());
+        CKPT_ASSIGN_OR_RETURN(NodeId module, Pop());
+        if (N(name).kind != Kind::kStr || N(module).kind != Kind::kStr) {
+          return Malformed("STACK_GLOBAL requires str");
+        }
+        std::string m = N(module).text, n = N(name).text;
+        arg_ = absl::StrCat(QuoteForTrace(m), " ", QuoteForTrace(n));
+        Push(AddGlobal(std::move(m), std::move(n), Via::kStackGlobal));
+        return absl::OkStatus();
+      }
+      case INST: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        CKPT_ASSIGN_OR_RETURN(std::string module, ReadAsciiLine("module"));
+        CKPT_ASSIGN_OR_RETURN(std::string name, ReadAsciiLine("class"));
+        arg_ = absl::StrCat(QuoteForTrace(module), " ", QuoteForTrace(name));
+        NodeId cls = AddGlobal(std::move(module), std::move(name), Via::kInst);
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
+        NodeId args = NewContainer(Kind::kTuple, std::move(items));
+        Push(AddCall(CallOp::kInst, cls, args, kNoNode, Kind::kCall));
+        return absl::OkStatus();
+      }
+      case OBJ: {
+        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        if (stack_.size() < m + 1) return Underflow();
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m + 1));
+        CKPT_ASSIGN_OR_RETURN(NodeId cls, Pop());
+        CKPT_RETURN_IF_ERROR(CheckCallable(cls));
+        NodeId args = NewContainer(Kind::kTuple, std::move(items));
+        Push(AddCall(CallOp::kObj, cls, args, kNoNode, Kind::kCall));
+        return absl::OkStatus();
+      }
+      case REDUCE: {
+        CKPT_ASSIGN_OR_RETURN(NodeId args, Pop());
+        CKPT_ASSIGN_OR_RETURN(NodeId callee, Pop());
+        CKPT_RETURN_IF_ERROR(CheckCallable(callee));
+        if (N(args).kind != Kind::kTuple && IsPlainData(N(args).kind)) {
+          return Malformed("argument list must be a tuple");
+        }
+        Push(AddCall(CallOp::kReduce, callee, args, kNoNode, Kind::kCall));
+        return absl::OkStatus();
+      }
+      case NEWOBJ:
+      case NEWOBJ_EX: {
+        NodeId kwargs = kNoNode;
+        if (op_ == NEWOBJ_EX) {
+          CKPT_ASSIGN_OR_RETURN(kwargs, Pop());
+        }
+        CKPT_ASSIGN_OR_RETURN(NodeId args, Pop());
+        CKPT_ASSIGN_OR_RETURN(NodeId cls, Pop());
+        const char* what = op_ == NEWOBJ ? "NEWOBJ" : "NEWOBJ_EX";
+        if (IsPlainData(N(cls).kind)) {
+          return Malformed(absl::StrCat(what, " class argument must be a type, not ",
+                                        KindName(N(cls).kind)));
+        }
+        CKPT_RETURN_IF_ERROR(CheckArgsTuple(args, what));
+        if (kwargs != kNoNode && N(kwargs).kind != Kind::kDict && IsPlainData(N(kwargs).kind)) {
+          return Malformed(absl::StrCat(what, " kwargs argument must be a dict, not ",
+                                        KindName(N(kwargs).kind)));
+        }
+        Push(AddCall(op_ == NEWOBJ ? CallOp::kNewObj : CallOp::kNewObjEx, cls, args, kwargs,
+                     Kind::kCall));
+        return absl::OkStatus();
+      }
+      case BUILD: {
+        if (static_cast<int64_t>(stack_.size()) - 2 < static_cast<int64_t>(fence())) {
+          return Underflow();
+        }
+        CKPT_ASSIGN_OR_RETURN(NodeId state, Pop());
+        NodeId inst = stack_.back();
+        Kind k = N(inst).kind;
+        if (IsOpaque(k)) {
+          N(inst).states.push_back(state);
+          AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
+          return absl::OkStatus();
+        }
+        if (N(state).kind != Kind::kNone) {
+          return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute '__dict__'"));
+        }
+        return absl::OkStatus();
+      }
+      case PERSID: {
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        std::string_view s = line.substr(0, line.size() - 1);
+        for (char c : s) {
+          if (static_cast<unsigned char>(c) >= 0x80) {
+            return Malformed("persistent IDs in protocol 0 must be ASCII strings");
+          }
+        }
+        NodeId pid = NewText(Kind::kStr, std::string(s), r_.offset() - line.size(), true);
+        arg_ = QuoteForTrace(s);
+        Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
+        return absl::OkStatus();
+      }
+      case BINPERSID: {
+        CKPT_ASSIGN_OR_RETURN(NodeId pid, Pop());
+        Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
+        return absl::OkStatus();
+      }
+      case EXT1:
+      case EXT2:
+      case EXT4: {
+        int64_t code;
+        if (op_ == EXT4) {
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          code = static_cast<int32_t>(static_cast<uint32_t>(raw));
+        } else {
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(op_ == EXT1 ? 1 : 2));
+          code = static_cast<int64_t>(raw);
+        }
+        arg_ = absl::StrCat(code);
+        if (code <= 0) return Malformed("EXT specifies code <= 0");
+        // The copyreg extension registry of the loading process is unknown: record the
+        // reference (never SAFE) and go on, so that later findings are not lost.
+        Push(AddGlobal("", "", Via::kExt, code));
+        return absl::OkStatus();
+      }
+      default:
+        return Malformed(absl::StrFormat("invalid load key, 0x%02x", op_));
+    }
+  }
+
+  const Limits& limits_;
+  base::ByteReader r_;
+  const TraceSink* trace_;
+  uint32_t pickle_index_;
+  uint32_t depth_;
+
+  PickleFacts out_;
+  std::vector<NodeId> stack_;
+  std::vector<size_t> marks_;
+  absl::flat_hash_map<uint64_t, NodeId> memo_;
+  int proto_ = 0;
+  bool in_frame_ = false;
+
+  uint64_t op_offset_ = 0;
+  uint8_t op_ = 0;
+  bool have_op_ = false;
+  std::string arg_;
+  std::string note_;
+  const char* limit_name_ = "";
+  uint64_t limit_value_ = 0;
+};
+
+bool HasContent(const PickleFacts& p) {
+  return !p.graph.globals.empty() || !p.graph.calls.empty();
+}
+
+}  // namespace
+
+PickleFacts Vm::RunOne(std::string_view data, uint64_t base_offset,
+                       const TraceSink* trace) const {
+  return Machine(limits_, data, base_offset, trace, 0, 0).Run();
+}
+
+StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
+                           const TraceSink* trace) const {
+  StreamFacts facts;
+  if (data.size() > limits_.max_total_bytes) {
+    VmError e;
+    e.code = VmError::Code::kLimit;
+    e.message = absl::StrFormat("stream of %d bytes is over the limit", data.size());
+    e.offset = base_offset;
+    e.limit_name = "max_total_bytes";
+    e.limit_value = limits_.max_total_bytes;
+    facts.stream_error = std::move(e);
+    return facts;
+  }
+
+  // Top-level pickles, one after another, as repeated pickle.load(f) calls would read them.
+  uint64_t pos = 0;
+  while (true) {
+    if (facts.pickles.size() >= limits_.max_pickles) {
+      VmError e;
+      e.code = VmError::Code::kLimit;
+      e.message = "too many pickles in one stream";
+      e.offset = base_offset + pos;
+      e.limit_name = "max_pickles";
+      e.limit_value = limits_.max_pickles;
+      facts.stream_error = std::move(e);
+      break;
+    }
+    PickleFacts p = Machine(limits_, data.substr(pos), base_offset + pos, trace,
+                            static_cast<uint32_t>(facts.pickles.size()), 0)
+                        .Run();
+    if (!facts.pickles.empty() && p.error.has_value() && !HasContent(p)) {
+      // Not another pickle: what follows the last STOP is trailing data.
+      facts.trailing_offset = base_offset + pos;
+      facts.trailing_bytes = data.size() - pos;
+      break;
+    }
+    bool failed = p.error.has_value();
+    uint64_t next = p.end - base_offset;
+    facts.pickles.push_back(std::move(p));
+    if (failed || next >= data.size()) break;
+    pos = next;
+  }
+
+  // Byte strings that are themselves pickles, breadth first, to a bounded depth and volume.
+  uint64_t nested_budget = limits_.max_nested_bytes;
+  for (size_t pi = 0; pi < facts.pickles.size(); ++pi) {
+    if (facts.pickles[pi].depth >= limits_.max_nested_depth) continue;
+    const size_t node_count = facts.pickles[pi].graph.nodes.size();
+    for (NodeId id = 0; id < node_count; ++id) {
+      const Node& n = facts.pickles[pi].graph.nodes[id];
+      if (n.kind != Kind::kBytes && n.kind != Kind::kByteArray && n.kind != Kind::kStr) continue;
+      if (n.len < 6 || n.text.empty() || OpName(static_cast<uint8_t>(n.text[0])) == nullptr) {
+        continue;
+      }
+      std::string_view candidate;
+      if (n.in_stream && n.data_offset >= base_offset &&
+          n.data_offset - base_offset <= data.size() &&
+          n.len <= data.size() - (n.data_offset - base_offset)) {
+        candidate = data.substr(n.data_offset - base_offset, n.len);
+      } else if (!n.truncated) {
+        candidate = n.text;
+      } else {
+        continue;
+      }
+      if (candidate.size() > nested_budget) continue;
+      nested_budget -= candidate.size();
+      std::string owned(candidate);  // the parent's graph may move as pickles are appended
+      uint32_t depth = facts.pickles[pi].depth + 1;
+      // Trace a nested attempt only if it turns out to be a pickle worth reporting.
+      std::vector<TraceEvent> events;
+      TraceSink buffer = [&events](const TraceEvent& ev) { events.push_back(ev); };
+      PickleFacts nested = Machine(limits_, owned, n.data_offset,
+                                   trace != nullptr ? &buffer : nullptr,
+                                   static_cast<uint32_t>(facts.pickles.size()), depth)
+                               .Run();
+      if (nested.error.has_value() || !HasContent(nested)) continue;
+      if (trace != nullptr) {
+        for (const TraceEvent& ev : events) (*trace)(ev);
+      }
+      nested.parent = static_cast<int32_t>(pi);
+      nested.parent_node = id;
+      facts.pickles.push_back(std::move(nested));
+    }
+  }
+  return facts;
+}
+
+}  // namespace ckptscan::pickle

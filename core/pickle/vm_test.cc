@@ -1,0 +1,359 @@
+#include "core/pickle/vm.h"
+
+#include <string>
+#include <vector>
+
+#include "core/pickle/opcodes.h"
+#include "gtest/gtest.h"
+
+namespace ckptscan::pickle {
+namespace {
+
+using std::string_literals::operator""s;
+
+std::vector<std::string> Globals(const PickleFacts& p, bool resolved = false) {
+  std::vector<std::string> out;
+  for (const GlobalRef& g : p.graph.globals) {
+    if (g.via == Via::kExt) {
+      out.push_back("<ext " + std::to_string(g.ext_code) + ">");
+    } else {
+      out.push_back(resolved ? g.resolved_module + "." + g.resolved_name : g.module + "." + g.name);
+    }
+  }
+  return out;
+}
+
+std::string ErrorOf(const PickleFacts& p) { return p.error ? p.error->message : ""; }
+
+// pickle.dumps({'a': [1, 2.5, 'x', b'yz', (None, True)], 'b': {3}}, protocol=N), CPython 3.11.
+const std::string kProto0 =
+    "(dp0\nVa\np1\n(lp2\nI1\naF2.5\naVx\np3\nac_codecs\nencode\np4\n(Vyz\np5\nVlatin1\np6\ntp7\n"
+    "Rp8\na(NI01\ntp9\nasVb\np10\nc__builtin__\nset\np11\n((lp12\nI3\natp13\nRp14\ns.";
+const std::string kProto2 =
+    "\x80\x02\x7d\x71\x00\x28\x58\x01\x00\x00\x00\x61\x71\x01\x5d\x71\x02\x28\x4b\x01\x47\x40"
+    "\x04\x00\x00\x00\x00\x00\x00\x58\x01\x00\x00\x00\x78\x71\x03\x63\x5f\x63\x6f\x64\x65\x63"
+    "\x73\x0a\x65\x6e\x63\x6f\x64\x65\x0a\x71\x04\x58\x02\x00\x00\x00\x79\x7a\x71\x05\x58\x06"
+    "\x00\x00\x00\x6c\x61\x74\x69\x6e\x31\x71\x06\x86\x71\x07\x52\x71\x08\x4e\x88\x86\x71\x09"
+    "\x65\x58\x01\x00\x00\x00\x62\x71\x0a\x63\x5f\x5f\x62\x75\x69\x6c\x74\x69\x6e\x5f\x5f\x0a"
+    "\x73\x65\x74\x0a\x71\x0b\x5d\x71\x0c\x4b\x03\x61\x85\x71\x0d\x52\x71\x0e\x75\x2e"s;
+const std::string kProto4 =
+    "\x80\x04\x95\x2f\x00\x00\x00\x00\x00\x00\x00\x7d\x94\x28\x8c\x01\x61\x94\x5d\x94\x28\x4b"
+    "\x01\x47\x40\x04\x00\x00\x00\x00\x00\x00\x8c\x01\x78\x94\x43\x02\x79\x7a\x94\x4e\x88\x86"
+    "\x94\x65\x8c\x01\x62\x94\x8f\x94\x28\x4b\x03\x90\x75\x2e"s;
+
+TEST(VmTest, RealPicklesOfEveryFramingParseWhole) {
+  Vm vm;
+  for (const std::string* data : {&kProto0, &kProto2, &kProto4}) {
+    StreamFacts f = vm.ScanStream(*data);
+    ASSERT_EQ(f.pickles.size(), 1u);
+    EXPECT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+    EXPECT_EQ(f.pickles[0].end, data->size());
+    EXPECT_EQ(f.trailing_bytes, 0u);
+    const Graph& g = f.pickles[0].graph;
+    ASSERT_NE(f.pickles[0].root, kNoNode);
+    EXPECT_EQ(g.at(f.pickles[0].root).kind, Kind::kDict);
+    EXPECT_EQ(g.at(f.pickles[0].root).items.size(), 4u);  // two key/value pairs
+  }
+  // Protocols 0 and 2 name _codecs.encode and __builtin__.set, mapped to builtins.set.
+  StreamFacts f0 = vm.ScanStream(kProto0);
+  EXPECT_EQ(Globals(f0.pickles[0]),
+            (std::vector<std::string>{"_codecs.encode", "__builtin__.set"}));
+  EXPECT_EQ(Globals(f0.pickles[0], true),
+            (std::vector<std::string>{"_codecs.encode", "builtins.set"}));
+  EXPECT_TRUE(Globals(vm.ScanStream(kProto4).pickles[0]).empty());
+}
+
+TEST(VmTest, ReduceOfOsSystemIsRecordedWithItsArguments) {
+  StreamFacts f = Vm().ScanStream("cposix\nsystem\n(S'id'\ntR.");
+  ASSERT_TRUE(f.ok());
+  const PickleFacts& p = f.pickles[0];
+  EXPECT_EQ(Globals(p), (std::vector<std::string>{"posix.system"}));
+  ASSERT_EQ(p.graph.calls.size(), 1u);
+  EXPECT_EQ(p.graph.calls[0].op, CallOp::kReduce);
+  EXPECT_EQ(p.graph.calls[0].offset, 22u);
+  EXPECT_EQ(SummarizeCall(p.graph, p.graph.calls[0]), "posix.system('id')");
+  EXPECT_EQ(p.graph.globals[0].offset, 0u);
+  EXPECT_EQ(p.graph.globals[0].opcode, GLOBAL);
+}
+
+TEST(VmTest, FixImportsMappingAppliesOnlyBelowProtocolThree) {
+  StreamFacts p2 = Vm().ScanStream("\x80\x02" "c__builtin__\neval\n)R."s);
+  EXPECT_EQ(Globals(p2.pickles[0], true), (std::vector<std::string>{"builtins.eval"}));
+  StreamFacts p3 = Vm().ScanStream("\x80\x03" "c__builtin__\neval\n)R."s);
+  EXPECT_EQ(Globals(p3.pickles[0], true), (std::vector<std::string>{"__builtin__.eval"}));
+  StreamFacts cp = Vm().ScanStream("ccopy_reg\n_reconstructor\n."s);
+  EXPECT_EQ(Globals(cp.pickles[0], true), (std::vector<std::string>{"copyreg._reconstructor"}));
+}
+
+TEST(VmTest, StackGlobalOperandsResolveThroughTheMemo) {
+  // 'os' and 'system' are memoized, popped, and fetched back before STACK_GLOBAL.
+  std::string data = "\x80\x04\x8c\x02os\x94\x8c\x06system\x94" "00" "h\x00h\x01\x93)R."s;
+  StreamFacts f = Vm().ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"os.system"}));
+  EXPECT_EQ(f.pickles[0].graph.globals[0].via, Via::kStackGlobal);
+}
+
+TEST(VmTest, MemoizeStoresTheStackTopNotThePreviousArgument) {
+  // S2: a POP right before MEMOIZE; the memo gets 'posix', not 'junk'.
+  std::string data = "\x80\x04\x8c\x05posix\x8c\x04junk" "0" "\x94" "0" "h\x00\x8c\x06system\x93."s;
+  StreamFacts f = Vm().ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"posix.system"}));
+}
+
+TEST(VmTest, MemoizeIndexIsTheMemoLengthAfterSparsePuts) {
+  // S1: PUT 5 then MEMOIZE → index 1 (one entry set), not 6.
+  std::string data = "\x80\x04\x8c\x02os" "p5\n" "0\x8c\x06system\x94" "0" "g5\nh\x01\x93."s;
+  StreamFacts f = Vm().ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"os.system"}));
+}
+
+TEST(VmTest, StackGlobalWithNonStrOperandsIsAnError) {
+  StreamFacts f = Vm().ScanStream("\x80\x04K\x01\x8c\x06system\x93."s);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->message, "STACK_GLOBAL requires str");
+  EXPECT_EQ(f.pickles[0].error->offset, 12u);
+}
+
+TEST(VmTest, GetOfAnUnsetMemoKeyIsAnError) {
+  StreamFacts f = Vm().ScanStream("(I1\ng0\n.");
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->message, "Memo value not found at index 0");
+}
+
+TEST(VmTest, MarkFenceStopsPopsBelowTheMark) {
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("(2.").pickles[0]), "unexpected MARK found");
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("N(a.").pickles[0]), "unexpected MARK found");
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("2.").pickles[0]), "unpickling stack underflow");
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("(0N.").pickles[0]), "");  // POP removes the MARK itself
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("t.").pickles[0]), "could not find MARK");
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("(N\x85.").pickles[0]), "");
+}
+
+TEST(VmTest, TextIntegerLiteralsFollowCPythonNotPickletools) {
+  // P2: pickletools rejects base-0 literals; _pickle.c accepts them and goes on to the payload.
+  StreamFacts f = Vm().ScanStream("I0x10\n0cposix\nsystem\n(S'id'\ntR.");
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"posix.system"}));
+  StreamFacts nul = Vm().ScanStream("I1\0junk\n0cposix\nsystem\n(S'id'\ntR."s);
+  ASSERT_TRUE(nul.ok()) << ErrorOf(nul.pickles[0]);
+  EXPECT_EQ(Globals(nul.pickles[0]), (std::vector<std::string>{"posix.system"}));
+}
+
+TEST(VmTest, ArgumentCrossingItsFrameIsRejected) {
+  // FRAME of 3 bytes holding the start of a 10-byte BINUNICODE (P3, cpython#154848).
+  std::string straddle = "\x80\x04\x95\x03\x00\x00\x00\x00\x00\x00\x00" "X\x0a\x00\x00\x00" "cos\nsystem\n."s;
+  StreamFacts f = Vm().ScanStream(straddle);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_NE(f.pickles[0].error->message.find("crosses the end of its frame"), std::string::npos)
+      << f.pickles[0].error->message;
+}
+
+TEST(VmTest, FrameInsideAnUnfinishedFrameIsRejected) {
+  std::string nested =
+      "\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00" "N\x95\x01\x00\x00\x00\x00\x00\x00\x00" "N.N."s;
+  StreamFacts f = Vm().ScanStream(nested);
+  EXPECT_EQ(ErrorOf(f.pickles[0]), "beginning of a new frame before end of current frame");
+}
+
+TEST(VmTest, LineCrossingItsFrameIsRejected) {
+  std::string s = "\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00" "cos\nsystem\n."s;
+  EXPECT_NE(ErrorOf(Vm().ScanStream(s).pickles[0]).find("crosses the end of its frame"),
+            std::string::npos);
+}
+
+TEST(VmTest, EveryPickleOfAStreamIsScannedAndTrailingBytesReported) {
+  StreamFacts two = Vm().ScanStream("N.cposix\nsystem\n(S'id'\ntR.");
+  ASSERT_EQ(two.pickles.size(), 2u);
+  EXPECT_EQ(two.pickles[1].start, 2u);
+  EXPECT_EQ(Globals(two.pickles[1]), (std::vector<std::string>{"posix.system"}));
+  EXPECT_EQ(two.trailing_bytes, 0u);
+
+  StreamFacts trailing = Vm().ScanStream("N.\xff\xfe garbage"s);
+  ASSERT_EQ(trailing.pickles.size(), 1u);
+  EXPECT_TRUE(trailing.ok());
+  EXPECT_EQ(trailing.trailing_offset, 2u);
+  EXPECT_EQ(trailing.trailing_bytes, 10u);
+}
+
+TEST(VmTest, FindingsBeforeABrokenTailAreKept) {
+  // nullifAI: the payload runs before the stream breaks.
+  StreamFacts f = Vm().ScanStream("cposix\nsystem\n(S'id'\ntR\xff"s);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"posix.system"}));
+  EXPECT_EQ(f.pickles[0].graph.calls.size(), 1u);
+  // A second pickle with a payload and no STOP is kept as a (failed) pickle, not trailing.
+  StreamFacts second = Vm().ScanStream("N.cposix\nsystem\n(S'id'\ntR");
+  ASSERT_EQ(second.pickles.size(), 2u);
+  EXPECT_EQ(Globals(second.pickles[1]), (std::vector<std::string>{"posix.system"}));
+}
+
+TEST(VmTest, ExtensionCodesAreRecordedAndParsingGoesOn) {
+  StreamFacts f = Vm().ScanStream("\x80\x02\x82\x07)Rcposix\nsystem\n."s);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"<ext 7>", "posix.system"}));
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("\x82\x00."s).pickles[0]), "EXT specifies code <= 0");
+}
+
+TEST(VmTest, EveryCallOpcodeIsACallSite) {
+  struct Case {
+    std::string data;
+    CallOp op;
+  } cases[] = {
+      {"(S'id'\nios\nsystem\n.", CallOp::kInst},
+      {"(cos\nsystem\nS'id'\no.", CallOp::kObj},
+      {"\x80\x02" "cos\nsystem\n)\x81."s, CallOp::kNewObj},
+      {"\x80\x04" "cos\nsystem\n)}\x92."s, CallOp::kNewObjEx},
+      {"cos\nsystem\n}b."s, CallOp::kBuild},
+      {"cos\nsystem\n)RS'k'\nS'v'\ns."s, CallOp::kSetItems},
+      {"cos\nsystem\n)RS'v'\na."s, CallOp::kAppends},
+      {"\x80\x04" "cos\nsystem\n)R(K\x01\x90."s, CallOp::kAddItems},
+      {"Pstorage\n.", CallOp::kPersistentLoad},
+      {"(S'storage'\ntQ.", CallOp::kPersistentLoad},
+  };
+  for (const Case& c : cases) {
+    StreamFacts f = Vm().ScanStream(c.data);
+    ASSERT_TRUE(f.ok()) << testing::PrintToString(c.data) << ": " << ErrorOf(f.pickles[0]);
+    bool found = false;
+    for (const CallSite& cs : f.pickles[0].graph.calls) found |= cs.op == c.op;
+    EXPECT_TRUE(found) << CallOpName(c.op) << " in " << testing::PrintToString(c.data);
+  }
+}
+
+TEST(VmTest, PlainContainerMutationsAreNotCallSites) {
+  StreamFacts f = Vm().ScanStream("}S'k'\nS'v'\ns]N\x85" "a\x8f(K\x01\x90\x87."s);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_TRUE(f.pickles[0].graph.calls.empty());
+}
+
+TEST(VmTest, BytesThatAreAPickleAreScannedAsNested) {
+  std::string inner = "cposix\nsystem\n(S'id'\ntR.";
+  std::string outer = "C" + std::string(1, static_cast<char>(inner.size())) + inner + "\x85.";
+  StreamFacts f = Vm().ScanStream(outer);
+  ASSERT_EQ(f.pickles.size(), 2u);
+  EXPECT_TRUE(Globals(f.pickles[0]).empty());
+  EXPECT_EQ(f.pickles[1].depth, 1u);
+  EXPECT_EQ(f.pickles[1].parent, 0);
+  EXPECT_EQ(f.pickles[1].start, 2u);  // offsets stay those of the outer stream
+  EXPECT_EQ(Globals(f.pickles[1]), (std::vector<std::string>{"posix.system"}));
+}
+
+TEST(VmTest, NestedScanningStopsAtTheDepthLimit) {
+  std::string p = "cposix\nsystem\n.";
+  for (int i = 0; i < 5; ++i) {
+    p = "C" + std::string(1, static_cast<char>(p.size())) + p + "cbuiltins\nlen\n.";
+  }
+  Limits lim;
+  lim.max_nested_depth = 2;
+  StreamFacts f = Vm(lim).ScanStream(p);
+  uint32_t deepest = 0;
+  for (const PickleFacts& q : f.pickles) deepest = std::max(deepest, q.depth);
+  EXPECT_EQ(deepest, 2u);
+}
+
+TEST(VmTest, LimitsStopTheVmWithTheirName) {
+  Limits lim;
+  lim.max_opcodes = 10;
+  StreamFacts f = Vm(lim).ScanStream(std::string(100, 'N') + ".");
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kLimit);
+  EXPECT_EQ(f.pickles[0].error->limit_name, "max_opcodes");
+  EXPECT_EQ(f.pickles[0].error->limit_value, 10u);
+
+  Limits marks;
+  marks.max_mark_depth = 1000;
+  EXPECT_EQ(Vm(marks).ScanStream(std::string(100000, '(')).pickles[0].error->limit_name,
+            "max_mark_depth");
+
+  Limits memo;
+  memo.max_memo_entries = 3;
+  EXPECT_EQ(Vm(memo).ScanStream("Nq\x01q\x02q\x03q\x04."s).pickles[0].error->limit_name,
+            "max_memo_entries");
+}
+
+TEST(VmTest, HugeDeclaredLengthsFailBeforeAnyAllocation) {
+  // BINBYTES8 declaring 2^62 bytes: a limit error, immediately.
+  std::string b8 = "\x80\x04\x8e\x00\x00\x00\x00\x00\x00\x00\x40"s;
+  StreamFacts f = Vm().ScanStream(b8);
+  EXPECT_EQ(f.pickles[0].error->limit_name, "max_string_bytes");
+  // Within the limit but past the end of the input: malformed, not a crash.
+  std::string b4 = "\x80\x03" "B\xff\xff\xff\x00"s;
+  EXPECT_NE(ErrorOf(Vm().ScanStream(b4).pickles[0]).find("truncated"), std::string::npos);
+  // LONG_BINPUT at 0xffffffff is just a memo key here.
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("Nr\xff\xff\xff\xff.").pickles[0]), "");
+}
+
+TEST(VmTest, DeepNestingNeitherRecursesNorCopies) {
+  // 200k nested lists: [[[[...]]]] built by EMPTY_LIST*n then APPEND*(n-1).
+  const int n = 200000;
+  std::string data(n, ']');
+  data += std::string(n - 1, 'a');
+  data += ".";
+  StreamFacts f = Vm().ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  std::string s = Summarize(f.pickles[0].graph, f.pickles[0].root);
+  EXPECT_LT(s.size(), 200u);
+  // Billion laughs: DUP fan-out shares one node instead of copying.
+  std::string laughs = "]";
+  for (int i = 0; i < 30; ++i) laughs += "2\x86";  // (x, x)
+  laughs += ".";
+  StreamFacts l = Vm().ScanStream(laughs);
+  ASSERT_TRUE(l.ok());
+  EXPECT_LT(l.pickles[0].graph.nodes.size(), 40u);
+}
+
+TEST(VmTest, EveryTruncationOfARealPickleIsAnErrorNeverACrash) {
+  for (const std::string* data : {&kProto0, &kProto2, &kProto4}) {
+    for (size_t cut = 0; cut < data->size(); ++cut) {
+      StreamFacts f = Vm().ScanStream(data->substr(0, cut));
+      if (cut == 0) {
+        ASSERT_EQ(f.pickles.size(), 1u);
+      }
+      EXPECT_FALSE(f.ok()) << "cut at " << cut;
+    }
+  }
+}
+
+TEST(VmTest, EveryByteFlipOfARealPickleEndsCleanly) {
+  for (const std::string* data : {&kProto0, &kProto2, &kProto4}) {
+    for (size_t i = 0; i < data->size(); ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::string m = *data;
+        m[i] = static_cast<char>(m[i] ^ (1 << bit));
+        StreamFacts f = Vm().ScanStream(m);
+        ASSERT_FALSE(f.pickles.empty());
+      }
+    }
+  }
+}
+
+TEST(VmTest, UnknownOpcodeIsRejectedWithItsOffset) {
+  StreamFacts f = Vm().ScanStream("N\xff."s);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->offset, 1u);
+  EXPECT_EQ(f.pickles[0].error->message, "invalid load key, 0xff");
+}
+
+TEST(VmTest, OutOfBandBuffersAreUnsupported) {
+  StreamFacts f = Vm().ScanStream("\x80\x05\x97."s);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kUnsupported);
+}
+
+TEST(VmTest, TraceSeesEveryOpcodeWithItsEffect) {
+  std::vector<TraceEvent> events;
+  TraceSink sink = [&](const TraceEvent& ev) { events.push_back(ev); };
+  Vm().ScanStream("cposix\nsystem\n(S'id'\ntR.", 0, &sink);
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events[0].note, "global posix.system");
+  EXPECT_EQ(events[1].opcode, MARK);
+  EXPECT_EQ(events[1].mark_depth, 1u);
+  EXPECT_EQ(events[2].arg, "'id'");
+  EXPECT_EQ(events[4].note, "call posix.system('id')");
+  EXPECT_EQ(events[5].opcode, STOP);
+}
+
+}  // namespace
+}  // namespace ckptscan::pickle
