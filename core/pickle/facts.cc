@@ -100,6 +100,10 @@ class Printer {
         Put(")");
         return;
       case Kind::kGlobal: {
+        if (n.ref >= g_.globals.size()) {
+          Put("?");
+          return;
+        }
         const GlobalRef& gr = g_.globals[n.ref];
         if (gr.via == Via::kExt) {
           Put(absl::StrCat("<ext ", gr.ext_code, ">"));
@@ -136,7 +140,13 @@ class Printer {
         Put("}");
         return;
       }
-      case Kind::kCall: Call(g_.calls[n.ref], depth); return;
+      case Kind::kCall:
+        if (n.ref >= g_.calls.size()) {
+          Put("?");
+          return;
+        }
+        Call(g_.calls[n.ref], depth);
+        return;
       case Kind::kPersistent:
         Put("persistent_load(");
         if (!n.items.empty()) Value(n.items[0], depth + 1);

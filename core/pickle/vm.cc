@@ -286,6 +286,7 @@ class Machine final {
 
   // ---- memo ----
   absl::Status MemoPut(uint64_t idx, NodeId value) {
+    if (idx >= limits_.max_memo_index) return Limit("max_memo_index", limits_.max_memo_index);
     auto it = memo_.find(idx);
     if (it != memo_.end()) {
       it->second = value;
@@ -358,6 +359,31 @@ class Machine final {
       note_ = absl::StrCat("call ", SummarizeCall(out_.graph, out_.graph.calls[index], 120));
     }
     return result;
+  }
+
+  // The size of the object graph with shared references counted every time they are
+  // reached, saturating. Children created after their parent (APPEND of a later value,
+  // cycles) count once: the bound is for fan-out, which only reaches back.
+  absl::Status CheckExpandedSize() {
+    const std::vector<Node>& nodes = out_.graph.nodes;
+    std::vector<uint64_t> size(nodes.size(), 1);
+    const uint64_t cap = limits_.max_expanded_values;
+    auto add = [&](NodeId id, NodeId child, uint64_t* s) {
+      uint64_t c = child < id ? size[child] : 1;
+      *s = (*s > cap || c > cap - *s) ? cap + 1 : *s + c;
+    };
+    for (NodeId id = 0; id < nodes.size(); ++id) {
+      uint64_t s = 1;
+      for (NodeId child : nodes[id].items) add(id, child, &s);
+      if (nodes[id].kind == Kind::kCall) {
+        const CallSite& c = out_.graph.calls[nodes[id].ref];
+        if (c.args != kNoNode) add(id, c.args, &s);
+        if (c.kwargs != kNoNode) add(id, c.kwargs, &s);
+      }
+      size[id] = s;
+      if (s > cap) return Limit("max_expanded_values", cap);
+    }
+    return absl::OkStatus();
   }
 
   bool Unhashable(NodeId id) {
@@ -568,7 +594,7 @@ class Machine final {
         CKPT_ASSIGN_OR_RETURN(NodeId v, Pop());
         out_.root = v;
         *stop = true;
-        return absl::OkStatus();
+        return CheckExpandedSize();
       }
       case MARK:
         if (marks_.size() >= limits_.max_mark_depth) {
@@ -939,8 +965,24 @@ class Machine final {
           AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
           return absl::OkStatus();
         }
-        if (N(state).kind != Kind::kNone) {
+        // No __setstate__: a (state, slotstate) pair is split; a non-None state needs a
+        // __dict__ and a non-empty slotstate needs setattr, which literals do not support.
+        NodeId dict_state = state;
+        NodeId slot_state = kNoNode;
+        if (N(state).kind == Kind::kTuple && N(state).items.size() == 2) {
+          dict_state = N(state).items[0];
+          slot_state = N(state).items[1];
+        }
+        if (N(dict_state).kind != Kind::kNone) {
           return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute '__dict__'"));
+        }
+        if (slot_state != kNoNode && N(slot_state).kind != Kind::kNone) {
+          if (N(slot_state).kind != Kind::kDict && IsPlainData(N(slot_state).kind)) {
+            return Malformed("slot state is not a dictionary");
+          }
+          if (N(slot_state).kind != Kind::kDict || !N(slot_state).items.empty()) {
+            return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute to set"));
+          }
         }
         return absl::OkStatus();
       }

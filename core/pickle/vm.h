@@ -32,7 +32,11 @@ struct Limits {
   uint64_t max_stack_depth = 5'000'000;    // items on the stack
   uint64_t max_mark_depth = 100'000;       // nesting depth: MARKs open at once (metastack)
   uint64_t max_memo_entries = 5'000'000;   // memo entries set
+  uint64_t max_memo_index = 1ull << 26;    // a PUT index (CPython sizes its memo array by it)
   uint64_t max_nodes = 20'000'000;         // values built (graph nodes) per pickle
+  // Values the loaded object would hold if shared references were copied out (a DUP/memo
+  // fan-out "billion laughs" is cheap for us but blows up whoever walks the result).
+  uint64_t max_expanded_values = 100'000'000;
   uint64_t max_string_bytes = 4ull << 30;  // declared length of one str/bytes argument
   uint64_t max_line_bytes = 1ull << 20;    // one text-argument line (protocol 0 opcodes)
   uint64_t max_total_bytes = 1ull << 40;   // bytes of one stream

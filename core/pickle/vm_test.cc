@@ -222,6 +222,14 @@ TEST(VmTest, EveryCallOpcodeIsACallSite) {
   }
 }
 
+TEST(VmTest, BuildOnALiteralFollowsCPythonsSlotStateRules) {
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("K\x01" "Nb."s).pickles[0]), "");
+  EXPECT_NE(ErrorOf(Vm().ScanStream("K\x01" "N\x85" "b."s).pickles[0]), "");  // (None,)
+  EXPECT_EQ(ErrorOf(Vm().ScanStream("K\x01" "N}\x86" "b."s).pickles[0]), "");  // (None, {})
+  EXPECT_NE(ErrorOf(Vm().ScanStream("K\x01}b."s).pickles[0]), "");
+  EXPECT_NE(ErrorOf(Vm().ScanStream("K\x01" "N}S'a'\nK\x01s\x86" "b."s).pickles[0]), "");
+}
+
 TEST(VmTest, PlainContainerMutationsAreNotCallSites) {
   StreamFacts f = Vm().ScanStream("}S'k'\nS'v'\ns]N\x85" "a\x8f(K\x01\x90\x87."s);
   ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
@@ -281,8 +289,9 @@ TEST(VmTest, HugeDeclaredLengthsFailBeforeAnyAllocation) {
   // Within the limit but past the end of the input: malformed, not a crash.
   std::string b4 = "\x80\x03" "B\xff\xff\xff\x00"s;
   EXPECT_NE(ErrorOf(Vm().ScanStream(b4).pickles[0]).find("truncated"), std::string::npos);
-  // LONG_BINPUT at 0xffffffff is just a memo key here.
-  EXPECT_EQ(ErrorOf(Vm().ScanStream("Nr\xff\xff\xff\xff.").pickles[0]), "");
+  // LONG_BINPUT at 0xffffffff: CPython sizes its memo array by the index and fails.
+  EXPECT_EQ(Vm().ScanStream("Nr\xff\xff\xff\xff.").pickles[0].error->limit_name,
+            "max_memo_index");
 }
 
 TEST(VmTest, DeepNestingNeitherRecursesNorCopies) {
@@ -299,9 +308,15 @@ TEST(VmTest, DeepNestingNeitherRecursesNorCopies) {
   std::string laughs = "]";
   for (int i = 0; i < 30; ++i) laughs += "2\x86";  // (x, x)
   laughs += ".";
-  StreamFacts l = Vm().ScanStream(laughs);
-  ASSERT_TRUE(l.ok());
+  Limits lim;
+  lim.max_expanded_values = 1u << 31;
+  StreamFacts l = Vm(lim).ScanStream(laughs);
+  ASSERT_TRUE(l.ok()) << ErrorOf(l.pickles[0]);
   EXPECT_LT(l.pickles[0].graph.nodes.size(), 40u);
+  // ... but the object it loads holds 2^31 values: over the default expansion limit.
+  StreamFacts bomb = Vm().ScanStream(laughs);
+  ASSERT_TRUE(bomb.pickles[0].error.has_value());
+  EXPECT_EQ(bomb.pickles[0].error->limit_name, "max_expanded_values");
 }
 
 TEST(VmTest, EveryTruncationOfARealPickleIsAnErrorNeverACrash) {

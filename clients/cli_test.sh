@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# End-to-end checks of the built ckptscan binary on tiny pickles made with printf.
+#   clients/cli_test.sh path/to/ckptscan
+# Each case names the scenario it proves; the script fails if any case fails.
+set -uo pipefail
+
+bin="${1:?usage: cli_test.sh path/to/ckptscan}"
+py=/usr/bin/python3
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# run NAME EXPECTED_RC CMD...: runs CMD, keeps stdout in out.txt and stderr in err.txt.
+run() {
+  local name="$1" want="$2"
+  shift 2
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  if [[ $rc -ge 128 ]]; then
+    fail "$name" "killed by signal $((rc - 128)) (crash)"
+    return 1
+  fi
+  if [[ $rc -ne $want ]]; then
+    fail "$name" "exit $rc, want $want; stdout: $(head -c 600 out.txt); stderr: $(head -c 600 err.txt)"
+    return 1
+  fi
+  return 0
+}
+contains() { grep -qF -- "$2" "$1"; }
+
+printf '\x80\x02}q\x00.' >safe.pkl                      # {} (protocol 2)
+printf "cposix\nsystem\n(S'id'\ntR." >evil.pkl           # posix.system('id')
+printf '\x80\x02}q\x00' >truncated.pkl                  # no STOP
+: >empty.pkl
+printf 'not a pickle' | gzip >model.pt.gz
+mkdir -p dir/sub && cp safe.pkl dir/a.pkl && cp evil.pkl dir/sub/b.pkl
+ln -s "$tmp/dir/sub" dir/linked
+
+name=SafePickleExitsZeroAndSaysSafe
+if run "$name" 0 "$bin" scan safe.pkl; then
+  contains out.txt "safe.pkl: SAFE" && pass "$name" || fail "$name" "no SAFE line: $(cat out.txt)"
+fi
+
+name=ShellCallIsDangerousInJsonAndExitsOne
+if run "$name" 1 "$bin" scan --format json evil.pkl; then
+  if "$py" -c '
+import json, sys
+r = json.load(open("out.txt"))
+assert r["schema"] == "ckptscan.report.v1", r["schema"]
+assert r["verdict"] == "DANGEROUS", r["verdict"]
+f = r["files"][0]
+assert f["verdict"] == "DANGEROUS" and f["format"] == "pickle"
+assert any(x["global"] == "posix.system" for x in f["findings"]), f["findings"]
+assert isinstance(f["size"], int) and f["size"] == 24
+assert len(f["sha256"]) == 64
+'; then pass "$name"; else fail "$name" "unexpected JSON: $(cat out.txt)"; fi
+fi
+
+name=TruncatedPickleIsErrorExitTwo
+if run "$name" 2 "$bin" scan truncated.pkl; then
+  contains out.txt "ERROR" && pass "$name" || fail "$name" "no ERROR: $(cat out.txt)"
+fi
+
+name=EmptyFileIsErrorNeverSafe
+run "$name" 2 "$bin" scan empty.pkl && pass "$name"
+
+name=GzipIsUnsupportedNotSafeWhateverTheName
+if run "$name" 2 "$bin" scan --format json model.pt.gz; then
+  "$py" -c 'import json; f = json.load(open("out.txt"))["files"][0]; assert f["format"] == "gzip" and f["errors"][0]["code"] == "unsupported", f' \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=MissingPathIsAnErrorEntryNotACrash
+if run "$name" 2 "$bin" scan --format json does-not-exist.pkl safe.pkl; then
+  "$py" -c '
+import json
+r = json.load(open("out.txt"))
+assert [f["path"] for f in r["files"]] == ["does-not-exist.pkl", "safe.pkl"], r
+assert r["files"][0]["verdict"] == "ERROR" and r["files"][0]["errors"][0]["code"] == "io"
+assert r["verdict"] == "ERROR"
+' && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=BadFlagIsUsageError64
+run "$name" 64 "$bin" scan --no-such-flag safe.pkl && pass "$name"
+
+name=NoPathIsUsageError64
+run "$name" 64 "$bin" scan && pass "$name"
+
+name=NoCommandIsUsageError64
+run "$name" 64 "$bin" && pass "$name"
+
+name=UnknownLimitIsUsageError64
+if run "$name" 64 "$bin" scan --limit max_bogus=1 safe.pkl; then
+  contains err.txt "unknown limit" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
+name=LimitFlagIsAppliedAndNamedInTheError
+if run "$name" 2 "$bin" scan --format json --limit max_opcodes=1 safe.pkl; then
+  "$py" -c '
+import json
+e = json.load(open("out.txt"))["files"][0]["errors"][0]
+assert e["code"] == "limit" and e["limit_name"] == "max_opcodes" and e["limit_value"] == 1, e
+' && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=SarifOutputIsValidJson
+if run "$name" 1 "$bin" scan --format sarif evil.pkl truncated.pkl; then
+  if "$py" -m json.tool out.txt >/dev/null && "$py" -c '
+import json
+s = json.load(open("out.txt"))
+assert s["version"] == "2.1.0" and len(s["runs"]) == 1
+run = s["runs"][0]
+ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+assert ids == sorted(set(ids)) and "scan.error" in ids, ids
+assert {r["ruleId"] for r in run["results"]} <= set(ids)
+assert all(len(r["partialFingerprints"]["ckptscanFinding/v1"]) == 64 for r in run["results"])
+'; then pass "$name"; else fail "$name" "$(head -c 2000 out.txt)"; fi
+fi
+
+name=FolderScanIsRecursiveSortedAndSkipsSymlinkedFolders
+if run "$name" 1 "$bin" scan dir; then
+  if contains out.txt "skipped: dir/linked (symlink to a directory, not followed)" &&
+     [[ "$(grep -c ': SAFE\|: DANGEROUS' out.txt)" == 2 ]] &&
+     [[ "$(grep -n 'dir/a.pkl' out.txt | cut -d: -f1)" -lt "$(grep -n 'dir/sub/b.pkl' out.txt | cut -d: -f1)" ]]; then
+    pass "$name"
+  else
+    fail "$name" "$(cat out.txt)"
+  fi
+fi
+
+name=SameInputGivesSameBytes
+"$bin" scan --format json dir safe.pkl >a.json 2>/dev/null
+"$bin" scan --format json dir safe.pkl >b.json 2>/dev/null
+"$bin" scan --format sarif dir safe.pkl >a.sarif 2>/dev/null
+"$bin" scan --format sarif dir safe.pkl >b.sarif 2>/dev/null
+cmp -s a.json b.json && cmp -s a.sarif b.sarif && pass "$name" || fail "$name" "outputs differ"
+
+name=OutputFlagWritesTheReportToAFile
+if run "$name" 0 "$bin" scan --format json --output report.json safe.pkl; then
+  [[ ! -s out.txt ]] && "$py" -m json.tool report.json >/dev/null && pass "$name" \
+    || fail "$name" "stdout not empty or report.json invalid"
+fi
+
+name=DisasmListsOpcodesAndExitsAsScan
+if run "$name" 1 "$bin" disasm evil.pkl; then
+  contains out.txt "GLOBAL" && contains out.txt "REDUCE" && contains out.txt "DANGEROUS" \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=DisasmOfTruncatedPickleExitsTwo
+run "$name" 2 "$bin" disasm truncated.pkl && pass "$name"
+
+name=HelpTellsExitCodesFormatsAndLimits
+if run "$name" 0 "$bin" scan --help; then
+  contains out.txt "Exit codes" && contains out.txt "sarif" && contains out.txt "max_opcodes" \
+    && contains out.txt "64" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=RulesShowPrintsARulesFileThatChecksOk
+if run "$name" 0 "$bin" rules show; then
+  cp out.txt shown.textproto
+  run "$name" 0 "$bin" rules check shown.textproto && pass "$name"
+fi
+
+name=RulesCheckOfABrokenFileIsUsageError64
+printf 'this is { not a rule set' >broken.textproto
+run "$name" 64 "$bin" rules check broken.textproto && pass "$name"
+
+name=VersionPrintsTheScannerVersion
+if run "$name" 0 "$bin" version; then
+  contains out.txt "ckptscan " && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
+echo "all cases passed"

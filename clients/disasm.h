@@ -1,0 +1,43 @@
+// `ckptscan disasm`: an annotated opcode listing of a raw pickle stream, for
+// analysts.
+//
+// One line per executed opcode, printed as the VM runs it:
+//       57  REDUCE           ; call posix.system('id')
+//   offset, opcode name, argument, then what it produced; indented two spaces
+//   per open MARK (capped, with the depth shown past the cap). A header line
+//   starts each pickle; nested pickles (byte strings that are themselves
+//   pickles) are labelled with their depth.
+// Then: the pickles (offsets, protocol, opcodes, parent), trailing bytes, and
+// the file's findings and errors exactly as `scan --format text` shows them.
+//
+// Output goes through `out` as it is produced: the listing of a large
+// checkpoint is never held whole in memory. Strings from the file are made
+// terminal-safe. Thread-compatible.
+#ifndef CKPTSCAN_CLIENTS_DISASM_H_
+#define CKPTSCAN_CLIENTS_DISASM_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "ckptscan/v1/report.pb.h"
+#include "core/pickle/vm.h"
+#include "rules/rule_set.h"
+
+namespace ckptscan::clients {
+
+using TextSink = std::function<void(std::string_view)>;
+
+// Runs the VM over `bytes` (the contents of `path`) with a trace, writes the
+// listing, and returns the file's report (sha256 left to the caller) for the
+// exit code.
+v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
+                           const rules::RuleSet& rules,
+                           const pickle::Limits& limits, const TextSink& out);
+
+// One listing line (with its newline) for one executed opcode.
+std::string FormatTraceLine(const pickle::TraceEvent& event);
+
+}  // namespace ckptscan::clients
+
+#endif  // CKPTSCAN_CLIENTS_DISASM_H_

@@ -1,0 +1,484 @@
+#include "clients/report_format.h"
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "clients/verdict.h"
+#include "core/base/strings.h"
+#include "pipeline/sha256.h"
+
+namespace ckptscan::clients {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kSarifSchema =
+    "https://json.schemastore.org/sarif-2.1.0.json";
+constexpr std::string_view kInformationUri =
+    "https://github.com/ckptscan/ckptscan";
+
+// Invalid UTF-8 (from a scanned file or a non-UTF-8 path) becomes U+FFFD
+// instead of throwing.
+std::string Dump(const Json& j) {
+  return j.dump(2, ' ', /*ensure_ascii=*/false,
+                Json::error_handler_t::replace) +
+         "\n";
+}
+
+// ---------------------------------------------------------------- JSON
+
+Json LocationJson(const v1::Location& l) {
+  Json j;
+  j["member"] = l.member();
+  j["offset"] = l.offset();
+  j["opcode"] = l.opcode();
+  if (l.pickle_index() != 0) j["pickle_index"] = l.pickle_index();
+  if (l.nested_depth() != 0) j["nested_depth"] = l.nested_depth();
+  return j;
+}
+
+Json FindingJson(const v1::Finding& f) {
+  Json j;
+  j["rule_id"] = f.rule_id();
+  j["severity"] = SeverityName(f.severity());
+  j["category"] = f.category();
+  j["global"] = f.global();
+  j["call"] = f.call();
+  j["location"] = LocationJson(f.location());
+  j["message"] = f.message();
+  j["verdict"] = VerdictName(f.verdict());
+  return j;
+}
+
+Json ErrorJson(const v1::ScanError& e) {
+  Json j;
+  j["code"] = e.code();
+  j["message"] = e.message();
+  j["location"] = LocationJson(e.location());
+  if (!e.limit_name().empty()) {
+    j["limit_name"] = e.limit_name();
+    j["limit_value"] = e.limit_value();
+  }
+  return j;
+}
+
+Json FileJson(const v1::FileReport& f) {
+  Json j;
+  j["path"] = f.path();
+  j["sha256"] = f.sha256();
+  j["size"] = f.size();
+  j["format"] = f.format();
+  j["verdict"] = VerdictName(f.verdict());
+  Json findings = Json::array();
+  for (const v1::Finding& x : f.findings()) findings.push_back(FindingJson(x));
+  j["findings"] = std::move(findings);
+  Json errors = Json::array();
+  for (const v1::ScanError& x : f.errors()) errors.push_back(ErrorJson(x));
+  j["errors"] = std::move(errors);
+  j["tensors"] =
+      Json{{"count", f.tensors().count()}, {"bytes", f.tensors().bytes()}};
+  j["pickles"] = f.pickles();
+  j["globals"] = f.globals();
+  return j;
+}
+
+// ---------------------------------------------------------------- text
+
+bool IsInvisibleControl(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c ||
+         (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+         (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+std::string Plural(uint64_t n, std::string_view word) {
+  return absl::StrCat(n, " ", base::AbslView(word), n == 1 ? "" : "s");
+}
+
+std::string LocationText(const v1::Location& l) {
+  std::string s = l.member().empty()
+                      ? absl::StrCat("offset ", l.offset())
+                      : absl::StrCat(TerminalSafe(l.member()), "@", l.offset());
+  if (l.pickle_index() != 0 || l.nested_depth() != 0) {
+    absl::StrAppend(&s, " [pickle ", l.pickle_index());
+    if (l.nested_depth() != 0)
+      absl::StrAppend(&s, ", nested depth ", l.nested_depth());
+    s += "]";
+  }
+  if (!l.opcode().empty())
+    absl::StrAppend(&s, " (", TerminalSafe(l.opcode()), ")");
+  return s;
+}
+
+// ---------------------------------------------------------------- SARIF
+
+std::string SarifLevel(v1::Verdict v) {
+  switch (v) {
+    case v1::VERDICT_DANGEROUS:
+    case v1::VERDICT_ERROR:
+      return "error";
+    case v1::VERDICT_SUSPICIOUS:
+      return "warning";
+    case v1::VERDICT_SAFE:
+      return "note";
+    default:
+      return "warning";
+  }
+}
+
+// GitHub code scanning reads properties.security-severity (0.0-10.0) to rank
+// alerts.
+std::string SecuritySeverity(v1::Severity s) {
+  switch (s) {
+    case v1::SEVERITY_CRITICAL:
+      return "9.5";
+    case v1::SEVERITY_HIGH:
+      return "8.0";
+    case v1::SEVERITY_MEDIUM:
+      return "5.5";
+    case v1::SEVERITY_LOW:
+      return "3.0";
+    default:
+      return "";
+  }
+}
+
+// "global.denied.shell" -> "GlobalDeniedShell".
+std::string RuleName(std::string_view id) {
+  std::string name;
+  bool upper = true;
+  for (char c : id) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9');
+    if (!alnum) {
+      upper = true;
+      continue;
+    }
+    name.push_back(
+        upper && c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c);
+    upper = false;
+  }
+  return name;
+}
+
+// A relative path stays relative; an absolute one becomes a file:// URI. Bytes
+// outside RFC 3986's unreserved set and '/' are percent-encoded.
+std::string PathToUri(std::string_view path) {
+  std::string uri = !path.empty() && path[0] == '/' ? "file://" : "";
+  for (unsigned char c : path) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+                      c == '_' || c == '~' || c == '/';
+    if (keep) {
+      uri.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&uri, "%%%02X", c);
+    }
+  }
+  return uri;
+}
+
+std::string Fingerprint(std::string_view rule_id, std::string_view path,
+                        std::string_view member, std::string_view global,
+                        uint64_t offset) {
+  absl::StatusOr<std::string> hex = pipeline::Sha256Hex(absl::StrCat(
+      base::AbslView(rule_id), "|", base::AbslView(path), "|",
+      base::AbslView(member), "|", base::AbslView(global), "|", offset));
+  return hex.ok() ? *std::move(hex) : std::string();
+}
+
+std::string WhereText(const v1::Location& l) {
+  std::string s = l.member().empty() ? absl::StrCat("at byte ", l.offset())
+                                     : absl::StrCat("at byte ", l.offset(),
+                                                    " of member ", l.member());
+  if (l.nested_depth() != 0) {
+    absl::StrAppend(&s, " (nested pickle ", l.pickle_index(), ", depth ",
+                    l.nested_depth(), ")");
+  } else if (l.pickle_index() != 0) {
+    absl::StrAppend(&s, " (pickle ", l.pickle_index(), ")");
+  }
+  if (!l.opcode().empty()) absl::StrAppend(&s, ", opcode ", l.opcode());
+  return s;
+}
+
+Json SarifLocation(const v1::FileReport& f, const v1::Location* l) {
+  Json physical;
+  physical["artifactLocation"] = Json{{"uri", PathToUri(f.path())}};
+  // A byte offset names a place in the file only for a raw stream; a container
+  // member's offsets are within the member.
+  if (l != nullptr && l->member().empty())
+    physical["region"] = Json{{"byteOffset", l->offset()}};
+  Json loc;
+  loc["physicalLocation"] = std::move(physical);
+  return loc;
+}
+
+Json RuleDescriptor(std::string_view id,
+                    absl::Span<const rules::RuleInfo> catalogue) {
+  const rules::RuleInfo* info = nullptr;
+  for (const rules::RuleInfo& r : catalogue) {
+    if (r.id == id) {
+      info = &r;
+      break;
+    }
+  }
+  std::string title;
+  std::string help;
+  std::string level;
+  std::string security_severity;
+  if (info != nullptr) {
+    title = std::string(info->title);
+    help = std::string(info->help);
+    level = SarifLevel(info->verdict);
+    security_severity = SecuritySeverity(info->severity);
+  } else if (id == kScanErrorRuleId) {
+    title = "The file could not be verified";
+    help =
+        "The scanner could not read or parse the file whole: it is malformed, "
+        "in a format that "
+        "is not scanned, over a configured limit, or unreadable. Its verdict "
+        "is ERROR and it "
+        "must not be loaded as if it were safe.";
+    level = "error";
+  } else {
+    title = std::string(id);
+    help = absl::StrCat("Rule ", base::AbslView(id),
+                        " is not in this scanner's rule catalogue.");
+    level = "warning";
+  }
+  Json d;
+  d["id"] = id;
+  d["name"] = RuleName(id);
+  d["shortDescription"] = Json{{"text", title}};
+  d["fullDescription"] = Json{{"text", help}};
+  d["help"] = Json{{"text", help}};
+  d["defaultConfiguration"] = Json{{"level", level}};
+  Json props;
+  props["tags"] = Json::array({"security"});
+  if (!security_severity.empty())
+    props["security-severity"] = security_severity;
+  d["properties"] = std::move(props);
+  return d;
+}
+
+}  // namespace
+
+std::string TerminalSafe(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c < 0x20 || c == 0x7f) {
+        absl::StrAppendFormat(&out, "\\x%02x", c);
+      } else {
+        out.push_back(static_cast<char>(c));
+      }
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    uint32_t min = 0;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4, cp = c & 0x07, min = 0x10000;
+    }
+    bool ok = len != 0 && len <= s.size() - i;
+    for (size_t k = 1; ok && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      ok = (cc & 0xc0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (!ok || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+      ++i;
+      continue;
+    }
+    if (IsInvisibleControl(cp)) {
+      absl::StrAppendFormat(&out, "\\u{%x}", cp);
+    } else {
+      out.append(s.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
+std::string ReportToJson(const v1::Report& report) {
+  Json j;
+  j["schema"] = kReportSchema;
+  j["scanner_version"] = report.scanner_version();
+  j["rules_version"] = report.rules_version();
+  j["verdict"] = VerdictName(report.verdict());
+  Json files = Json::array();
+  for (const v1::FileReport& f : report.files()) files.push_back(FileJson(f));
+  j["files"] = std::move(files);
+  return Dump(j);
+}
+
+std::string FileReportToText(const v1::FileReport& f) {
+  std::string out = absl::StrCat(
+      TerminalSafe(f.path()), ": ", base::AbslView(VerdictName(f.verdict())),
+      " (", f.format().empty() ? "unknown format" : TerminalSafe(f.format()),
+      ", ", Plural(f.pickles(), "pickle"), ", ", Plural(f.globals(), "global"),
+      ")\n");
+  for (const v1::Finding& x : f.findings()) {
+    absl::StrAppend(&out, "  ", base::AbslView(SeverityName(x.severity())), " ",
+                    TerminalSafe(x.rule_id()));
+    if (!x.global().empty())
+      absl::StrAppend(&out, " ", TerminalSafe(x.global()));
+    absl::StrAppend(&out, " at ", LocationText(x.location()), ": ",
+                    TerminalSafe(x.message()), "\n");
+    if (!x.call().empty())
+      absl::StrAppend(&out, "      call: ", TerminalSafe(x.call()), "\n");
+  }
+  for (const v1::ScanError& e : f.errors()) {
+    absl::StrAppend(&out, "  error ", TerminalSafe(e.code()));
+    if (e.has_location())
+      absl::StrAppend(&out, " at ", LocationText(e.location()));
+    absl::StrAppend(&out, ": ", TerminalSafe(e.message()));
+    if (!e.limit_name().empty()) {
+      absl::StrAppend(&out, " [limit ", TerminalSafe(e.limit_name()), "=",
+                      e.limit_value(), "]");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string ReportToText(const v1::Report& report) {
+  std::string out;
+  std::map<v1::Verdict, uint64_t> counts;
+  for (const v1::FileReport& f : report.files()) {
+    out += FileReportToText(f);
+    ++counts[f.verdict()];
+  }
+  uint64_t unspecified = report.files_size();
+  for (v1::Verdict v : {v1::VERDICT_SAFE, v1::VERDICT_SUSPICIOUS,
+                        v1::VERDICT_DANGEROUS, v1::VERDICT_ERROR}) {
+    unspecified -= counts[v];
+  }
+  absl::StrAppend(&out, Plural(report.files_size(), "file"), ": ",
+                  counts[v1::VERDICT_SAFE], " SAFE, ",
+                  counts[v1::VERDICT_SUSPICIOUS], " SUSPICIOUS, ",
+                  counts[v1::VERDICT_DANGEROUS], " DANGEROUS, ",
+                  counts[v1::VERDICT_ERROR], " ERROR");
+  if (unspecified != 0)
+    absl::StrAppend(&out, ", ", unspecified, " UNSPECIFIED");
+  absl::StrAppend(&out, "; verdict ",
+                  base::AbslView(VerdictName(report.verdict())), "\n");
+  return out;
+}
+
+std::string ReportToSarif(const v1::Report& report,
+                          absl::Span<const rules::RuleInfo> catalogue) {
+  // Rules actually used, sorted by id; ruleIndex points into this list.
+  std::set<std::string> used;
+  for (const v1::FileReport& f : report.files()) {
+    for (const v1::Finding& x : f.findings()) used.insert(x.rule_id());
+    if (f.errors_size() > 0) used.insert(std::string(kScanErrorRuleId));
+  }
+  std::map<std::string, size_t> index;
+  Json rules = Json::array();
+  for (const std::string& id : used) {
+    index[id] = rules.size();
+    rules.push_back(RuleDescriptor(id, catalogue));
+  }
+
+  Json results = Json::array();
+  for (const v1::FileReport& f : report.files()) {
+    for (const v1::Finding& x : f.findings()) {
+      const v1::Location& l = x.location();
+      std::string text = x.message().empty() ? x.rule_id() : x.message();
+      if (!x.global().empty())
+        absl::StrAppend(&text, " [global ", x.global(), "]");
+      if (!x.call().empty()) absl::StrAppend(&text, " [call ", x.call(), "]");
+      absl::StrAppend(&text, " ", WhereText(l));
+      Json r;
+      r["ruleId"] = x.rule_id();
+      r["ruleIndex"] = index[x.rule_id()];
+      r["level"] = SarifLevel(x.verdict());
+      r["message"] = Json{{"text", text}};
+      r["locations"] = Json::array({SarifLocation(f, &l)});
+      r["partialFingerprints"] =
+          Json{{kFingerprintKey, Fingerprint(x.rule_id(), f.path(), l.member(),
+                                             x.global(), l.offset())}};
+      r["properties"] = Json{{"verdict", VerdictName(x.verdict())},
+                             {"severity", SeverityName(x.severity())},
+                             {"category", x.category()},
+                             {"global", x.global()},
+                             {"call", x.call()},
+                             {"member", l.member()}};
+      results.push_back(std::move(r));
+    }
+    for (const v1::ScanError& e : f.errors()) {
+      const v1::Location* l = e.has_location() ? &e.location() : nullptr;
+      std::string text =
+          absl::StrCat("scan error (", e.code(), "): ", e.message());
+      if (l != nullptr) absl::StrAppend(&text, " ", WhereText(*l));
+      if (!e.limit_name().empty()) {
+        absl::StrAppend(&text, " [limit ", e.limit_name(), "=", e.limit_value(),
+                        "]");
+      }
+      Json r;
+      r["ruleId"] = kScanErrorRuleId;
+      r["ruleIndex"] = index[std::string(kScanErrorRuleId)];
+      r["level"] = "error";
+      r["message"] = Json{{"text", text}};
+      r["locations"] = Json::array({SarifLocation(f, l)});
+      // The error code stands in for the global.
+      r["partialFingerprints"] =
+          Json{{kFingerprintKey,
+                Fingerprint(kScanErrorRuleId, f.path(), l ? l->member() : "",
+                            e.code(), l ? l->offset() : 0)}};
+      Json props;
+      props["verdict"] = "ERROR";
+      props["code"] = e.code();
+      if (!e.limit_name().empty()) {
+        props["limit_name"] = e.limit_name();
+        props["limit_value"] = e.limit_value();
+      }
+      r["properties"] = std::move(props);
+      results.push_back(std::move(r));
+    }
+  }
+
+  Json driver;
+  driver["name"] = "ckptscan";
+  if (!report.scanner_version().empty()) {
+    driver["version"] = report.scanner_version();
+    driver["semanticVersion"] = report.scanner_version();
+  }
+  driver["informationUri"] = kInformationUri;
+  driver["rules"] = std::move(rules);
+
+  Json run;
+  run["tool"] = Json{{"driver", std::move(driver)}};
+  run["results"] = std::move(results);
+  run["properties"] = Json{{"rules_version", report.rules_version()},
+                           {"verdict", VerdictName(report.verdict())}};
+
+  Json sarif;
+  sarif["$schema"] = kSarifSchema;
+  sarif["version"] = "2.1.0";
+  sarif["runs"] = Json::array({std::move(run)});
+  return Dump(sarif);
+}
+
+}  // namespace ckptscan::clients

@@ -1,0 +1,53 @@
+// Renderings of a scan report: JSON (the schema in docs/report.md), text for
+// people, and SARIF 2.1.0 for CI code scanning.
+//
+// Every rendering is deterministic: the same report gives the same bytes (no
+// clocks, no hash order). Strings that come from scanned files are escaped for
+// their medium: JSON by JSON's rules (bytes that are not UTF-8 become U+FFFD),
+// text by TerminalSafe so a file cannot drive the reader's terminal.
+// Thread-safe: pure functions.
+//
+//   std::string out = clients::ReportToSarif(report, rules::Catalogue());
+#ifndef CKPTSCAN_CLIENTS_REPORT_FORMAT_H_
+#define CKPTSCAN_CLIENTS_REPORT_FORMAT_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/types/span.h"
+#include "ckptscan/v1/report.pb.h"
+#include "rules/catalogue.h"
+
+namespace ckptscan::clients {
+
+inline constexpr std::string_view kReportSchema = "ckptscan.report.v1";
+// SARIF partialFingerprints key: hex SHA-256 of
+// "rule_id|path|member|global|offset".
+inline constexpr std::string_view kFingerprintKey = "ckptscanFinding/v1";
+// The SARIF rule id of results that are scan errors rather than findings.
+inline constexpr std::string_view kScanErrorRuleId = "scan.error";
+
+// Pretty-printed (2-space indent) JSON with a trailing newline; keys in
+// docs/report.md order.
+std::string ReportToJson(const v1::Report& report);
+
+// For people: per file a header line, findings (with their call), then errors;
+// a summary line.
+std::string ReportToText(const v1::Report& report);
+// The lines ReportToText prints for one file.
+std::string FileReportToText(const v1::FileReport& file);
+
+// SARIF 2.1.0, one run. `catalogue` describes the rule ids (pass
+// rules::Catalogue()); an id missing from it still gets a descriptor, with the
+// id as its description.
+std::string ReportToSarif(const v1::Report& report,
+                          absl::Span<const rules::RuleInfo> catalogue);
+
+// `text` with everything that could act on a terminal made visible: C0/C1
+// controls and DEL as \n, \t, \r, \xNN or \u{NN}, bidirectional overrides as
+// \u{NNNN}, bytes that are not UTF-8 as \xNN. Printable UTF-8 is kept.
+std::string TerminalSafe(std::string_view text);
+
+}  // namespace ckptscan::clients
+
+#endif  // CKPTSCAN_CLIENTS_REPORT_FORMAT_H_

@@ -1,0 +1,153 @@
+#include "clients/scan_targets.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ckptscan::clients {
+namespace {
+
+using Kind = ScanTarget::Kind;
+
+class ScanTargetsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/scan_targets_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override {
+    ::chmod((root_ + "/locked").c_str(), 0755);
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+  void Touch(const std::string& rel) {
+    const int fd = ::open((root_ + "/" + rel).c_str(),
+                          O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0) << rel;
+    ::close(fd);
+  }
+  void Mkdir(const std::string& rel) {
+    ASSERT_EQ(::mkdir((root_ + "/" + rel).c_str(), 0755), 0);
+  }
+  void Symlink(const std::string& target, const std::string& rel) {
+    ASSERT_EQ(::symlink(target.c_str(), (root_ + "/" + rel).c_str()), 0);
+  }
+  std::string P(const std::string& rel) const { return root_ + "/" + rel; }
+
+  std::string root_;
+};
+
+TEST_F(ScanTargetsTest, FolderIsWalkedRecursivelyInSortedOrder) {
+  Mkdir("b");
+  Mkdir("b/deep");
+  Touch("z.pkl");
+  Touch("a.pkl");
+  Touch("b/deep/m.bin");
+  Touch("b/c.pt");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  std::vector<std::string> paths;
+  for (const ScanTarget& x : t) {
+    EXPECT_EQ(x.kind, Kind::kFile) << x.path;
+    paths.push_back(x.path);
+  }
+  EXPECT_THAT(paths, testing::ElementsAre(P("a.pkl"), P("b/c.pt"),
+                                          P("b/deep/m.bin"), P("z.pkl")));
+}
+
+TEST_F(ScanTargetsTest, TrailingSlashDoesNotDoubleTheSeparator) {
+  Touch("a.pkl");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_ + "/"});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].path, P("a.pkl"));
+}
+
+TEST_F(ScanTargetsTest, SymlinkedDirectoryIsSkippedAndReportedNotFollowed) {
+  Mkdir("real");
+  Touch("real/x.pkl");
+  Symlink(root_ + "/real", "link");
+  Symlink(".", "real/loop");  // would loop forever if followed
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].path, P("link"));
+  EXPECT_EQ(t[0].kind, Kind::kSkipped);
+  EXPECT_THAT(t[0].reason, testing::HasSubstr("not followed"));
+  EXPECT_EQ(t[1].path, P("real/loop"));
+  EXPECT_EQ(t[1].kind, Kind::kSkipped);
+  EXPECT_EQ(t[2].path, P("real/x.pkl"));
+  EXPECT_EQ(t[2].kind, Kind::kFile);
+}
+
+TEST_F(ScanTargetsTest, SymlinkedFileInsideAFolderIsScanned) {
+  Touch("real.pkl");
+  Symlink(root_ + "/real.pkl", "alias.pkl");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].path, P("alias.pkl"));
+  EXPECT_EQ(t[0].kind, Kind::kFile);
+}
+
+TEST_F(ScanTargetsTest, ExplicitSymlinkToAFolderIsFollowed) {
+  Mkdir("real");
+  Touch("real/x.pkl");
+  Symlink(root_ + "/real", "link");
+  const std::vector<ScanTarget> t = ExpandScanPaths({P("link")});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].path, P("link/x.pkl"));
+  EXPECT_EQ(t[0].kind, Kind::kFile);
+}
+
+TEST_F(ScanTargetsTest, DanglingSymlinkIsAnUnreadableEntry) {
+  Symlink(root_ + "/nowhere", "dangling.pkl");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].kind, Kind::kUnreadable);
+  EXPECT_FALSE(t[0].status.ok());
+}
+
+TEST_F(ScanTargetsTest, FifoInsideAFolderIsSkippedAndReported) {
+  ASSERT_EQ(::mkfifo(P("pipe").c_str(), 0644), 0);
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].kind, Kind::kSkipped);
+  EXPECT_THAT(t[0].reason, testing::HasSubstr("FIFO"));
+}
+
+TEST_F(ScanTargetsTest, MissingPathIsAnUnreadableEntryInCommandLineOrder) {
+  Touch("a.pkl");
+  const std::vector<ScanTarget> t =
+      ExpandScanPaths({P("missing.pkl"), P("a.pkl")});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].kind, Kind::kUnreadable);
+  EXPECT_EQ(t[0].path, P("missing.pkl"));
+  EXPECT_EQ(t[0].status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t[1].kind, Kind::kFile);
+}
+
+TEST_F(ScanTargetsTest, UnreadableSubfolderIsAnUnreadableEntry) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads every directory";
+  Mkdir("locked");
+  Touch("locked/x.pkl");
+  ASSERT_EQ(::chmod(P("locked").c_str(), 0), 0);
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].kind, Kind::kUnreadable);
+  EXPECT_EQ(t[0].path, P("locked"));
+  EXPECT_EQ(t[0].status.code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(ScanTargetsTest, EmptyFolderGivesNoTargets) {
+  EXPECT_TRUE(ExpandScanPaths({root_}).empty());
+}
+
+}  // namespace
+}  // namespace ckptscan::clients

@@ -1,0 +1,32 @@
+// Verdict and severity names and the CLI's exit codes (docs/report.md, DESIGN
+// §3).
+//
+//   return clients::ExitCodeFor(report.verdict());
+#ifndef CKPTSCAN_CLIENTS_VERDICT_H_
+#define CKPTSCAN_CLIENTS_VERDICT_H_
+
+#include <string_view>
+
+#include "ckptscan/v1/report.pb.h"
+
+namespace ckptscan::clients {
+
+inline constexpr int kExitSafe = 0;  // every file SAFE
+inline constexpr int kExitFindings =
+    1;  // worst verdict SUSPICIOUS or DANGEROUS
+inline constexpr int kExitError =
+    2;  // worst verdict ERROR: something could not be verified
+inline constexpr int kExitUsage =
+    64;  // bad command line or rules file (sysexits EX_USAGE)
+
+// "SAFE", "SUSPICIOUS", "DANGEROUS", "ERROR"; "UNSPECIFIED" for anything else.
+std::string_view VerdictName(v1::Verdict verdict);
+// "INFO", "LOW", "MEDIUM", "HIGH", "CRITICAL"; "UNSPECIFIED" for anything else.
+std::string_view SeverityName(v1::Severity severity);
+// SAFE 0, SUSPICIOUS and DANGEROUS 1, ERROR 2. An unspecified or unknown
+// verdict is 2: what could not be judged is never reported as safe.
+int ExitCodeFor(v1::Verdict verdict);
+
+}  // namespace ckptscan::clients
+
+#endif  // CKPTSCAN_CLIENTS_VERDICT_H_

@@ -1,0 +1,342 @@
+#include "pipeline/local_scan.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "core/pickle/opcodes.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ckptscan::pipeline {
+namespace {
+
+using ::testing::HasSubstr;
+
+using std::string_view_literals::operator""sv;
+
+constexpr std::string_view kSafe = "\x80\x02}q\x00."sv;  // {} (protocol 2)
+constexpr std::string_view kEvil =
+    "cposix\nsystem\n(S'id'\ntR."sv;  // posix.system('id')
+
+const rules::RuleSet& DefaultRules() {
+  static const std::shared_ptr<const rules::RuleSet> rules =
+      rules::RuleSet::Default();
+  return *rules;
+}
+
+v1::FileReport Judge(std::string_view bytes,
+                     const pickle::Limits& limits = {}) {
+  return JudgeFacts(ExtractFacts(bytes, limits), DefaultRules());
+}
+
+// A 512-byte tar header block whose name field is `name` and whose checksum is
+// valid.
+std::string TarBlock(std::string_view name) {
+  std::string b(512, '\0');
+  b.replace(0, name.size(), name);
+  b.replace(100, 8, "0000644");
+  b.replace(124, 12, "00000000000");
+  b.replace(148, 8, "        ");
+  unsigned sum = 0;
+  for (unsigned char c : b) sum += c;
+  char field[8];
+  std::snprintf(field, sizeof field, "%06o", sum);
+  b.replace(148, 7, std::string(field, 6) + '\0');
+  return b + std::string(1024, '\0');
+}
+
+// ---------------------------------------------------------------- format
+// detection
+
+TEST(ExtractFactsTest, EmptyFileIsAnErrorNotAPickle) {
+  const FileFacts f = ExtractFacts("", {});
+  EXPECT_EQ(f.format, "empty");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_TRUE(f.members.empty());
+}
+
+TEST(ExtractFactsTest, ZipMagicIsUnsupportedForNow) {
+  const FileFacts f = ExtractFacts(std::string("PK\x03\x04", 4) + "rest", {});
+  EXPECT_EQ(f.format, "zip");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), "unsupported");
+  EXPECT_THAT(f.errors[0].message(), HasSubstr("later release"));
+  EXPECT_TRUE(f.members.empty());
+}
+
+TEST(ExtractFactsTest, CompressedAndArchiveContainersFailClosed) {
+  const struct {
+    std::string bytes;
+    const char* format;
+  } cases[] = {
+      {std::string("\x1f\x8b\x08\x00", 4), "gzip"},
+      {std::string("\x37\x7a\xbc\xaf\x27\x1c\x00\x04", 8), "7z"},
+      {std::string("Rar!\x1a\x07\x01\x00", 8), "rar"},
+      {"BZh91AY&SY", "bzip2"},
+      {std::string("\xfd\x37\x7a\x58\x5a\x00\x00", 7), "xz"},
+      {std::string("\x28\xb5\x2f\xfd\x00", 5), "zstd"},
+      {std::string("\x04\x22\x4d\x18\x00", 5), "lz4"},
+  };
+  for (const auto& c : cases) {
+    const FileFacts f = ExtractFacts(c.bytes, {});
+    EXPECT_EQ(f.format, c.format);
+    ASSERT_EQ(f.errors.size(), 1u) << c.format;
+    EXPECT_EQ(f.errors[0].code(), "unsupported") << c.format;
+    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR)
+        << c.format;
+  }
+}
+
+TEST(ExtractFactsTest, TarWhoseNameFieldIsAPickleIsStillATar) {
+  // torch.load tries tarfile first: a valid tar header wins even if offset 0
+  // parses as a pickle.
+  const FileFacts f = ExtractFacts(TarBlock("N."), {});
+  EXPECT_EQ(f.format, "tar");
+  EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR);
+}
+
+TEST(ExtractFactsTest, BrokenTarChecksumIsNotATar) {
+  std::string block = TarBlock("N.");
+  block[148] = '7';
+  EXPECT_NE(ExtractFacts(block, {}).format, "tar");
+}
+
+TEST(ExtractFactsTest, PlainPickleIsScannedAsOneRawMember) {
+  const FileFacts f = ExtractFacts(kSafe, {});
+  EXPECT_EQ(f.format, "pickle");
+  EXPECT_TRUE(f.errors.empty());
+  ASSERT_EQ(f.members.size(), 1u);
+  EXPECT_EQ(f.members[0].member, "");
+  EXPECT_EQ(f.members[0].stream.pickles.size(), 1u);
+}
+
+// ---------------------------------------------------------------- verdicts
+
+TEST(JudgeFactsTest, CleanPickleIsSafe) {
+  const v1::FileReport r = Judge(kSafe);
+  EXPECT_EQ(r.verdict(), v1::VERDICT_SAFE);
+  EXPECT_EQ(r.format(), "pickle");
+  EXPECT_EQ(r.pickles(), 1u);
+  EXPECT_EQ(r.globals(), 0u);
+  EXPECT_EQ(r.errors_size(), 0);
+  EXPECT_TRUE(r.has_tensors());
+}
+
+TEST(JudgeFactsTest, ShellCallIsDangerous) {
+  const v1::FileReport r = Judge(kEvil);
+  EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
+  EXPECT_EQ(r.globals(), 1u);
+  ASSERT_GT(r.findings_size(), 0);
+  EXPECT_EQ(r.findings(0).global(), "posix.system");
+}
+
+TEST(JudgeFactsTest, TruncatedPickleIsError) {
+  const v1::FileReport r = Judge(kSafe.substr(0, kSafe.size() - 1));
+  EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(r.errors_size(), 1);
+  EXPECT_EQ(r.errors(0).code(), "malformed");
+  EXPECT_EQ(r.errors(0).location().offset(), kSafe.size() - 1);
+}
+
+TEST(JudgeFactsTest, FindingsWinOverALaterParseErrorAndBothAreReported) {
+  // The dangerous call, then the stream ends before STOP.
+  const v1::FileReport r = Judge(kEvil.substr(0, kEvil.size() - 1));
+  EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
+  EXPECT_GT(r.findings_size(), 0);
+  ASSERT_EQ(r.errors_size(), 1);
+  EXPECT_EQ(r.errors(0).code(), "malformed");
+}
+
+TEST(JudgeFactsTest, DangerousSecondPickleIsFound) {
+  const std::string bytes = std::string(kSafe) + std::string(kEvil);
+  const v1::FileReport r = Judge(bytes);
+  EXPECT_EQ(r.pickles(), 2u);
+  EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
+  ASSERT_GT(r.findings_size(), 0);
+  EXPECT_EQ(r.findings(0).location().offset(), kSafe.size());
+}
+
+TEST(JudgeFactsTest, LimitErrorCarriesNameValueOffsetAndOpcodeName) {
+  pickle::Limits limits;
+  limits.max_opcodes = 2;
+  const v1::FileReport r = Judge(kEvil, limits);
+  ASSERT_EQ(r.errors_size(), 1);
+  const v1::ScanError& e = r.errors(0);
+  EXPECT_EQ(e.code(), "limit");
+  EXPECT_EQ(e.limit_name(), "max_opcodes");
+  EXPECT_EQ(e.limit_value(), 2u);
+  EXPECT_EQ(e.location().offset(), 15u);  // the third opcode, STRING
+  EXPECT_EQ(e.location().opcode(), "STRING");
+  EXPECT_EQ(e.location().member(), "");
+  // The global seen before the limit is still judged: findings win.
+  EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
+}
+
+TEST(JudgeFactsTest, StreamLevelLimitIsAnError) {
+  pickle::Limits limits;
+  limits.max_total_bytes = 3;
+  const v1::FileReport r = Judge(kSafe, limits);
+  EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
+  ASSERT_GE(r.errors_size(), 1);
+  EXPECT_EQ(r.errors(0).code(), "limit");
+  EXPECT_EQ(r.errors(0).limit_name(), "max_total_bytes");
+}
+
+TEST(JudgeFactsTest, FactsWithNoCompletePickleAreNeverSafe) {
+  FileFacts facts;
+  facts.format = "pickle";
+  facts.members
+      .emplace_back();  // a stream in which the VM found nothing at all
+  const v1::FileReport r = JudgeFacts(facts, DefaultRules());
+  EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(r.errors_size(), 1);
+  EXPECT_THAT(r.errors(0).message(), HasSubstr("no complete pickle"));
+}
+
+TEST(JudgeFactsTest, FactsThatScannedNothingAreNeverSafe) {
+  FileFacts facts;
+  facts.format = "pickle";
+  EXPECT_EQ(JudgeFacts(facts, DefaultRules()).verdict(), v1::VERDICT_ERROR);
+}
+
+TEST(ToScanErrorTest, MapsEveryField) {
+  pickle::VmError vm;
+  vm.code = pickle::VmError::Code::kUnsupported;
+  vm.message = "NEXT_BUFFER without buffers";
+  vm.offset = 77;
+  vm.opcode = pickle::NEXT_BUFFER;
+  vm.has_opcode = true;
+  v1::ScanError e = ToScanError(vm, "archive/data.pkl", 3, 1);
+  EXPECT_EQ(e.code(), "unsupported");
+  EXPECT_EQ(e.message(), "NEXT_BUFFER without buffers");
+  EXPECT_EQ(e.location().member(), "archive/data.pkl");
+  EXPECT_EQ(e.location().offset(), 77u);
+  EXPECT_EQ(e.location().opcode(), "NEXT_BUFFER");
+  EXPECT_EQ(e.location().pickle_index(), 3u);
+  EXPECT_EQ(e.location().nested_depth(), 1u);
+  EXPECT_EQ(e.limit_name(), "");
+
+  vm.code = pickle::VmError::Code::kMalformed;
+  vm.opcode = 0xff;  // no opcode: no name
+  EXPECT_EQ(ToScanError(vm, "", 0, 0).location().opcode(), "");
+  vm.has_opcode = false;
+  vm.opcode = pickle::STOP;
+  EXPECT_EQ(ToScanError(vm, "", 0, 0).location().opcode(), "");
+  EXPECT_EQ(ToScanError(vm, "", 0, 0).code(), "malformed");
+}
+
+// ---------------------------------------------------------------- files
+
+class ScanFileTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/local_scan_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  std::string Write(const std::string& name, std::string_view bytes) {
+    const std::string path = dir_ + "/" + name;
+    const int fd =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::write(fd, bytes.data(), bytes.size()),
+              static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(ScanFileTest, ReportsPathSizeAndSha256OfTheWholeFile) {
+  const std::string path = Write("safe.bin", "N.");
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(path, DefaultRules(), {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->path(), path);
+  EXPECT_EQ(r->size(), 2u);
+  EXPECT_EQ(r->sha256(),
+            "8b1663da576e3578fd9e93e64081f24282af0bc3e08b3d3c8e288c26741faa4d");
+  EXPECT_EQ(r->verdict(), v1::VERDICT_SAFE);
+}
+
+TEST_F(ScanFileTest, EmptyFileIsErrorWithTheEmptyDigest) {
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(Write("empty.pt", ""), DefaultRules(), {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
+  EXPECT_EQ(r->size(), 0u);
+  EXPECT_EQ(r->sha256(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST_F(ScanFileTest, FormatComesFromContentNotExtension) {
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(Write("model.zip", kSafe), DefaultRules(), {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->format(), "pickle");
+  r = ScanFileInProcess(Write("model.pkl", std::string("PK\x03\x04", 4)),
+                        DefaultRules(), {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->format(), "zip");
+  EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
+}
+
+TEST_F(ScanFileTest, ExplicitSymlinkIsFollowed) {
+  const std::string target = Write("real.pkl", kEvil);
+  const std::string link = dir_ + "/link.pkl";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(link, DefaultRules(), {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->path(), link);
+  EXPECT_EQ(r->verdict(), v1::VERDICT_DANGEROUS);
+}
+
+TEST_F(ScanFileTest, MissingFileIsNotFound) {
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(dir_ + "/nope", DefaultRules(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ScanFileTest, DirectoryIsRefused) {
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(dir_, DefaultRules(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("directory"));
+}
+
+TEST_F(ScanFileTest, FifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = dir_ + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  absl::StatusOr<v1::FileReport> r =
+      ScanFileInProcess(fifo, DefaultRules(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(UnreadableFileReportTest, IsAnErrorEntryWithAnIoError) {
+  const v1::FileReport r = UnreadableFileReport(
+      "x.pkl", absl::PermissionDeniedError("open x.pkl: denied"));
+  EXPECT_EQ(r.path(), "x.pkl");
+  EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(r.errors_size(), 1);
+  EXPECT_EQ(r.errors(0).code(), "io");
+  EXPECT_EQ(r.errors(0).message(), "open x.pkl: denied");
+  EXPECT_EQ(
+      UnreadableFileReport("y", absl::InternalError("boom")).errors(0).code(),
+      "internal");
+}
+
+}  // namespace
+}  // namespace ckptscan::pipeline

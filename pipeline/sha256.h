@@ -1,0 +1,22 @@
+// SHA-256 of a byte range, as lowercase hex (OpenSSL EVP).
+//
+// Thread-safe: no shared state. Large inputs are fed to the digest in bounded
+// chunks.
+//
+//   CKPT_ASSIGN_OR_RETURN(std::string hex, pipeline::Sha256Hex(file.bytes()));
+#ifndef CKPTSCAN_PIPELINE_SHA256_H_
+#define CKPTSCAN_PIPELINE_SHA256_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace ckptscan::pipeline {
+
+// 64 lowercase hex digits. Fails (Internal) only if OpenSSL does.
+absl::StatusOr<std::string> Sha256Hex(std::string_view bytes);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_PIPELINE_SHA256_H_

@@ -1,0 +1,180 @@
+#include "rules/catalogue.h"
+
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+
+// What to do, shared by every global.denied.* entry (a literal, so help stays static storage).
+#define CKPT_DENIED_HELP_TAIL                                                             \
+  " The file is DANGEROUS when the matching deny entry is marked dangerous, SUSPICIOUS "  \
+  "otherwise. Do not load it with pickle or torch.load(weights_only=False); obtain the "  \
+  "weights from a trusted source, or re-save only the tensors (state_dict) in a trusted " \
+  "environment."
+
+namespace ckptscan::rules {
+namespace {
+
+using v1::Verdict;
+
+constexpr Verdict kSuspicious = v1::VERDICT_SUSPICIOUS;
+constexpr Verdict kDangerous = v1::VERDICT_DANGEROUS;
+constexpr Verdict kError = v1::VERDICT_ERROR;
+
+std::vector<RuleInfo> Build() {
+  const auto denied = [](std::string_view id, std::string_view title, std::string_view help,
+                         v1::Severity severity) {
+    return RuleInfo{id, title, help, kDangerous, severity};
+  };
+  std::vector<RuleInfo> v = {
+      denied("global.denied.exec", "Global that executes code",
+             "The pickle imports a callable that evaluates or executes code (eval, exec, "
+             "compile, code objects, code-running helpers such as timeit or "
+             "runpy)." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.shell", "Global that runs shell commands or programs",
+             "The pickle imports something that starts processes or shell commands (os.system, "
+             "subprocess, pty, pagers, hidden-shell stdlib helpers)." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.import", "Import trampoline",
+             "The pickle imports a function that imports or resolves arbitrary modules by name "
+             "(__import__, importlib, pkgutil.resolve_name, pydoc.locate, sys.modules), which "
+             "turns any string into any callable." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.filesystem", "Global that reads or writes files",
+             "The pickle imports a file primitive (open, io.FileIO, shutil, pathlib, logging "
+             "file handlers, archives). Writing a .pth file into site-packages runs code at "
+             "the next interpreter start." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_HIGH),
+      denied("global.denied.network", "Global that uses the network",
+             "The pickle imports a network primitive (sockets, HTTP clients, URL fetchers) or a "
+             "remote model loader (torch.hub, from_pretrained), which can exfiltrate data or "
+             "fetch and run remote code." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_HIGH),
+      denied("global.denied.nested_loader", "Nested loader",
+             "The pickle imports a deserializer (pickle.loads, torch.load, marshal, dill, "
+             "joblib, yaml.load, numpy.load) that would load a second payload this scan cannot "
+             "vouch for." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.introspection", "Introspection gadget",
+             "The pickle imports an attribute or call trampoline (getattr, operator.attrgetter, "
+             "methodcaller, functools.partial, inspect, gc): the building blocks that reach a "
+             "dangerous callable without naming it." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_HIGH),
+      denied("global.denied.ffi", "Foreign function interface",
+             "The pickle imports ctypes/cffi or a native-library loader: native code and raw "
+             "memory access." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.debug_profile", "Debugger or profiler",
+             "The pickle imports a debugger, profiler or tracer entry point (pdb, cProfile, "
+             "profile, trace, bdb) that runs the code it is given." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.packaging", "Package installer",
+             "The pickle imports pip, ensurepip, venv or setuptools entry points, which install "
+             "and run packages." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_CRITICAL),
+      denied("global.denied.process", "Process, thread or signal control",
+             "The pickle imports something that starts threads or processes, installs signal "
+             "or exit handlers, or changes process limits or the environment: deferred "
+             "execution and tampering with the loading process." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_HIGH),
+      denied("global.denied.other", "Other denied global",
+             "The pickle imports a global on the denylist for another reason (scanner "
+             "deactivation, loader-policy tampering, payload decoding). Decoders and other odd "
+             "but harmless names only make the file SUSPICIOUS." CKPT_DENIED_HELP_TAIL,
+             v1::SEVERITY_MEDIUM),
+      RuleInfo{"global.unlisted", "Global not on the allowlist",
+               "The pickle imports a global that is neither on the allowlist nor known "
+               "dangerous. Importing a module runs its code, and calling the global runs "
+               "more. Typical causes: a whole model object (torch.save(model)) instead of "
+               "its state_dict, or a custom class in the checkpoint. Re-save the state_dict, "
+               "or, if you trust the class, load the file with a rules file that allowlists it "
+               "(ckptscan scan --rules FILE).",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"global.dunder", "Dunder attribute in a global's name",
+               "A component of the global's qualified name is a dunder (__x__), e.g. "
+               "numpy.__builtins__ or Foo.__subclasses__: attribute chains that reach "
+               "interpreter internals. DANGEROUS for the known escape hatches (__builtins__, "
+               "__globals__, __import__, __subclasses__, __getattribute__, __reduce__, "
+               "__dict__, __class__, ...), SUSPICIOUS for any other dunder.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"opcode.ext", "EXT opcode (copyreg extension registry)",
+               "EXT1/EXT2/EXT4 load a global through copyreg's extension registry by number: "
+               "the module and name are not in the file, so what is imported depends on the "
+               "loading process. Never SAFE. torch.save never writes EXT opcodes.",
+               kSuspicious, v1::SEVERITY_HIGH},
+      RuleInfo{"call.callee", "Call of something that is not a named global",
+               "A call opcode (REDUCE, NEWOBJ, OBJ, INST) calls a value that is not a global "
+               "the pickle imported by name, typically the result of another call: the shape "
+               "of getattr-chain gadgets (getattr(module, 'system')('id')).",
+               kSuspicious, v1::SEVERITY_HIGH},
+      RuleInfo{"call.shape", "Allowlisted global called with an unexpected shape",
+               "An allowlisted global is called with an opcode, argument count or argument "
+               "kinds that no allowed call shape matches (for example OrderedDict called with "
+               "an int). The message says what was expected and what was found. A legitimate "
+               "torch.save never does this; report it if a stock tool produced the file.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"call.build", "BUILD on an object that does not accept state",
+               "BUILD (obj.__setstate__ or a __dict__ update) targets something that is not "
+               "an object of an allowlisted build target. On a global (a class or module) it "
+               "is setattr on shared code, the write primitive of attribute-chain gadgets: "
+               "DANGEROUS. On anything else: SUSPICIOUS.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"call.setitem", "SETITEM(S) on an object that is not an allowed mapping",
+               "SETITEM/SETITEMS stores items into something that is neither a plain dict nor "
+               "an object of an allowlisted setitem target (OrderedDict, defaultdict). On a "
+               "global (os.environ, sys.modules) it mutates process state (HIGH severity).",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"call.append", "APPEND(S)/ADDITEMS on an object that is not an allowed sequence",
+               "APPEND/APPENDS/ADDITEMS adds items to something that is neither a plain "
+               "list/set nor an object of an allowlisted append target: a call of its "
+               "append/extend/add method (torch's CVE-2026-24747 class).",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"persid.shape", "Persistent id that is not a storage reference",
+               "BINPERSID with an id that is not ('storage', <storage class>, ...). torch.save "
+               "writes only storage ids; anything else (e.g. ('module', ...) ids of pickled "
+               "nn.Module classes) depends on the loader's persistent_load.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"persid.text", "Text PERSID opcode",
+               "The protocol-0 PERSID opcode passes a text id to persistent_load; torch.save "
+               "never writes it.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"stream.trailing", "Bytes after the last pickle",
+               "The stream continues after the last STOP with bytes that are not another "
+               "pickle. A loader reading the stream further could interpret them (a polyglot). "
+               "Legacy torch files carry raw storage bytes after the pickles; those are parsed "
+               "by the container layer, not reported here.",
+               kSuspicious, v1::SEVERITY_LOW},
+      RuleInfo{"scan.error", "The file could not be verified",
+               "Parsing stopped (malformed input, unsupported construct, a limit hit, a "
+               "timeout) or the scan facts were inconsistent. Nothing is SAFE unless verified "
+               "whole: the verdict is ERROR unless a finding is worse.",
+               kError, v1::SEVERITY_MEDIUM},
+      RuleInfo{"scan.findings_truncated", "Too many findings",
+               "The scan found more findings than a report keeps (RuleSet kMaxFindings). The "
+               "verdict still accounts for every finding; this entry carries the worst verdict "
+               "of the ones left out.",
+               kSuspicious, v1::SEVERITY_INFO},
+  };
+  return v;
+}
+
+}  // namespace
+
+const std::vector<RuleInfo>& Catalogue() {
+  static const std::vector<RuleInfo> catalogue = Build();
+  return catalogue;
+}
+
+const RuleInfo* FindRule(std::string_view id) {
+  static const absl::flat_hash_map<absl::string_view, const RuleInfo*> index = [] {
+    absl::flat_hash_map<absl::string_view, const RuleInfo*> m;
+    for (const RuleInfo& r : Catalogue()) m[absl::string_view(r.id.data(), r.id.size())] = &r;
+    return m;
+  }();
+  auto it = index.find(absl::string_view(id.data(), id.size()));
+  return it == index.end() ? nullptr : it->second;
+}
+
+}  // namespace ckptscan::rules

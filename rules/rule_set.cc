@@ -1,0 +1,1133 @@
+#include "rules/rule_set.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "core/base/strings.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "rules/default_rules_data.h"
+#include "rules/facts_view.h"
+
+namespace ckptscan::rules {
+namespace {
+
+using pickle::CallOp;
+using pickle::CallSite;
+using pickle::GlobalRef;
+using pickle::Graph;
+using pickle::Kind;
+using pickle::Node;
+using pickle::NodeId;
+using pickle::PickleFacts;
+using pickle::StreamFacts;
+using pickle::Via;
+
+using base::AbslView;
+
+int VerdictRank(v1::Verdict v) {
+  switch (v) {
+    case v1::VERDICT_SAFE:
+      return 1;
+    case v1::VERDICT_ERROR:
+      return 2;
+    case v1::VERDICT_SUSPICIOUS:
+      return 3;
+    case v1::VERDICT_DANGEROUS:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+// "exec", "nested_loader", ...: the lower-case enum name without its prefix.
+std::string CategoryName(v1::Category c) {
+  std::string name = v1::Category_Name(c);
+  absl::string_view v(name);
+  if (absl::ConsumePrefix(&v, "CATEGORY_")) name = std::string(v);
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return name;
+}
+
+std::string StripPrefix(std::string name, absl::string_view prefix) {
+  absl::string_view v(name);
+  if (absl::ConsumePrefix(&v, prefix)) return std::string(v);
+  return name;
+}
+
+std::string ArgKindLabel(int k) {
+  return StripPrefix(v1::ArgKind_Name(static_cast<v1::ArgKind>(k)), "ARG_");
+}
+std::string CallOpLabel(v1::CallOp op) { return StripPrefix(v1::CallOp_Name(op), "CALL_"); }
+
+// The rules' CallOp for a VM call op; CALL_OP_UNSPECIFIED for non-call ops (BUILD, ...).
+v1::CallOp ToRulesOp(CallOp op) {
+  switch (op) {
+    case CallOp::kReduce:
+      return v1::CALL_REDUCE;
+    case CallOp::kNewObj:
+      return v1::CALL_NEWOBJ;
+    case CallOp::kNewObjEx:
+      return v1::CALL_NEWOBJ_EX;
+    case CallOp::kObj:
+      return v1::CALL_OBJ;
+    case CallOp::kInst:
+      return v1::CALL_INST;
+    default:
+      return v1::CALL_OP_UNSPECIFIED;
+  }
+}
+
+bool IsDunder(absl::string_view c) {
+  return c.size() > 4 && absl::StartsWith(c, "__") && absl::EndsWith(c, "__");
+}
+
+// Dunders that reach interpreter internals or call/patch things: DANGEROUS (scanners.md §4.3
+// S6). Any other dunder component is SUSPICIOUS.
+constexpr absl::string_view kDangerousDunders[] = {
+    "__base__",       "__bases__",     "__build_class__", "__builtins__", "__call__",
+    "__class__",      "__closure__",   "__code__",        "__defaults__", "__delattr__",
+    "__delitem__",    "__dict__",      "__func__",        "__getattr__",  "__getattribute__",
+    "__getitem__",    "__globals__",   "__import__",      "__init__",     "__init_subclass__",
+    "__kwdefaults__", "__loader__",    "__mro__",         "__new__",      "__objclass__",
+    "__reduce__",     "__reduce_ex__", "__self__",        "__setattr__",  "__setitem__",
+    "__setstate__",   "__spec__",      "__subclasses__",  "__wrapped__",
+};
+
+bool IsDangerousDunder(absl::string_view c) {
+  return std::find(std::begin(kDangerousDunders), std::end(kDangerousDunders), c) !=
+         std::end(kDangerousDunders);
+}
+
+size_t CountParts(absl::string_view dotted) {
+  return static_cast<size_t>(std::count(dotted.begin(), dotted.end(), '.')) + 1;
+}
+
+class CollectErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (errors_.size() < kMaxReported) {
+      errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+    }
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  std::string Joined() const { return absl::StrJoin(errors_, "; "); }
+
+ private:
+  static constexpr size_t kMaxReported = 5;
+  std::vector<std::string> errors_;
+};
+
+std::string AllowLabel(int i, const v1::AllowedGlobal& a) {
+  return absl::StrCat("allow[", i, "] (", internal::ShownName(a.module()), ".",
+                      internal::ShownName(a.name()), ")");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Compiled rules.
+
+struct RuleSet::Impl {
+  struct DenyRef {
+    const v1::DenyEntry* entry = nullptr;
+    int index = -1;  // position in the file: the deterministic last tie-break
+  };
+  // The best deny entry for a global, and what it matched ("os.system", "os.*", "*.eval").
+  struct DenyMatch {
+    DenyRef ref;
+    int specificity = 0;
+    std::string matched;
+    explicit operator bool() const { return ref.entry != nullptr; }
+  };
+  template <typename V>
+  using ByName = absl::flat_hash_map<std::string, V>;
+
+  v1::RuleSet proto;
+  ByName<ByName<const v1::AllowedGlobal*>> allow;
+  ByName<ByName<DenyRef>> deny_exact;  // module -> qualname -> entry
+  ByName<DenyRef> deny_module;         // name "*": the module, its names and submodules
+  ByName<DenyRef> deny_bare;           // module "*": a qualname component in any module
+  size_t exact_module_parts = 0;       // most components in an exact entry's module
+  size_t exact_name_parts = 0;         // most components in an exact entry's qualname
+  size_t star_module_parts = 0;        // most components in a "*" entry's module
+
+  class Run;
+
+  const v1::AllowedGlobal* FindAllow(absl::string_view module, absl::string_view name) const {
+    auto m = allow.find(module);
+    if (m == allow.end()) return nullptr;
+    auto n = m->second.find(name);
+    return n == m->second.end() ? nullptr : n->second;
+  }
+
+  // Dangerous entries first (a mild exact entry never hides a dangerous wildcard), then the
+  // most specific (its author judged this very name), then the most severe, then file order.
+  static bool Better(const DenyRef& a, int spec_a, const DenyRef& b, int spec_b) {
+    if (b.entry == nullptr) return true;
+    if (a.entry->dangerous() != b.entry->dangerous()) return a.entry->dangerous();
+    if (spec_a != spec_b) return spec_a > spec_b;
+    if (a.entry->severity() != b.entry->severity()) {
+      return a.entry->severity() > b.entry->severity();
+    }
+    return a.index < b.index;
+  }
+
+  // Deny matching for one (module, qualname). Candidates, over the dotted path
+  // P = module.qualname split into components c0..ck-1 (m of them from the module):
+  //   - "*" entries whose module is a run of components starting at c0 (the module, a dotted
+  //     parent of it, or module plus leading qualname parts: torch + hub.load -> torch.hub);
+  //   - exact entries (module', name') where module'.name' is a run of components;
+  //   - the same two for runs starting inside the qualname (every suffix of the attribute
+  //     chain: pathlib + os.system -> os.system; numpy + core._internal.sys.modules ->
+  //     sys.modules), since an attribute chain reaches whatever its suffix names;
+  //   - "*" module entries (bare names) equal to a qualname component.
+  // Runs starting inside the module are not tried: a submodule named like a denied module is
+  // a different module. The best match: see Better.
+  DenyMatch MatchDeny(absl::string_view module, absl::string_view name) const {
+    const std::string path = module.empty() ? std::string(name) : absl::StrCat(module, ".", name);
+    std::vector<std::pair<size_t, size_t>> parts;  // [begin, end) of each component
+    size_t begin = 0;
+    for (size_t i = 0; i <= path.size(); ++i) {
+      if (i == path.size() || path[i] == '.') {
+        parts.emplace_back(begin, i);
+        begin = i + 1;
+      }
+    }
+    const size_t k = parts.size();
+    const size_t m = module.empty() ? 0 : CountParts(module);
+    const absl::string_view p(path);
+    auto run = [&](size_t from, size_t to) {  // components [from, to), to > from
+      return p.substr(parts[from].first, parts[to - 1].second - parts[from].first);
+    };
+
+    DenyMatch best;
+    // Label pieces of the best candidate, built into a string once at the end.
+    size_t best_from = 0, best_mid = 0, best_to = 0;
+    int best_kind = 0;  // 1 bare, 2 star, 3 exact
+    auto consider = [&](const DenyRef& ref, int kind, size_t from, size_t mid, size_t to) {
+      const int spec = kind * 1000 + static_cast<int>(to - from);
+      if (Better(ref, spec, best.ref, best.specificity)) {
+        best.ref = ref;
+        best.specificity = spec;
+        best_kind = kind;
+        best_from = from, best_mid = mid, best_to = to;
+      }
+    };
+
+    for (size_t j = 0; j < k; j = (j == 0 && m > 1) ? m : j + 1) {
+      for (size_t s = j + 1; s <= k && s - j <= star_module_parts; ++s) {
+        auto it = deny_module.find(run(j, s));
+        if (it != deny_module.end()) consider(it->second, 2, j, s, s);
+      }
+      for (size_t s = j + 1; s < k && s - j <= exact_module_parts; ++s) {
+        auto mod = deny_exact.find(run(j, s));
+        if (mod == deny_exact.end()) continue;
+        for (size_t t = s + 1; t <= k && t - s <= exact_name_parts; ++t) {
+          auto it = mod->second.find(run(s, t));
+          if (it != mod->second.end()) consider(it->second, 3, j, s, t);
+        }
+      }
+    }
+    if (!deny_bare.empty()) {
+      for (size_t t = m; t < k; ++t) {
+        auto it = deny_bare.find(run(t, t + 1));
+        if (it != deny_bare.end()) consider(it->second, 1, t, t, t + 1);
+      }
+    }
+    if (best) {
+      switch (best_kind) {
+        case 1:
+          best.matched = absl::StrCat("*.", ShownName(run(best_from, best_to)));
+          break;
+        case 2:
+          best.matched = absl::StrCat(ShownName(run(best_from, best_mid)), ".*");
+          break;
+        default:
+          best.matched = ShownName(run(best_from, best_to));
+          break;
+      }
+    }
+    return best;
+  }
+
+  static std::string ShownName(absl::string_view s) {
+    return internal::ShownName(base::StdView(s));
+  }
+};
+
+namespace {
+
+absl::Status Invalid(std::string_view origin, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("rules ", AbslView(origin), ": ", what));
+}
+
+absl::Status ValidateShape(std::string_view origin, const std::string& label, int si,
+                           const v1::CallShape& s) {
+  const std::string where = absl::StrCat(label, " calls[", si, "]");
+  if (s.op() == v1::CALL_OP_UNSPECIFIED || !v1::CallOp_IsValid(s.op())) {
+    return Invalid(origin, absl::StrCat(where,
+                                        ": op must be one of CALL_REDUCE, CALL_NEWOBJ, "
+                                        "CALL_NEWOBJ_EX, CALL_OBJ, CALL_INST"));
+  }
+  if (s.min_args() > s.max_args()) {
+    return Invalid(origin,
+                   absl::StrCat(where, ": min_args ", s.min_args(), " > max_args ", s.max_args()));
+  }
+  if (static_cast<uint64_t>(s.args_size()) > s.max_args()) {
+    return Invalid(origin, absl::StrCat(where, ": ", s.args_size(),
+                                        " argument specs but max_args is ", s.max_args()));
+  }
+  if (s.kwargs() && s.op() != v1::CALL_NEWOBJ_EX) {
+    return Invalid(origin, absl::StrCat(where, ": kwargs is only meaningful for CALL_NEWOBJ_EX"));
+  }
+  for (int ai = 0; ai < s.args_size(); ++ai) {
+    const v1::ArgSpec& spec = s.args(ai);
+    if (spec.any_of_size() == 0) {
+      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: any_of is empty"));
+    }
+    for (int kind : spec.any_of()) {
+      if (kind == v1::ARG_KIND_UNSPECIFIED || !v1::ArgKind_IsValid(kind)) {
+        return Invalid(origin,
+                       absl::StrCat(where, " args[", ai, "]: invalid argument kind ", kind));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation of one stream.
+
+class RuleSet::Impl::Run {
+ public:
+  // Member names are arbitrary bytes (zip names); findings need valid UTF-8.
+  Run(const Impl& rules, std::string_view member, const CallSummarizer* summarize)
+      : rules_(rules),
+        member_(internal::Sanitized(member, kMaxMemberBytes, /*escape_backslash=*/false)),
+        summarize_(summarize != nullptr && *summarize ? summarize : nullptr) {}
+
+  void Pickle(const PickleFacts& p, uint32_t index) {
+    g_ = &p.graph;
+    pickle_ = &p;
+    pickle_index_ = index;
+    int_tuple_cache_.clear();
+    grades_.clear();
+    const Graph& g = *g_;
+
+    // Facts come from another process: check every id once. An inconsistent graph is one
+    // scan.error; evaluation goes on (every access below is bounds-checked), without the call
+    // renderings, which assume a consistent graph.
+    consistent_ = true;
+    if (std::optional<std::string> problem = internal::FindInconsistency(g)) {
+      consistent_ = false;
+      v1::Finding* f =
+          Add("scan.error", v1::VERDICT_ERROR, v1::SEVERITY_MEDIUM, p.start, std::nullopt);
+      if (f != nullptr) {
+        f->set_category("other");
+        SetMessage(f, absl::StrCat("inconsistent scan facts: ", *problem));
+      }
+    }
+
+    // Allowlist decision per global, and the first call site that calls each (Finding.call).
+    infos_.assign(g.globals.size(), GlobalInfo{});
+    for (size_t gi = 0; gi < g.globals.size(); ++gi) {
+      const GlobalRef& ref = g.globals[gi];
+      if (ref.via != Via::kExt && !TooLong(ref)) {
+        infos_[gi].allow = rules_.FindAllow(ref.resolved_module, ref.resolved_name);
+      }
+    }
+    for (size_t ci = 0; ci < g.calls.size(); ++ci) {
+      const CallSite& c = g.calls[ci];
+      if (ToRulesOp(c.op) == v1::CALL_OP_UNSPECIFIED) continue;
+      const Node* callee = internal::NodeAt(g, c.callee);
+      if (callee == nullptr || callee->kind != Kind::kGlobal) continue;
+      if (callee->ref < infos_.size() && infos_[callee->ref].first_call == kNone) {
+        infos_[callee->ref].first_call = static_cast<uint32_t>(ci);
+      }
+    }
+
+    // Globals and call sites merged by offset (globals first at equal offsets: INST).
+    size_t gi = 0, ci = 0;
+    while (gi < g.globals.size() || ci < g.calls.size()) {
+      if (ci >= g.calls.size() ||
+          (gi < g.globals.size() && g.globals[gi].offset <= g.calls[ci].offset)) {
+        Global(static_cast<uint32_t>(gi++));
+      } else {
+        Call(g.calls[ci++]);
+      }
+    }
+  }
+
+  void Trailing(const StreamFacts& facts) {
+    if (facts.trailing_bytes == 0) return;
+    pickle_ = nullptr;
+    pickle_index_ = facts.pickles.empty() ? 0 : static_cast<uint32_t>(facts.pickles.size() - 1);
+    v1::Finding* f = Add("stream.trailing", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_LOW,
+                         facts.trailing_offset, std::nullopt);
+    if (f == nullptr) return;
+    f->set_category("other");
+    f->set_message(
+        absl::StrCat(facts.trailing_bytes,
+                     " bytes follow the last pickle's STOP and do not form another "
+                     "pickle; a loader that keeps reading the stream could interpret them."));
+  }
+
+  Evaluation Finish() && {
+    if (dropped_ > 0) {
+      v1::Finding f;
+      f.set_rule_id("scan.findings_truncated");
+      f.set_severity(v1::SEVERITY_INFO);
+      f.set_verdict(dropped_worst_);
+      f.set_category("other");
+      f.mutable_location()->set_member(member_);
+      f.set_message(absl::StrCat(dropped_, " more findings were not kept (limit ",
+                                 RuleSet::kMaxFindings, " per stream); the worst of them is ",
+                                 v1::Verdict_Name(dropped_worst_), "."));
+      out_.findings.push_back(std::move(f));
+    }
+    return std::move(out_);
+  }
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  struct GlobalInfo {
+    const v1::AllowedGlobal* allow = nullptr;
+    uint32_t first_call = kNone;
+  };
+  // How a non-allowlisted global grades, cached per distinct name within a pickle.
+  struct Grade {
+    DenyMatch deny;
+    bool dunder = false;
+    bool dangerous_dunder = false;
+    std::string dunder_part;
+  };
+  // What produced a kCall node.
+  struct Origin {
+    bool broken = false;        // the facts reference something that does not exist
+    bool named_global = false;  // the callee is a kGlobal
+    uint32_t global = 0;
+    const v1::AllowedGlobal* allow = nullptr;  // set when that global is allowlisted
+  };
+
+  // ---- findings
+
+  // Counts the verdict, and returns a finding to fill or nullptr when kMaxFindings is reached.
+  v1::Finding* Add(absl::string_view rule_id, v1::Verdict verdict, v1::Severity severity,
+                   uint64_t offset, std::optional<uint8_t> opcode) {
+    out_.verdict = WorseVerdict(out_.verdict, verdict);
+    if (out_.findings.size() >= RuleSet::kMaxFindings) {
+      ++dropped_;
+      dropped_worst_ = WorseVerdict(dropped_worst_, verdict);
+      return nullptr;
+    }
+    v1::Finding& f = out_.findings.emplace_back();
+    f.set_rule_id(std::string(rule_id));
+    f.set_verdict(verdict);
+    f.set_severity(severity);
+    v1::Location* loc = f.mutable_location();
+    loc->set_member(member_);
+    loc->set_offset(offset);
+    if (opcode.has_value()) loc->set_opcode(internal::OpcodeName(*opcode));
+    loc->set_pickle_index(pickle_index_);
+    if (pickle_ != nullptr) loc->set_nested_depth(pickle_->depth);
+    return &f;
+  }
+
+  // Message plus, for nested pickles, where the pickle came from.
+  void SetMessage(v1::Finding* f, std::string message) const {
+    if (pickle_ != nullptr && pickle_->depth > 0) {
+      absl::StrAppend(&message, " (in a pickle nested ", pickle_->depth,
+                      pickle_->depth == 1 ? " level" : " levels",
+                      " deep, inside a byte string of pickle ", pickle_->parent, ")");
+    }
+    f->set_message(std::move(message));
+  }
+
+  // Finding.call: pickle::SummarizeCall's bounded rendering, made valid UTF-8.
+  std::string Summary(const CallSite& c) const {
+    if (!consistent_) return "";
+    return internal::Sanitized(summarize_ != nullptr
+                                   ? (*summarize_)(*g_, c)
+                                   : pickle::SummarizeCall(*g_, c, internal::kMaxCallChars),
+                               2 * internal::kMaxCallChars, /*escape_backslash=*/false);
+  }
+  std::string Rendered(NodeId id, size_t max_chars) const {
+    if (!consistent_) return "<?>";
+    return internal::Sanitized(pickle::Summarize(*g_, id, max_chars), 2 * max_chars,
+                               /*escape_backslash=*/false);
+  }
+
+  // ---- globals
+
+  static bool TooLong(const GlobalRef& ref) {
+    return std::max({ref.module.size(), ref.name.size(), ref.resolved_module.size(),
+                     ref.resolved_name.size()}) > RuleSet::kMaxGradedNameBytes;
+  }
+
+  const Grade& GradeOf(const GlobalRef& ref) {
+    std::string key =
+        absl::StrCat(ref.resolved_module, absl::string_view("\0", 1), ref.resolved_name,
+                     absl::string_view("\0", 1), ref.module, absl::string_view("\0", 1), ref.name);
+    auto [it, inserted] = grades_.try_emplace(std::move(key));
+    if (!inserted) return it->second;
+    Grade& grade = it->second;
+    grade.deny = rules_.MatchDeny(ref.resolved_module, ref.resolved_name);
+    if (ref.module != ref.resolved_module || ref.name != ref.resolved_name) {
+      DenyMatch raw = rules_.MatchDeny(ref.module, ref.name);
+      if (raw && Impl::Better(raw.ref, raw.specificity, grade.deny.ref, grade.deny.specificity)) {
+        grade.deny = std::move(raw);
+      }
+    }
+    for (absl::string_view qualname :
+         {absl::string_view(ref.resolved_name), absl::string_view(ref.name)}) {
+      size_t begin = 0;
+      for (size_t i = 0; i <= qualname.size(); ++i) {
+        if (i != qualname.size() && qualname[i] != '.') continue;
+        absl::string_view part = qualname.substr(begin, i - begin);
+        begin = i + 1;
+        if (!IsDunder(part)) continue;
+        const bool dangerous = IsDangerousDunder(part);
+        if (!grade.dunder || (dangerous && !grade.dangerous_dunder)) {
+          grade.dunder = true;
+          grade.dangerous_dunder = dangerous;
+          grade.dunder_part = std::string(part);
+        }
+      }
+    }
+    return grade;
+  }
+
+  void Global(uint32_t gi) {
+    const GlobalRef& ref = g_->globals[gi];
+    const GlobalInfo& info = infos_[gi];
+    auto with_call = [&](v1::Finding* f) {
+      if (info.first_call != kNone) f->set_call(Summary(g_->calls[info.first_call]));
+    };
+
+    if (ref.via == Via::kExt) {
+      v1::Finding* f =
+          Add("opcode.ext", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, ref.offset, ref.opcode);
+      if (f == nullptr) return;
+      f->set_category("import");
+      with_call(f);
+      SetMessage(f, absl::StrCat("EXT extension code ", ref.ext_code,
+                                 " names a global through copyreg's extension registry: what it "
+                                 "imports depends on the loading process, so it is never SAFE"));
+      return;
+    }
+    if (info.allow != nullptr) return;
+
+    const std::string name = internal::GlobalName(ref);
+    const bool renamed = ref.module != ref.resolved_module || ref.name != ref.resolved_name;
+    const std::string written = renamed
+                                    ? absl::StrCat(" (written as ", internal::ShownName(ref.module),
+                                                   ".", internal::ShownName(ref.name), ")")
+                                    : "";
+
+    if (TooLong(ref)) {
+      v1::Finding* f =
+          Add("global.unlisted", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, ref.offset, ref.opcode);
+      if (f == nullptr) return;
+      f->set_category("other");
+      f->set_global(name);
+      with_call(f);
+      SetMessage(f, absl::StrCat("a global whose module or name is longer than ",
+                                 RuleSet::kMaxGradedNameBytes,
+                                 " bytes: not on the allowlist and not graded further"));
+      return;
+    }
+
+    const Grade& grade = GradeOf(ref);
+    if (grade.deny) {
+      const v1::DenyEntry& e = *grade.deny.ref.entry;
+      const std::string category = CategoryName(e.category());
+      v1::Finding* f = Add(absl::StrCat("global.denied.", category),
+                           e.dangerous() ? v1::VERDICT_DANGEROUS : v1::VERDICT_SUSPICIOUS,
+                           e.severity(), ref.offset, ref.opcode);
+      if (f != nullptr) {
+        f->set_category(category);
+        f->set_global(name);
+        with_call(f);
+        std::string matched =
+            grade.deny.matched == name ? "" : absl::StrCat(" [matches ", grade.deny.matched, "]");
+        SetMessage(f, absl::StrCat(name, written, " is denied (", category, ")", matched, ": ",
+                                   e.why(), e.source().empty() ? "" : " Source: ", e.source(),
+                                   e.source().empty() ? "" : "."));
+      }
+    }
+    if (grade.dunder && !(grade.deny && grade.deny.ref.entry->dangerous())) {
+      v1::Finding* f = Add(
+          "global.dunder", grade.dangerous_dunder ? v1::VERDICT_DANGEROUS : v1::VERDICT_SUSPICIOUS,
+          grade.dangerous_dunder ? v1::SEVERITY_HIGH : v1::SEVERITY_MEDIUM, ref.offset, ref.opcode);
+      if (f != nullptr) {
+        f->set_category("introspection");
+        f->set_global(name);
+        with_call(f);
+        SetMessage(f, absl::StrCat(name, written, " reaches the dunder attribute ",
+                                   internal::ShownName(grade.dunder_part),
+                                   grade.dangerous_dunder
+                                       ? ": an attribute chain into interpreter internals"
+                                       : ": an attribute chain outside the allowlist"));
+      }
+    }
+    if (!grade.deny && !grade.dunder) {
+      v1::Finding* f = Add("global.unlisted", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM,
+                           ref.offset, ref.opcode);
+      if (f != nullptr) {
+        f->set_category("other");
+        f->set_global(name);
+        with_call(f);
+        SetMessage(f, absl::StrCat(name, written,
+                                   " is not on the allowlist: loading it imports its module "
+                                   "(which runs that module's code)",
+                                   info.first_call != kNone ? " and calls it" : ""));
+      }
+    }
+  }
+
+  // ---- call sites
+
+  void Call(const CallSite& c) {
+    switch (c.op) {
+      case CallOp::kReduce:
+      case CallOp::kNewObj:
+      case CallOp::kNewObjEx:
+      case CallOp::kObj:
+      case CallOp::kInst:
+        Invoke(c, ToRulesOp(c.op));
+        return;
+      case CallOp::kBuild:
+        Build(c);
+        return;
+      case CallOp::kSetItems:
+        Mutation(c, "call.setitem", "SETITEMS", &v1::AllowedGlobal::setitem_target,
+                 "a setitem target");
+        return;
+      case CallOp::kAppends:
+        Mutation(c, "call.append", "APPENDS", &v1::AllowedGlobal::append_target,
+                 "an append target");
+        return;
+      case CallOp::kAddItems:
+        Mutation(c, "call.append", "ADDITEMS", &v1::AllowedGlobal::append_target,
+                 "an append target");
+        return;
+      case CallOp::kPersistentLoad:
+        Persistent(c);
+        return;
+    }
+    // An unknown operation: inconsistent facts, reported once per pickle.
+  }
+
+  Origin OriginOf(const Node& n) const {
+    Origin o;
+    if (n.ref >= g_->calls.size()) {
+      o.broken = true;
+      return o;
+    }
+    const CallSite& producer = g_->calls[n.ref];
+    if (ToRulesOp(producer.op) == v1::CALL_OP_UNSPECIFIED) return o;
+    const Node* callee = internal::NodeAt(*g_, producer.callee);
+    if (callee == nullptr) {
+      o.broken = true;
+      return o;
+    }
+    if (callee->kind != Kind::kGlobal) return o;
+    if (callee->ref >= g_->globals.size()) {
+      o.broken = true;
+      return o;
+    }
+    o.named_global = true;
+    o.global = callee->ref;
+    o.allow = infos_[callee->ref].allow;
+    return o;
+  }
+
+  // A short description of a value for messages: "int", "global torch.float32",
+  // "call of collections.OrderedDict".
+  std::string Describe(NodeId id) const {
+    const Node* n = internal::NodeAt(*g_, id);
+    if (n == nullptr) return "<?>";
+    if (n->kind == Kind::kGlobal) return absl::StrCat("global ", internal::GlobalName(*g_, *n));
+    if (n->kind == Kind::kCall) {
+      Origin o = OriginOf(*n);
+      if (o.named_global) {
+        return absl::StrCat("call of ", internal::GlobalName(g_->globals[o.global]));
+      }
+      return "call result";
+    }
+    return pickle::KindName(n->kind);
+  }
+
+  bool IsIntTuple(NodeId id, const Node& n) {
+    if (n.kind != Kind::kTuple && n.kind != Kind::kList) return false;
+    auto it = int_tuple_cache_.find(id);
+    if (it != int_tuple_cache_.end()) return it->second;
+    bool ok = true;
+    for (NodeId item : n.items) {
+      const Node* v = internal::NodeAt(*g_, item);
+      if (v == nullptr || v->kind != Kind::kInt) {
+        ok = false;
+        break;
+      }
+    }
+    int_tuple_cache_.emplace(id, ok);
+    return ok;
+  }
+
+  bool ArgMatches(NodeId id, int kind) {
+    const Node* n = internal::NodeAt(*g_, id);
+    if (n == nullptr) return false;
+    switch (kind) {
+      case v1::ARG_ANY:
+        return true;
+      case v1::ARG_NONE:
+        return n->kind == Kind::kNone;
+      case v1::ARG_BOOL:
+        return n->kind == Kind::kBool;
+      case v1::ARG_INT:
+        return n->kind == Kind::kInt;
+      case v1::ARG_FLOAT:
+        return n->kind == Kind::kFloat;
+      case v1::ARG_STR:
+        return n->kind == Kind::kStr;
+      case v1::ARG_BYTES:
+        return n->kind == Kind::kBytes || n->kind == Kind::kByteArray;
+      case v1::ARG_INT_TUPLE:
+        return IsIntTuple(id, *n);
+      case v1::ARG_TUPLE:
+        return n->kind == Kind::kTuple;
+      case v1::ARG_LIST:
+        return n->kind == Kind::kList;
+      case v1::ARG_DICT:
+        if (n->kind == Kind::kDict) return true;
+        if (n->kind == Kind::kCall) {
+          Origin o = OriginOf(*n);
+          return o.allow != nullptr && o.allow->dict_like();
+        }
+        return false;
+      case v1::ARG_STORAGE:
+        return n->kind == Kind::kPersistent;
+      case v1::ARG_TENSOR:
+        if (n->kind == Kind::kCall) {
+          Origin o = OriginOf(*n);
+          return o.allow != nullptr && o.allow->tensor();
+        }
+        return false;
+      case v1::ARG_GLOBAL:
+        return n->kind == Kind::kGlobal;
+      default:
+        return false;
+    }
+  }
+
+  bool ShapeMatches(const v1::CallShape& s, v1::CallOp op, const std::vector<NodeId>& args,
+                    bool has_kwargs) {
+    if (s.op() != op) return false;
+    if (args.size() < s.min_args() || args.size() > s.max_args()) return false;
+    if (has_kwargs && !s.kwargs()) return false;
+    for (size_t i = 0; i < args.size() && i < static_cast<size_t>(s.args_size()); ++i) {
+      bool any = false;
+      for (int kind : s.args(static_cast<int>(i)).any_of()) {
+        if (ArgMatches(args[i], kind)) {
+          any = true;
+          break;
+        }
+      }
+      if (!any) return false;
+    }
+    return true;
+  }
+
+  static std::string ShapeText(const v1::CallShape& s) {
+    std::vector<std::string> parts;
+    const uint32_t shown = std::min<uint32_t>(s.max_args(), std::max<uint32_t>(s.min_args(), 12));
+    for (uint32_t i = 0; i < shown; ++i) {
+      std::string kinds;
+      if (i < static_cast<uint32_t>(s.args_size())) {
+        std::vector<std::string> names;
+        for (int k : s.args(static_cast<int>(i)).any_of()) names.push_back(ArgKindLabel(k));
+        kinds = absl::StrJoin(names, "|");
+      } else {
+        kinds = "ANY";
+      }
+      parts.push_back(i < s.min_args() ? kinds : absl::StrCat("[", kinds, "]"));
+    }
+    if (shown < s.max_args()) parts.push_back("…");
+    if (s.kwargs()) parts.push_back("**kwargs");
+    return absl::StrCat(CallOpLabel(s.op()), "(", absl::StrJoin(parts, ", "), ")");
+  }
+
+  std::string GotText(v1::CallOp op, const CallSite& c) const {
+    const Node* args = internal::NodeAt(*g_, c.args);
+    std::vector<std::string> parts;
+    if (args == nullptr) {
+      if (c.args != pickle::kNoNode) parts.push_back("<?>");
+    } else if (args->kind != Kind::kTuple) {
+      parts.push_back(absl::StrCat("*", pickle::KindName(args->kind), " (not a tuple)"));
+    } else {
+      constexpr size_t kShown = 10;
+      for (size_t i = 0; i < args->items.size() && i < kShown; ++i) {
+        parts.push_back(Describe(args->items[i]));
+      }
+      if (args->items.size() > kShown) {
+        parts.push_back(absl::StrCat("… ", args->items.size(), " arguments"));
+      }
+    }
+    const Node* kw = internal::NodeAt(*g_, c.kwargs);
+    if (kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty())) {
+      parts.push_back(absl::StrCat("**", pickle::KindName(kw->kind)));
+    }
+    return absl::StrCat(CallOpLabel(op), "(", absl::StrJoin(parts, ", "), ")");
+  }
+
+  void Invoke(const CallSite& c, v1::CallOp op) {
+    const Node* callee = internal::NodeAt(*g_, c.callee);
+    if (callee == nullptr) return;  // inconsistent facts, reported once per pickle
+    if (callee->kind != Kind::kGlobal) {
+      v1::Finding* f =
+          Add("call.callee", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
+      if (f == nullptr) return;
+      f->set_category("introspection");
+      f->set_call(Summary(c));
+      SetMessage(f, absl::StrCat(CallOpLabel(op), " calls a ", Describe(c.callee),
+                                 ", not a global imported by name: the shape of getattr-chain "
+                                 "gadgets (getattr(module, 'system')('id'))"));
+      return;
+    }
+    if (callee->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
+    const GlobalRef& ref = g_->globals[callee->ref];
+    if (ref.via == Via::kExt) return;  // opcode.ext carries this call
+    const v1::AllowedGlobal* allowed = infos_[callee->ref].allow;
+    if (allowed == nullptr) return;  // the global's own finding carries this call
+
+    const Node* args = internal::NodeAt(*g_, c.args);
+    if (args == nullptr && c.args != pickle::kNoNode)
+      return;  // inconsistent facts, reported once per pickle
+    static const std::vector<NodeId> kNoArgs;
+    const std::vector<NodeId>* items = nullptr;
+    if (args != nullptr && args->kind == Kind::kTuple) {
+      items = &args->items;
+    } else if (c.args == pickle::kNoNode && (op == v1::CALL_OBJ || op == v1::CALL_INST)) {
+      items = &kNoArgs;
+    }
+    const Node* kw = c.kwargs == pickle::kNoNode ? nullptr : internal::NodeAt(*g_, c.kwargs);
+    const bool kwargs_broken =
+        c.kwargs != pickle::kNoNode && (kw == nullptr || kw->kind != Kind::kDict);
+    const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
+    if (items != nullptr && !kwargs_broken) {
+      for (const v1::CallShape& s : allowed->calls()) {
+        if (ShapeMatches(s, op, *items, has_kwargs)) return;
+      }
+    }
+
+    v1::Finding* f =
+        Add("call.shape", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
+    if (f == nullptr) return;
+    const std::string name = internal::GlobalName(ref);
+    f->set_category("other");
+    f->set_global(name);
+    f->set_call(Summary(c));
+    if (allowed->calls().empty()) {
+      SetMessage(f, absl::StrCat(name, " is allowlisted as data only, but it is called: got ",
+                                 GotText(op, c)));
+      return;
+    }
+    std::vector<std::string> expected;
+    for (const v1::CallShape& s : allowed->calls()) expected.push_back(ShapeText(s));
+    SetMessage(f, absl::StrCat(name,
+                               " is allowlisted, but this call matches none of its "
+                               "shapes: expected ",
+                               absl::StrJoin(expected, " or "), ", got ", GotText(op, c)));
+  }
+
+  void Build(const CallSite& c) {
+    const Node* t = internal::NodeAt(*g_, c.callee);
+    if (t == nullptr) return;  // inconsistent facts, reported once per pickle
+    if (t->kind == Kind::kGlobal) {
+      if (t->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
+      v1::Finding* f =
+          Add("call.build", v1::VERDICT_DANGEROUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
+      if (f == nullptr) return;
+      const std::string name = internal::GlobalName(*g_, *t);
+      f->set_category("introspection");
+      f->set_global(name);
+      f->set_call(Summary(c));
+      SetMessage(f, absl::StrCat("BUILD sets state on the global ", name,
+                                 " itself (a class, function or module): setattr on shared "
+                                 "code, the write primitive of attribute-chain gadgets"));
+      return;
+    }
+    std::string what;
+    if (t->kind == Kind::kCall) {
+      Origin o = OriginOf(*t);
+      if (o.broken) return;            // inconsistent facts, reported once per pickle
+      if (o.allow == nullptr) return;  // not an allowlisted global: already reported
+      if (o.allow->build_target()) return;
+      what = absl::StrCat("the result of ", internal::GlobalName(g_->globals[o.global]),
+                          ", which is not allowlisted as a build target");
+    } else {
+      what = absl::StrCat("a ", pickle::KindName(t->kind));
+    }
+    v1::Finding* f =
+        Add("call.build", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
+    if (f == nullptr) return;
+    f->set_category("other");
+    f->set_call(Summary(c));
+    SetMessage(f, absl::StrCat("BUILD (__setstate__ or __dict__ update) on ", what));
+  }
+
+  void Mutation(const CallSite& c, absl::string_view rule_id, absl::string_view op_label,
+                bool (v1::AllowedGlobal::*flag)() const, absl::string_view flag_label) {
+    const Node* t = internal::NodeAt(*g_, c.callee);
+    if (t == nullptr) return;  // inconsistent facts, reported once per pickle
+    std::string what;
+    v1::Severity severity = v1::SEVERITY_MEDIUM;
+    std::string global;
+    if (t->kind == Kind::kGlobal) {
+      if (t->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
+      global = internal::GlobalName(*g_, *t);
+      what = absl::StrCat("the global ", global,
+                          " itself: it mutates shared process state in place (os.environ, "
+                          "sys.modules, registries)");
+      severity = v1::SEVERITY_HIGH;
+    } else if (t->kind == Kind::kCall) {
+      Origin o = OriginOf(*t);
+      if (o.broken) return;            // inconsistent facts, reported once per pickle
+      if (o.allow == nullptr) return;  // not an allowlisted global: already reported
+      if ((o.allow->*flag)()) return;
+      what = absl::StrCat("the result of ", internal::GlobalName(g_->globals[o.global]),
+                          ", which is not allowlisted as ", flag_label);
+    } else {
+      what = absl::StrCat("a ", pickle::KindName(t->kind));
+    }
+    v1::Finding* f = Add(rule_id, v1::VERDICT_SUSPICIOUS, severity, c.offset, c.opcode);
+    if (f == nullptr) return;
+    f->set_category("other");
+    if (!global.empty()) f->set_global(global);
+    f->set_call(Summary(c));
+    SetMessage(f, absl::StrCat(op_label, " on ", what));
+  }
+
+  void Persistent(const CallSite& c) {
+    if (c.opcode == 'P') {
+      v1::Finding* f =
+          Add("persid.text", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
+      if (f == nullptr) return;
+      f->set_category("other");
+      f->set_call(Summary(c));
+      SetMessage(f,
+                 "PERSID (a protocol-0 text persistent id): torch.save never writes it; what "
+                 "it loads depends on the loader's persistent_load");
+      return;
+    }
+    const Node* pid = internal::NodeAt(*g_, c.args);
+    bool ok = false;
+    if (pid != nullptr && pid->kind == Kind::kTuple && pid->items.size() >= 2) {
+      const Node* tag = internal::NodeAt(*g_, pid->items[0]);
+      const Node* cls = internal::NodeAt(*g_, pid->items[1]);
+      ok = tag != nullptr && tag->kind == Kind::kStr && !tag->truncated && tag->text == "storage" &&
+           cls != nullptr && cls->kind == Kind::kGlobal;
+    }
+    if (ok) return;
+    v1::Finding* f =
+        Add("persid.shape", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
+    if (f == nullptr) return;
+    f->set_category("other");
+    f->set_call(Summary(c));
+    SetMessage(f, absl::StrCat("persistent id ", Rendered(c.args, 120),
+                               " is not ('storage', <storage class>, ...), the only id "
+                               "torch.save writes"));
+  }
+
+  static constexpr size_t kMaxMemberBytes = 4096;
+
+  const Impl& rules_;
+  const std::string member_;
+  const CallSummarizer* summarize_;  // nullptr: pickle::SummarizeCall
+
+  const Graph* g_ = nullptr;
+  bool consistent_ = true;
+  const PickleFacts* pickle_ = nullptr;  // nullptr outside a pickle (trailing bytes)
+  uint32_t pickle_index_ = 0;
+  std::vector<GlobalInfo> infos_;
+  absl::flat_hash_map<NodeId, bool> int_tuple_cache_;
+  absl::flat_hash_map<std::string, Grade> grades_;
+
+  Evaluation out_;
+  uint64_t dropped_ = 0;
+  v1::Verdict dropped_worst_ = v1::VERDICT_SAFE;
+};
+
+// ---------------------------------------------------------------------------------------------
+// RuleSet.
+
+RuleSet::RuleSet(Passkey, std::unique_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+RuleSet::~RuleSet() = default;
+
+const std::string& RuleSet::version() const { return impl_->proto.version(); }
+const v1::RuleSet& RuleSet::proto() const { return impl_->proto; }
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromTextProto(std::string_view text,
+                                                                      std::string_view origin) {
+  if (text.size() > kMaxRulesBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rules ", AbslView(origin), ": ", text.size(),
+                                                     " bytes exceeds the limit of ",
+                                                     kMaxRulesBytes));
+  }
+  auto impl = std::make_unique<Impl>();
+  {
+    google::protobuf::TextFormat::Parser parser;
+    CollectErrors errors;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(std::string(text), &impl->proto)) {
+      return Invalid(origin, absl::StrCat("syntax error at ", errors.Joined()));
+    }
+  }
+  const v1::RuleSet& p = impl->proto;
+  if (p.version().empty()) return Invalid(origin, "version is empty");
+
+  for (int i = 0; i < p.allow_size(); ++i) {
+    const v1::AllowedGlobal& a = p.allow(i);
+    const std::string label = AllowLabel(i, a);
+    if (a.module().empty() || a.name().empty()) {
+      return Invalid(origin, absl::StrCat(label, ": module and name are required"));
+    }
+    if (a.module() == "*" || a.name() == "*") {
+      return Invalid(origin,
+                     absl::StrCat(label, ": allow entries are exact; \"*\" is not allowed"));
+    }
+    for (int si = 0; si < a.calls_size(); ++si) {
+      absl::Status s = ValidateShape(origin, label, si, a.calls(si));
+      if (!s.ok()) return s;
+    }
+    auto [it, inserted] = impl->allow[a.module()].try_emplace(a.name(), &a);
+    if (!inserted) {
+      int first = 0;
+      while (&p.allow(first) != it->second) ++first;
+      return Invalid(origin,
+                     absl::StrCat(label, ": duplicate entry (first at allow[", first, "])"));
+    }
+  }
+
+  for (int i = 0; i < p.deny_size(); ++i) {
+    const v1::DenyEntry& d = p.deny(i);
+    const std::string label = absl::StrCat("deny[", i, "] (", internal::ShownName(d.module()), " ",
+                                           internal::ShownName(d.name()), ")");
+    if (d.module().empty()) return Invalid(origin, absl::StrCat(label, ": module is empty"));
+    if (d.name().empty()) return Invalid(origin, absl::StrCat(label, ": name is empty"));
+    if (d.module() == "*" && d.name() == "*") {
+      return Invalid(origin, absl::StrCat(label, ": module and name cannot both be \"*\""));
+    }
+    if (d.module() == "*" && absl::StrContains(d.name(), '.')) {
+      return Invalid(origin, absl::StrCat(label, ": a bare name (module \"*\") is one component"));
+    }
+    if (d.category() == v1::CATEGORY_UNSPECIFIED || !v1::Category_IsValid(d.category())) {
+      return Invalid(origin, absl::StrCat(label, ": category is missing or invalid"));
+    }
+    if (d.severity() == v1::SEVERITY_UNSPECIFIED || !v1::Severity_IsValid(d.severity())) {
+      return Invalid(origin, absl::StrCat(label, ": severity is missing or invalid"));
+    }
+    const Impl::DenyRef ref{&d, i};
+    bool inserted = false;
+    if (d.module() == "*") {
+      inserted = impl->deny_bare.try_emplace(d.name(), ref).second;
+    } else if (d.name() == "*") {
+      inserted = impl->deny_module.try_emplace(d.module(), ref).second;
+      impl->star_module_parts = std::max(impl->star_module_parts, CountParts(d.module()));
+    } else {
+      inserted = impl->deny_exact[d.module()].try_emplace(d.name(), ref).second;
+      impl->exact_module_parts = std::max(impl->exact_module_parts, CountParts(d.module()));
+      impl->exact_name_parts = std::max(impl->exact_name_parts, CountParts(d.name()));
+    }
+    if (!inserted) return Invalid(origin, absl::StrCat(label, ": duplicate entry"));
+  }
+  return std::make_shared<const RuleSet>(Passkey(), std::move(impl));
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
+  absl::Cleanup closer = [fd] { ::close(fd); };
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("rules file ", path, ": not a regular file"));
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
+    }
+    if (n == 0) break;
+    if (static_cast<size_t>(n) > kMaxRulesBytes - text.size()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rules file ", path, ": larger than the limit of ", kMaxRulesBytes, " bytes"));
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return FromTextProto(text, path);
+}
+
+std::shared_ptr<const RuleSet> RuleSet::Default() {
+  static const std::shared_ptr<const RuleSet> rules = [] {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> parsed =
+        FromTextProto(internal::DefaultRulesText(), "default_rules.textproto (built in)");
+    if (parsed.ok()) return *std::move(parsed);
+    // A broken build: fail closed. With no allow entries nothing is SAFE, and the version
+    // (printed in every report) says why.
+    auto impl = std::make_unique<Impl>();
+    impl->proto.set_version(
+        absl::StrCat("INVALID (built-in rules failed to load: ", parsed.status().message(), ")"));
+    return std::make_shared<const RuleSet>(Passkey(), std::move(impl));
+  }();
+  return rules;
+}
+
+Evaluation RuleSet::Evaluate(const StreamFacts& facts, std::string_view member) const {
+  return Evaluate(facts, member, CallSummarizer());
+}
+
+Evaluation RuleSet::Evaluate(const StreamFacts& facts, std::string_view member,
+                             const CallSummarizer& summarize) const {
+  Impl::Run run(*impl_, member, &summarize);
+  for (size_t i = 0; i < facts.pickles.size(); ++i) {
+    run.Pickle(facts.pickles[i], static_cast<uint32_t>(i));
+  }
+  run.Trailing(facts);
+  return std::move(run).Finish();
+}
+
+v1::Verdict WorseVerdict(v1::Verdict a, v1::Verdict b) {
+  return VerdictRank(b) > VerdictRank(a) ? b : a;
+}
+
+}  // namespace ckptscan::rules

@@ -1,0 +1,933 @@
+#include "rules/rule_set.h"
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rules/catalogue.h"
+#include "rules/facts_builder_for_test.h"
+
+namespace ckptscan::rules {
+namespace {
+
+using ::ckptscan::rules::testing::FactsBuilder;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using NodeId = pickle::NodeId;
+
+const RuleSet& Rules() { return *RuleSet::Default(); }
+
+Evaluation Eval(const pickle::StreamFacts& facts, const RuleSet& rules = Rules()) {
+  return rules.Evaluate(facts, "archive/data.pkl");
+}
+
+std::vector<std::string> Ids(const Evaluation& e) {
+  std::vector<std::string> ids;
+  for (const v1::Finding& f : e.findings) ids.push_back(f.rule_id());
+  return ids;
+}
+
+// A finding's proto text, for failure messages.
+std::string Dump(const Evaluation& e) {
+  std::string out;
+  for (const v1::Finding& f : e.findings) absl::StrAppend(&out, f.DebugString(), "\n");
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading rules: malformed input is rejected with a precise error.
+
+constexpr char kMinimalRules[] = R"pb(
+  version: "test.1"
+  allow {
+    module: "collections"
+    name: "OrderedDict"
+    calls { op: CALL_REDUCE min_args: 0 max_args: 1 }
+  }
+  deny {
+    module: "os"
+    name: "*"
+    category: CATEGORY_SHELL
+    dangerous: true
+    severity: SEVERITY_CRITICAL
+    why: "os"
+    source: "test"
+  }
+)pb";
+
+TEST(RuleSetLoadTest, SyntaxErrorIsRejectedWithOriginLineAndColumn) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto("version: \"x\"\nallow { module: \"a\" name: }\n", "bad.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr("bad.textproto"), HasSubstr("2:")));
+}
+
+TEST(RuleSetLoadTest, DuplicateAllowEntryIsRejectedNamingBothEntries) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           allow { module: "torch" name: "Size" }
+           allow { module: "torch" name: "device" }
+           allow { module: "torch" name: "Size" })pb",
+      "dup.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              AllOf(HasSubstr("dup.textproto"), HasSubstr("allow[2] (torch.Size)"),
+                    HasSubstr("duplicate"), HasSubstr("allow[0]")));
+}
+
+TEST(RuleSetLoadTest, EmptyVersionIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto(R"pb(allow { module: "torch" name: "Size" })pb", "nover");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr("nover"), HasSubstr("version is empty")));
+}
+
+TEST(RuleSetLoadTest, ShapeWithMinAboveMaxIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           allow {
+             module: "torch"
+             name: "Size"
+             calls { op: CALL_REDUCE min_args: 2 max_args: 1 }
+           })pb",
+      "shape");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr("allow[0] (torch.Size) calls[0]"),
+                                          HasSubstr("min_args 2 > max_args 1")));
+}
+
+TEST(RuleSetLoadTest, AllowEntryWithoutNameIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto(R"pb(version: "v"
+                                  allow { module: "torch" })pb",
+                             "noname");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("module and name are required"));
+}
+
+TEST(RuleSetLoadTest, WildcardAllowEntryIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto(R"pb(version: "v"
+                                  allow { module: "torch" name: "*" })pb",
+                             "star");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("exact"));
+}
+
+TEST(RuleSetLoadTest, DenyEntryWithEmptyNameIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           deny { module: "os" category: CATEGORY_SHELL severity: SEVERITY_HIGH })pb",
+      "denyname");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), AllOf(HasSubstr("deny[0]"), HasSubstr("name is empty")));
+}
+
+TEST(RuleSetLoadTest, DenyEntryWithoutCategoryIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto(R"pb(version: "v"
+                                  deny { module: "os" name: "*" severity: SEVERITY_HIGH })pb",
+                             "cat");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("category"));
+}
+
+TEST(RuleSetLoadTest, UnknownFieldIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromTextProto(R"pb(version: "v"
+                                  allowlist { module: "x" name: "y" })pb",
+                             "unk");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("allowlist"));
+}
+
+TEST(RuleSetLoadTest, ArgSpecWithoutKindsIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           allow {
+             module: "torch"
+             name: "Size"
+             calls {
+               op: CALL_REDUCE
+               min_args: 1
+               max_args: 1
+               args {}
+             }
+           })pb",
+      "argspec");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("any_of is empty"));
+}
+
+TEST(RuleSetLoadTest, OversizedTextIsResourceExhausted) {
+  std::string big(RuleSet::kMaxRulesBytes + 1, ' ');
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(big, "big");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(RuleSetLoadTest, MissingFileIsNotFound) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+      RuleSet::FromFile("/nonexistent/ckptscan/rules.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/ckptscan/rules.textproto"));
+}
+
+TEST(RuleSetLoadTest, DirectoryIsNotARulesFile) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromFile("/");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RuleSetLoadTest, FileIsLoadedAndErrorsNameThePath) {
+  const std::string path = ::testing::TempDir() + "/rule_set_test_rules.textproto";
+  {
+    std::ofstream out(path);
+    out << kMinimalRules;
+  }
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromFile(path);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->version(), "test.1");
+  {
+    std::ofstream out(path);
+    out << "version: \"\"\n";
+  }
+  r = RuleSet::FromFile(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path));
+  std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation with the default rules: adversarial cases first.
+
+TEST(EvaluateTest, PosixSystemReduceIsDangerousShellWithCallSummary) {
+  FactsBuilder b;
+  NodeId sys = b.Global("posix", "system");
+  b.Reduce(sys, b.Tuple({b.Str("id")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(e.findings, SizeIs(1)) << Dump(e);  // one finding: the global carries the call
+  const v1::Finding& f = e.findings[0];
+  EXPECT_EQ(f.rule_id(), "global.denied.shell");
+  EXPECT_EQ(f.category(), "shell");
+  EXPECT_EQ(f.verdict(), v1::VERDICT_DANGEROUS);
+  EXPECT_EQ(f.severity(), v1::SEVERITY_CRITICAL);
+  EXPECT_EQ(f.global(), "posix.system");
+  EXPECT_EQ(f.call(), "posix.system('id')");
+  EXPECT_EQ(f.location().member(), "archive/data.pkl");
+  EXPECT_EQ(f.location().offset(), 2u);
+  EXPECT_EQ(f.location().opcode(), "GLOBAL");
+  EXPECT_EQ(f.location().nested_depth(), 0u);
+  EXPECT_THAT(f.message(), HasSubstr("Runs a shell command"));
+}
+
+TEST(EvaluateTest, BuiltinsEvalIsDangerousExec) {
+  FactsBuilder b;
+  b.Reduce(b.Global("builtins", "eval", pickle::Via::kStackGlobal),
+           b.Tuple({b.Str("__import__('os').system('id')")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.exec")) << Dump(e);
+  EXPECT_EQ(e.findings[0].location().opcode(), "STACK_GLOBAL");
+}
+
+TEST(EvaluateTest, Python2BuiltinNameResolvedToBuiltinsIsDangerous) {
+  // GLOBAL '__builtin__ eval' at protocol 2: fix_imports resolves it to builtins.eval.
+  FactsBuilder b;
+  b.Reduce(b.Global("__builtin__", "eval", pickle::Via::kGlobal, "builtins", "eval"),
+           b.Tuple({b.Str("1")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.exec"));
+  EXPECT_EQ(e.findings[0].global(), "builtins.eval");
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("written as __builtin__.eval"));
+}
+
+TEST(EvaluateTest, RawModuleNameIsGradedWhenResolutionHidesIt) {
+  // The raw name is denied even if a (hypothetical) mapping resolved it to something unknown.
+  FactsBuilder b;
+  b.Global("__builtin__", "apply", pickle::Via::kGlobal, "mystery", "thing");
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(Ids(e), ElementsAre("global.denied.introspection"));
+}
+
+TEST(EvaluateTest, PathlibDottedOsSystemIsDangerousShell) {
+  // Fickling GHSA-5j3x-jp52-966f: GLOBAL 'pathlib' 'os.system' reaches os.system.
+  FactsBuilder b;
+  b.Reduce(b.Global("pathlib", "os.system", pickle::Via::kStackGlobal), b.Tuple({b.Str("id")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(e.findings, SizeIs(1)) << Dump(e);
+  EXPECT_EQ(e.findings[0].rule_id(),
+            "global.denied.shell");  // the worse of pathlib.* and os.system
+  EXPECT_EQ(e.findings[0].global(), "pathlib.os.system");
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("[matches os.system]"));
+}
+
+TEST(EvaluateTest, ExactDenyEntryExplainsBetterThanItsModuleWildcard) {
+  FactsBuilder b;
+  b.SetItems(b.Global("os", "environ"), {b.Str("LD_PRELOAD"), b.Str("/tmp/x.so")});
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.process", "call.setitem")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("environment"));
+  EXPECT_EQ(e.findings[1].call(), "os.environ.__setitem__('LD_PRELOAD', '/tmp/x.so')");
+}
+
+TEST(EvaluateTest, MildExactEntryNeverHidesADangerousWildcard) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           deny {
+             module: "evil"
+             name: "*"
+             category: CATEGORY_EXEC
+             dangerous: true
+             severity: SEVERITY_HIGH
+             why: "w"
+             source: "s"
+           }
+           deny {
+             module: "evil"
+             name: "harmless"
+             category: CATEGORY_OTHER
+             dangerous: false
+             severity: SEVERITY_LOW
+             why: "w"
+             source: "s"
+           })pb",
+      "mild");
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  FactsBuilder b;
+  b.Global("evil", "harmless");
+  Evaluation e = Eval(b.Stream(), **rules);
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(Ids(e), ElementsAre("global.denied.exec"));
+}
+
+TEST(EvaluateTest, NumpyAttributeChainToSysModulesIsDangerous) {
+  // ModelScan #89: GLOBAL 'numpy' 'core._internal.sys.modules'.
+  FactsBuilder b;
+  b.Global("numpy", "core._internal.sys.modules", pickle::Via::kStackGlobal);
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.import")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("sys.modules"));
+}
+
+TEST(EvaluateTest, NumpyBuiltinsDunderIsDangerous) {
+  // ModelScan #330: numpy.__builtins__ then dict.get -> eval.
+  FactsBuilder b;
+  b.Global("numpy", "__builtins__", pickle::Via::kStackGlobal);
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  // __builtins__ is also a denied pseudo-module, reached as a qualname suffix.
+  EXPECT_THAT(Ids(e), ElementsAre("global.denied.exec")) << Dump(e);
+}
+
+TEST(EvaluateTest, DangerousDunderOnUnlistedClassIsDangerous) {
+  FactsBuilder b;
+  b.Global("mypkg", "Foo.__init__.__globals__", pickle::Via::kStackGlobal);
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.dunder")) << Dump(e);
+  EXPECT_EQ(e.findings[0].category(), "introspection");
+}
+
+TEST(EvaluateTest, HarmlessDunderIsSuspicious) {
+  FactsBuilder b;
+  b.Global("mypkg", "__version__", pickle::Via::kStackGlobal);
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  EXPECT_THAT(Ids(e), ElementsAre("global.dunder"));
+}
+
+TEST(EvaluateTest, UnknownClassIsSuspiciousUnlisted) {
+  FactsBuilder b;
+  NodeId obj = b.NewObj(b.Global("mypkg", "Foo"), b.Tuple({}));
+  b.Build(obj, b.Dict({b.Str("x"), b.Int(1)}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  // One finding: neither the call nor the BUILD of a non-allowlisted class adds another.
+  ASSERT_THAT(Ids(e), ElementsAre("global.unlisted")) << Dump(e);
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_MEDIUM);
+  EXPECT_EQ(e.findings[0].global(), "mypkg.Foo");
+  EXPECT_EQ(e.findings[0].call(), "mypkg.Foo.__new__()");
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("not on the allowlist"));
+}
+
+TEST(EvaluateTest, NonDangerousDenyEntryOnlyMakesItSuspicious) {
+  FactsBuilder b;
+  b.Reduce(b.Global("getpass", "getuser"), b.Tuple({}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.other"));
+  EXPECT_EQ(e.findings[0].verdict(), v1::VERDICT_SUSPICIOUS);
+}
+
+TEST(EvaluateTest, SubmoduleOfDeniedModuleIsDenied) {
+  // picklescan CVE-2025-10155..7: exact-module matching missed asyncio.unix_events.
+  FactsBuilder b;
+  b.Global("asyncio.base_events", "BaseEventLoop");
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(Ids(e), ElementsAre("global.denied.shell"));
+}
+
+TEST(EvaluateTest, BareDeniedNameInAnyModuleIsDenied) {
+  FactsBuilder b;
+  b.Global("numpy", "eval");
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.exec"));
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("[matches *.eval]"));
+}
+
+TEST(EvaluateTest, DeniedModuleNameInsideAnotherModulePathIsNotThatModule) {
+  // mypkg.os is a submodule of mypkg, not os: unlisted, not shell.
+  FactsBuilder b;
+  b.Global("mypkg.os", "helper");
+  Evaluation e = Eval(b.Stream());
+  EXPECT_THAT(Ids(e), ElementsAre("global.unlisted"));
+}
+
+TEST(EvaluateTest, ExtOpcodeIsSuspiciousAndNeverSafe) {
+  FactsBuilder b;
+  b.Reduce(b.Ext(0x42), b.Tuple({b.Str("id")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("opcode.ext")) << Dump(e);
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_HIGH);
+  EXPECT_EQ(e.findings[0].location().opcode(), "EXT1");
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("66"));
+  EXPECT_EQ(e.findings[0].call(), "<ext 66>('id')");
+}
+
+TEST(EvaluateTest, CallOfACallResultIsCallCallee) {
+  // getattr-chain shape: (OrderedDict())('x'): the callee is not a named global.
+  FactsBuilder b;
+  NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+  b.Reduce(od, b.Tuple({b.Str("x")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("call.callee")) << Dump(e);
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_HIGH);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("call of collections.OrderedDict"));
+}
+
+TEST(EvaluateTest, AllowlistedOrderedDictWithWrongShapeIsCallShape) {
+  FactsBuilder b;
+  b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({b.Int(1), b.Int(2)}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
+  const v1::Finding& f = e.findings[0];
+  EXPECT_EQ(f.global(), "collections.OrderedDict");
+  EXPECT_EQ(f.severity(), v1::SEVERITY_MEDIUM);
+  EXPECT_EQ(f.location().opcode(), "REDUCE");
+  EXPECT_THAT(f.message(),
+              AllOf(HasSubstr("expected REDUCE([LIST|TUPLE])"), HasSubstr("got REDUCE(int, int)")));
+}
+
+TEST(EvaluateTest, AllowlistedCallWithWrongOpcodeIsCallShape) {
+  FactsBuilder b;
+  b.NewObj(b.Global("collections", "OrderedDict"), b.Tuple({}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_THAT(Ids(e), ElementsAre("call.shape"));
+}
+
+TEST(EvaluateTest, ReduceWhoseArgumentsAreNotATupleIsCallShape) {
+  FactsBuilder b;
+  b.Reduce(b.Global("collections", "OrderedDict"), b.List({}));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.shape"));
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("not a tuple"));
+}
+
+TEST(EvaluateTest, DataOnlyGlobalThatIsCalledIsCallShape) {
+  FactsBuilder b;
+  b.Reduce(b.Global("torch", "float32"), b.Tuple({}));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.shape"));
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("data only"));
+}
+
+TEST(EvaluateTest, ParameterOfSomethingThatIsNotATensorIsCallShape) {
+  FactsBuilder b;
+  NodeId hooks = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+  b.Reduce(b.Global("torch._utils", "_rebuild_parameter"),
+           b.Tuple({b.Str("not a tensor"), b.Bool(true), hooks}));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("REDUCE(TENSOR, BOOL, DICT)"));
+}
+
+TEST(EvaluateTest, BuildOnAGlobalIsDangerous) {
+  // ModelScan #85: BUILD sets attributes on numpy.prod, read back later.
+  FactsBuilder b;
+  NodeId prod = b.Global("collections", "OrderedDict");  // allowlisted, still a class object
+  b.Build(prod, b.Dict({b.Str("__reduce__"), b.Str("x")}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("call.build")) << Dump(e);
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_HIGH);
+  EXPECT_EQ(e.findings[0].category(), "introspection");
+  EXPECT_EQ(e.findings[0].location().opcode(), "BUILD");
+}
+
+TEST(EvaluateTest, BuildOnObjectThatIsNotABuildTargetIsSuspicious) {
+  FactsBuilder b;
+  NodeId size = b.Reduce(b.Global("torch", "Size"), b.Tuple({b.IntTuple({2, 3})}));
+  b.Build(size, b.Dict({}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("call.build")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("torch.Size"));
+}
+
+TEST(EvaluateTest, SetItemsOnTargetThatIsNotAllowedIsSuspicious) {
+  FactsBuilder b;
+  NodeId size = b.Reduce(b.Global("torch", "Size"), b.Tuple({b.IntTuple({1})}));
+  b.SetItems(size, {b.Str("k"), b.Int(1)});
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("call.setitem")) << Dump(e);
+  EXPECT_EQ(e.findings[0].location().opcode(), "SETITEMS");
+}
+
+TEST(EvaluateTest, SetItemsOnAGlobalIsSuspiciousHigh) {
+  FactsBuilder b;
+  b.SetItems(b.Global("collections", "OrderedDict"), {b.Str("k"), b.Int(1)});
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.setitem"));
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_HIGH);
+  EXPECT_EQ(e.findings[0].global(), "collections.OrderedDict");
+}
+
+TEST(EvaluateTest, AppendsOnTargetThatIsNotAllowedIsSuspicious) {
+  FactsBuilder b;
+  NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+  b.Appends(od, {b.Int(1)});
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  EXPECT_THAT(Ids(e), ElementsAre("call.append"));
+}
+
+TEST(EvaluateTest, TextPersidIsSuspicious) {
+  FactsBuilder b;
+  b.PersistentLoad(b.Str("0"), 'P');
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("persid.text"));
+  EXPECT_EQ(e.findings[0].location().opcode(), "PERSID");
+}
+
+TEST(EvaluateTest, PersistentIdThatIsNotAStorageIsSuspicious) {
+  // Legacy torch.save of a whole nn.Module: ('module', cls, source_file, source).
+  FactsBuilder b;
+  b.PersistentLoad(b.Tuple({b.Str("module"), b.Str("Net"), b.Str("net.py"), b.Str("...")}));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("persid.shape")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("('module'"));
+}
+
+TEST(EvaluateTest, StoragePersistentIdNamingAnUnlistedClassIsReportedAsAGlobal) {
+  FactsBuilder b;
+  NodeId cls = b.Global("mypkg", "EvilStorage");
+  b.PersistentLoad(b.Tuple({b.Str("storage"), cls, b.Str("0"), b.Str("cpu"), b.Int(1)}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_THAT(Ids(e), ElementsAre("global.unlisted"));
+}
+
+TEST(EvaluateTest, TrailingBytesAreSuspicious) {
+  FactsBuilder b;
+  pickle::StreamFacts s = b.Stream(b.None());
+  s.trailing_offset = 40;
+  s.trailing_bytes = 7;
+  Evaluation e = Eval(s);
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  ASSERT_THAT(Ids(e), ElementsAre("stream.trailing"));
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_LOW);
+  EXPECT_EQ(e.findings[0].location().offset(), 40u);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("7 bytes"));
+}
+
+TEST(EvaluateTest, NestedPickleOsSystemIsDangerousWithNestedDepth) {
+  // Outer: a harmless bytes value that is itself a pickle calling os.system.
+  FactsBuilder outer;
+  NodeId blob = outer.Bytes("\x80\x02...");
+  pickle::StreamFacts s = outer.Stream(blob);
+  FactsBuilder inner(100);
+  NodeId system = inner.Global("os", "system");
+  inner.Reduce(system, inner.Tuple({inner.Str("id")}));
+  pickle::PickleFacts nested = inner.Pickle();
+  nested.depth = 1;
+  nested.parent = 0;
+  nested.parent_node = blob;
+  s.pickles.push_back(nested);
+  Evaluation e = Eval(s);
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_THAT(Ids(e), ElementsAre("global.denied.shell")) << Dump(e);
+  EXPECT_EQ(e.findings[0].location().nested_depth(), 1u);
+  EXPECT_EQ(e.findings[0].location().pickle_index(), 1u);
+  EXPECT_EQ(e.findings[0].location().offset(), 100u);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("nested 1 level deep"));
+}
+
+TEST(EvaluateTest, FindingsAreInStreamOrderAcrossGlobalsAndCalls) {
+  FactsBuilder b;
+  b.Global("mypkg", "A");  // offset 2
+  b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({b.Int(1), b.Int(2)}));
+  b.Global("os", "system");
+  Evaluation e = Eval(b.Stream());
+  EXPECT_THAT(Ids(e), ElementsAre("global.unlisted", "call.shape", "global.denied.shell"));
+  for (size_t i = 1; i < e.findings.size(); ++i) {
+    EXPECT_LT(e.findings[i - 1].location().offset(), e.findings[i].location().offset());
+  }
+}
+
+TEST(EvaluateTest, InconsistentFactsYieldOneScanErrorNotACrash) {
+  // Facts cross a process boundary: ids out of range must never be dereferenced.
+  FactsBuilder b;
+  NodeId od = b.Global("collections", "OrderedDict");
+  b.Reduce(od, 999'999);           // arguments out of range
+  b.Reduce(123'456, b.Tuple({}));  // callee out of range
+  b.Build(777'777, b.Dict({}));    // target out of range
+  b.Reduce(b.Global("os", "system"), b.Tuple({b.Str("id")}));
+  pickle::PickleFacts p = b.Pickle();
+  pickle::Node bad_global;
+  bad_global.kind = pickle::Kind::kGlobal;
+  bad_global.ref = 4242;  // no such global
+  p.graph.nodes.push_back(bad_global);
+  pickle::Node bad_call;
+  bad_call.kind = pickle::Kind::kCall;
+  bad_call.ref = 4242;  // no such call site
+  p.graph.nodes.push_back(bad_call);
+  pickle::CallSite c;
+  c.op = pickle::CallOp::kReduce;
+  c.opcode = 'R';
+  c.offset = 500;
+  c.callee = static_cast<NodeId>(p.graph.nodes.size() - 2);
+  c.args = static_cast<NodeId>(p.graph.nodes.size() - 1);  // a call node naming no call
+  p.graph.calls.push_back(c);
+  pickle::StreamFacts s;
+  s.pickles.push_back(p);
+  Evaluation e = Eval(s);
+  // The dangerous global is still found (findings win over errors); the graph is reported
+  // inconsistent once; call renderings are left out.
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(Ids(e), ElementsAre("scan.error", "global.denied.shell")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("inconsistent scan facts"));
+  EXPECT_EQ(e.findings[1].call(), "");
+}
+
+TEST(EvaluateTest, UnknownCallOperationIsInconsistentFacts) {
+  FactsBuilder b;
+  b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+  pickle::PickleFacts p = b.Pickle();
+  p.graph.calls[0].op = static_cast<pickle::CallOp>(200);
+  pickle::StreamFacts s;
+  s.pickles.push_back(p);
+  Evaluation e = Eval(s);
+  EXPECT_EQ(e.verdict, v1::VERDICT_ERROR);
+  EXPECT_THAT(Ids(e), ElementsAre("scan.error"));
+}
+
+TEST(EvaluateTest, OverlongGlobalNameIsUnlistedWithoutGrading) {
+  FactsBuilder b;
+  std::string chain;
+  for (int i = 0; i < 400; ++i) chain += "os.";
+  chain += "system";
+  b.Global("pathlib", chain, pickle::Via::kStackGlobal);
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("global.unlisted"));
+  EXPECT_EQ(e.findings[0].severity(), v1::SEVERITY_HIGH);
+  EXPECT_LT(e.findings[0].global().size(), 600u);  // names are cut for display
+}
+
+TEST(EvaluateTest, InvalidUtf8InNamesIsEscapedInFindings) {
+  FactsBuilder b;
+  b.Global("my\xffpkg", "F\xed\xa0\x80oo\n");  // 0xff, a lone surrogate, a newline
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(e.findings, SizeIs(1));
+  EXPECT_EQ(e.findings[0].global(), "my\\xffpkg.F\\xed\\xa0\\x80oo\\n");
+  std::string wire;
+  EXPECT_TRUE(e.findings[0].SerializeToString(&wire));
+  // Zip member names are arbitrary bytes too.
+  Evaluation m = Rules().Evaluate(b.Stream(), "data\xff.pkl");
+  ASSERT_THAT(m.findings, SizeIs(1));
+  EXPECT_EQ(m.findings[0].location().member(), "data\\xff.pkl");
+}
+
+TEST(EvaluateTest, FindingsBeyondTheLimitCountTowardsTheVerdictButAreNotKept) {
+  FactsBuilder b;
+  for (size_t i = 0; i < RuleSet::kMaxFindings; ++i) b.Global("mypkg", "A");
+  b.Global("os", "system");  // the only dangerous one, past the limit
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  ASSERT_EQ(e.findings.size(), RuleSet::kMaxFindings + 1);
+  const v1::Finding& last = e.findings.back();
+  EXPECT_EQ(last.rule_id(), "scan.findings_truncated");
+  EXPECT_EQ(last.verdict(), v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(last.message(), HasSubstr("1 more findings"));
+}
+
+TEST(EvaluateTest, CustomCallSummarizerIsUsedAndItsOutputSanitized) {
+  FactsBuilder b;
+  NodeId system = b.Global("posix", "system");
+  b.Reduce(system, b.Tuple({b.Str("id")}));
+  Evaluation e =
+      Rules().Evaluate(b.Stream(), "", [](const pickle::Graph&, const pickle::CallSite& c) {
+        return absl::StrCat("call@", c.offset, "\n\xff");
+      });
+  ASSERT_THAT(e.findings, SizeIs(1));
+  EXPECT_EQ(e.findings[0].call(), "call@6\\n\\xff");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Legitimate checkpoints: SAFE with zero findings.
+
+// torch.save(model.state_dict()) as torch 1.13-2.x writes data.pkl (convert_sign.md §2.3).
+pickle::StreamFacts TorchStateDict() {
+  FactsBuilder b;
+  NodeId od_cls = b.Global("collections", "OrderedDict");
+  NodeId sd = b.Reduce(od_cls, b.Tuple({}));
+  NodeId rebuild = b.Global("torch._utils", "_rebuild_tensor_v2");
+  NodeId storage = b.Storage("FloatStorage", "0", 6);
+  NodeId hooks = b.Reduce(od_cls, b.Tuple({}));  // memo: the same OrderedDict global
+  NodeId weight = b.Reduce(rebuild, b.Tuple({storage, b.Int(0), b.IntTuple({2, 3}),
+                                             b.IntTuple({3, 1}), b.Bool(false), hooks}));
+  NodeId storage2 = b.Storage("FloatStorage", "1", 2);
+  NodeId hooks2 = b.Reduce(od_cls, b.Tuple({}));
+  NodeId bias = b.Reduce(rebuild, b.Tuple({storage2, b.Int(0), b.IntTuple({2}), b.IntTuple({1}),
+                                           b.Bool(false), hooks2}));
+  b.SetItems(sd, {b.Str("weight"), weight, b.Str("bias"), bias});
+  NodeId meta = b.Reduce(od_cls, b.Tuple({}));
+  b.SetItems(meta, {b.Str(""), b.Dict({b.Str("version"), b.Int(1)})});
+  b.Build(sd, b.Dict({b.Str("_metadata"), meta}));
+  return b.Stream(sd);
+}
+
+TEST(EvaluateSafeTest, TorchStateDictIsSafeWithZeroFindings) {
+  Evaluation e = Eval(TorchStateDict());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SAFE);
+  EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+}
+
+TEST(EvaluateSafeTest, ParametersDtypesAndNewFormatsAreSafe) {
+  FactsBuilder b;
+  NodeId od = b.Global("collections", "OrderedDict");
+  // nn.Parameter around a v3 (float8) tensor on an UntypedStorage.
+  NodeId st = b.Storage("UntypedStorage", "0", 16);
+  NodeId t = b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v3"),
+                      b.Tuple({st, b.Int(0), b.IntTuple({4, 4}), b.IntTuple({4, 1}), b.Bool(false),
+                               b.Reduce(od, b.Tuple({})), b.Global("torch", "float8_e4m3fn")}));
+  NodeId p = b.Reduce(b.Global("torch._utils", "_rebuild_parameter"),
+                      b.Tuple({t, b.Bool(true), b.Reduce(od, b.Tuple({}))}));
+  // Metadata seen next to weights: a device, a Size, a version string, an epoch.
+  NodeId dev = b.Reduce(b.Global("torch", "device"), b.Tuple({b.Str("cuda"), b.Int(0)}));
+  NodeId size = b.Reduce(b.Global("torch", "Size"), b.Tuple({b.IntTuple({4, 4})}));
+  NodeId ver = b.Reduce(b.Global("torch.torch_version", "TorchVersion"), b.Tuple({b.Str("2.1.0")}));
+  // Protocol-2 bytes and an optimizer-state defaultdict(dict).
+  NodeId raw =
+      b.Reduce(b.Global("_codecs", "encode"), b.Tuple({b.Str("\xc3\xbf"), b.Str("latin1")}));
+  NodeId state =
+      b.Reduce(b.Global("collections", "defaultdict"), b.Tuple({b.Global("builtins", "dict")}));
+  b.SetItems(state, {b.Int(0), b.Dict({})});
+  NodeId root = b.Dict({b.Str("p"), p, b.Str("dev"), dev, b.Str("size"), size, b.Str("ver"), ver,
+                        b.Str("raw"), raw, b.Str("state"), state});
+  Evaluation e = Eval(b.Stream(root));
+  EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << Dump(e);
+  EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+}
+
+TEST(EvaluateSafeTest, NumpyArrayAndArgparseNamespaceAreSafe) {
+  FactsBuilder b;
+  // np.array pickled at protocol 2: _reconstruct(ndarray, (0,), _codecs.encode('b', 'latin1')).
+  NodeId enc = b.Global("_codecs", "encode");
+  NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                        b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}),
+                                 b.Reduce(enc, b.Tuple({b.Str("b"), b.Str("latin1")}))}));
+  NodeId dt =
+      b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Bool(false), b.Bool(true)}));
+  b.Build(dt, b.Tuple({b.Int(3), b.Str("<"), b.None()}));
+  b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({3}), dt, b.Bool(false),
+                        b.Bytes("123456781234567812345678")}));
+  // args = parser.parse_args(): NEWOBJ Namespace() + BUILD.
+  NodeId ns = b.NewObj(b.Global("argparse", "Namespace"), b.Tuple({}));
+  b.Build(ns, b.Dict({b.Str("lr"), b.Float(0.1)}));
+  Evaluation e = Eval(b.Stream(b.Tuple({arr, ns})));
+  EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << Dump(e);
+  EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+}
+
+// Shapes seen in real torch 1.13 / numpy 1.24 output (data.pkl of torch.save at protocols 1-5).
+TEST(EvaluateSafeTest, ShapesSeenInRealTorchOutputAreSafe) {
+  FactsBuilder b;
+  NodeId enc = b.Global("_codecs", "encode");
+  NodeId obj = b.Global("builtins", "object");
+  // Protocol 2: bytearray(_codecs.encode('ab', 'latin1')).
+  NodeId ba = b.Reduce(b.Global("builtins", "bytearray"),
+                       b.Tuple({b.Reduce(enc, b.Tuple({b.Str("ab"), b.Str("latin1")}))}));
+  // Protocol 5: numpy.core.numeric._frombuffer(bytearray, dtype('f4', ...), (2, 3), 'C').
+  NodeId dt =
+      b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f4"), b.Bool(false), b.Bool(true)}));
+  NodeId arr =
+      b.Reduce(b.Global("numpy.core.numeric", "_frombuffer"),
+               b.Tuple({b.ByteArray(std::string(24, '\0')), dt, b.IntTuple({2, 3}), b.Str("C")}));
+  // Protocol 1: copyreg._reconstructor(argparse.Namespace, object, None) + BUILD.
+  NodeId ns = b.Reduce(b.Global("copyreg", "_reconstructor"),
+                       b.Tuple({b.Global("argparse", "Namespace"), obj, b.None()}));
+  b.Build(ns, b.Dict({b.Str("a"), b.Int(1)}));
+  // A tensor with a Python attribute: _rebuild_from_type_v2(_rebuild_tensor_v2, Tensor, args,
+  // state).
+  NodeId od = b.Global("collections", "OrderedDict");
+  NodeId st = b.Storage("FloatStorage", "0", 2);
+  NodeId v2 = b.Global("torch._utils", "_rebuild_tensor_v2");
+  NodeId args = b.Tuple(
+      {st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false), b.Reduce(od, b.Tuple({}))});
+  NodeId attr = b.Reduce(
+      b.Global("torch._tensor", "_rebuild_from_type_v2"),
+      b.Tuple({v2, b.Global("torch", "Tensor"), args, b.Dict({b.Str("note"), b.Str("hi")})}));
+  // torch 1.13 sparse CSR.
+  NodeId layout = b.Reduce(b.Global("torch.serialization", "_get_layout"),
+                           b.Tuple({b.Str("torch.sparse_csr")}));
+  NodeId csr = b.Reduce(b.Global("torch._utils", "_rebuild_sparse_csr_tensor"),
+                        b.Tuple({layout, b.Tuple({attr, attr, attr, b.IntTuple({2, 2})})}));
+  Evaluation e = Eval(b.Stream(b.Tuple({ba, arr, ns, attr, csr})));
+  EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << Dump(e);
+  EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule ids and verdict arithmetic.
+
+TEST(VerdictTest, WorseVerdictOrdersDangerousSuspiciousErrorSafe) {
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_SAFE, v1::VERDICT_ERROR), v1::VERDICT_ERROR);
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_ERROR, v1::VERDICT_SUSPICIOUS), v1::VERDICT_SUSPICIOUS);
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_DANGEROUS, v1::VERDICT_SUSPICIOUS), v1::VERDICT_DANGEROUS);
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_SUSPICIOUS, v1::VERDICT_ERROR), v1::VERDICT_SUSPICIOUS);
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_UNSPECIFIED, v1::VERDICT_SAFE), v1::VERDICT_SAFE);
+  EXPECT_EQ(WorseVerdict(v1::VERDICT_SAFE, v1::VERDICT_UNSPECIFIED), v1::VERDICT_SAFE);
+}
+
+// One small stream per rule id the evaluator can emit.
+std::vector<pickle::StreamFacts> EveryRuleScenario() {
+  std::vector<pickle::StreamFacts> out;
+  auto global = [&](const std::string& module, const std::string& name) {
+    FactsBuilder b;
+    b.Global(module, name, pickle::Via::kStackGlobal);
+    out.push_back(b.Stream());
+  };
+  // One global per deny category.
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"builtins", "eval"},
+                                                        {"posix", "system"},
+                                                        {"importlib", "import_module"},
+                                                        {"shutil", "rmtree"},
+                                                        {"socket", "socket"},
+                                                        {"pickle", "loads"},
+                                                        {"operator", "attrgetter"},
+                                                        {"ctypes", "CDLL"},
+                                                        {"pdb", "run"},
+                                                        {"pip", "main"},
+                                                        {"threading", "Thread"},
+                                                        {"getpass", "getuser"}}) {
+    global(module, name);
+  }
+  global("mypkg", "Foo");          // global.unlisted
+  global("mypkg", "Foo.__doc__");  // global.dunder
+  {
+    FactsBuilder b;  // opcode.ext
+    b.Ext(1);
+    out.push_back(b.Stream());
+  }
+  {
+    FactsBuilder b;  // call.callee, call.shape, call.build, call.setitem, call.append
+    NodeId od_cls = b.Global("collections", "OrderedDict");
+    NodeId od = b.Reduce(od_cls, b.Tuple({}));
+    b.Reduce(od, b.Tuple({}));
+    b.Reduce(od_cls, b.Tuple({b.Int(1), b.Int(2)}));
+    b.Build(od_cls, b.Dict({}));
+    NodeId size = b.Reduce(b.Global("torch", "Size"), b.Tuple({b.IntTuple({1})}));
+    b.SetItems(size, {b.Str("k"), b.Int(1)});
+    b.Appends(od, {b.Int(1)});
+    out.push_back(b.Stream());
+  }
+  {
+    FactsBuilder b;  // persid.shape, persid.text, stream.trailing
+    b.PersistentLoad(b.Tuple({b.Str("module")}));
+    b.PersistentLoad(b.Str("0"), 'P');
+    pickle::StreamFacts s = b.Stream();
+    s.trailing_bytes = 1;
+    out.push_back(s);
+  }
+  {
+    FactsBuilder b;  // scan.error (inconsistent facts)
+    b.Build(99'999, b.Dict({}));
+    out.push_back(b.Stream());
+  }
+  {
+    FactsBuilder b;  // scan.findings_truncated
+    for (size_t i = 0; i <= RuleSet::kMaxFindings; ++i) b.Global("mypkg", "A");
+    out.push_back(b.Stream());
+  }
+  return out;
+}
+
+TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
+  std::set<std::string> emitted;
+  for (const pickle::StreamFacts& s : EveryRuleScenario()) {
+    for (const v1::Finding& f : Eval(s).findings) emitted.insert(f.rule_id());
+  }
+  for (const std::string& id : emitted) {
+    const RuleInfo* info = FindRule(id);
+    ASSERT_NE(info, nullptr) << id;
+    EXPECT_FALSE(info->title.empty()) << id;
+    EXPECT_FALSE(info->help.empty()) << id;
+  }
+  std::set<std::string> catalogued;
+  for (const RuleInfo& r : Catalogue()) catalogued.insert(std::string(r.id));
+  EXPECT_EQ(emitted, catalogued);
+}
+
+TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
+  std::vector<std::string> expected = {"global.unlisted",
+                                       "global.dunder",
+                                       "opcode.ext",
+                                       "call.callee",
+                                       "call.shape",
+                                       "call.build",
+                                       "call.setitem",
+                                       "call.append",
+                                       "persid.shape",
+                                       "persid.text",
+                                       "stream.trailing",
+                                       "scan.error",
+                                       "scan.findings_truncated"};
+  for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
+                        "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
+    expected.push_back(absl::StrCat("global.denied.", c));
+  }
+  for (const std::string& id : expected) EXPECT_NE(FindRule(id), nullptr) << id;
+  EXPECT_EQ(Catalogue().size(), expected.size());
+  EXPECT_EQ(FindRule("no.such.rule"), nullptr);
+  EXPECT_EQ(FindRule("scan.error")->verdict, v1::VERDICT_ERROR);
+}
+
+}  // namespace
+}  // namespace ckptscan::rules

@@ -1,0 +1,87 @@
+// pickle_facts: prints what the VM saw in each file, one JSON object per line, for the
+// differential test against CPython (tests/differential/diff_test.py).
+//
+//   pickle_facts FILE...      or      pickle_facts --stdin   (one path per line)
+//
+// {"file": ..., "pickles": [{"start", "end", "depth", "error", "error_offset",
+//   "globals": [[module, name], ...]}], "trailing_bytes": N, "stream_error": null|"..."}
+// Globals are raw (as find_class receives them); EXT references are ["<ext>", "<code>"].
+// Top-level pickles come first in stream order, nested ones after.
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "core/pickle/vm.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using ckptscan::pickle::GlobalRef;
+using ckptscan::pickle::PickleFacts;
+using ckptscan::pickle::StreamFacts;
+using ckptscan::pickle::Via;
+using ckptscan::pickle::Vm;
+
+// Names are arbitrary bytes (lone surrogates are kept as 3-byte sequences); invalid UTF-8 is
+// printed as U+FFFD, and the differential test normalises CPython's side the same way.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json Describe(const std::string& path) {
+  nlohmann::json out;
+  out["file"] = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    out["stream_error"] = "cannot open";
+    out["pickles"] = nlohmann::json::array();
+    out["trailing_bytes"] = 0;
+    return out;
+  }
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StreamFacts facts = Vm().ScanStream(data);
+  nlohmann::json pickles = nlohmann::json::array();
+  for (const PickleFacts& p : facts.pickles) {
+    nlohmann::json jp;
+    jp["start"] = p.start;
+    jp["end"] = p.end;
+    jp["depth"] = p.depth;
+    jp["error"] = p.error ? nlohmann::json(p.error->message) : nlohmann::json(nullptr);
+    jp["error_offset"] = p.error ? nlohmann::json(p.error->offset) : nlohmann::json(nullptr);
+    nlohmann::json globals = nlohmann::json::array();
+    for (const GlobalRef& g : p.graph.globals) {
+      if (g.via == Via::kExt) {
+        globals.push_back({"<ext>", std::to_string(g.ext_code)});
+      } else {
+        globals.push_back({g.module, g.name});
+      }
+    }
+    jp["globals"] = std::move(globals);
+    pickles.push_back(std::move(jp));
+  }
+  out["pickles"] = std::move(pickles);
+  out["trailing_bytes"] = facts.trailing_bytes;
+  out["stream_error"] =
+      facts.stream_error ? nlohmann::json(facts.stream_error->message) : nlohmann::json(nullptr);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: pickle_facts FILE... | pickle_facts --stdin\n";
+    return 64;
+  }
+  if (std::string(argv[1]) == "--stdin") {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (!line.empty()) std::cout << Dump(Describe(line)) << "\n";
+    }
+  } else {
+    for (int i = 1; i < argc; ++i) std::cout << Dump(Describe(argv[i])) << "\n";
+  }
+  std::cout.flush();
+  return 0;
+}
