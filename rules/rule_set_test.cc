@@ -429,6 +429,18 @@ TEST(EvaluateTest, CallOfACallResultIsCallCallee) {
   EXPECT_THAT(e.findings[0].message(), HasSubstr("call of collections.OrderedDict"));
 }
 
+TEST(EvaluateTest, BytesIsSafeOnlyAsTheEmptyBytesOfOldProtocols) {
+  FactsBuilder empty;
+  empty.Reduce(empty.Global("builtins", "bytes"), empty.Tuple({}));
+  EXPECT_EQ(Eval(empty.Stream()).verdict, v1::VERDICT_SAFE);
+  // bytes(x) would iterate over x (or call its __bytes__/__index__): not a shape we allow.
+  FactsBuilder arg;
+  arg.Reduce(arg.Global("builtins", "bytes"), arg.Tuple({arg.Int(3)}));
+  Evaluation e = Eval(arg.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
+  EXPECT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
+}
+
 TEST(EvaluateTest, AllowlistedOrderedDictWithWrongShapeIsCallShape) {
   FactsBuilder b;
   b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({b.Int(1), b.Int(2)}));
