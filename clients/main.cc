@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,28 @@ absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(
   return rules::RuleSet::FromFile(path);
 }
 
+// What scan and disasm share: the rule set and the VM limits, from their flags.
+struct Engine {
+  std::shared_ptr<const rules::RuleSet> rules;
+  pickle::Limits limits;
+};
+
+// Prints the usage error and returns nullopt when a flag is bad.
+std::optional<Engine> LoadEngine(const std::string& rules_path,
+                                 const std::vector<std::string>& limit_flags) {
+  absl::StatusOr<pickle::Limits> limits = ParseLimitFlags(limit_flags);
+  if (!limits.ok()) {
+    PrintError(std::string(limits.status().message()));
+    return std::nullopt;
+  }
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(rules_path);
+  if (!ruleset.ok()) {
+    PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
+    return std::nullopt;
+  }
+  return Engine{*std::move(ruleset), *limits};
+}
+
 struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
@@ -97,22 +120,15 @@ struct ScanOptions {
 };
 
 int RunScan(const ScanOptions& opt) {
-  absl::StatusOr<pickle::Limits> limits = ParseLimitFlags(opt.limits);
-  if (!limits.ok()) {
-    PrintError(std::string(limits.status().message()));
-    return kExitUsage;
-  }
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset =
-      LoadRules(opt.rules);
-  if (!ruleset.ok()) {
-    PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
-    return kExitUsage;
-  }
+  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
+  if (!engine) return kExitUsage;
+  const rules::RuleSet& ruleset = *engine->rules;
+  const pickle::Limits& limits = engine->limits;
 
   v1::Report report;
   report.set_schema(std::string(kReportSchema));
   report.set_scanner_version(std::string(kVersion));
-  report.set_rules_version((*ruleset)->version());
+  report.set_rules_version(ruleset.version());
   std::string skipped;
   for (const ScanTarget& t : ExpandScanPaths(opt.paths)) {
     switch (t.kind) {
@@ -125,7 +141,7 @@ int RunScan(const ScanOptions& opt) {
         break;
       case ScanTarget::Kind::kFile: {
         absl::StatusOr<v1::FileReport> file =
-            pipeline::ScanFileInProcess(t.path, **ruleset, *limits);
+            pipeline::ScanFileInProcess(t.path, ruleset, limits);
         *report.add_files() =
             file.ok() ? *std::move(file)
                       : pipeline::UnreadableFileReport(t.path, file.status());
@@ -168,17 +184,10 @@ struct DisasmOptions {
 };
 
 int RunDisasm(const DisasmOptions& opt) {
-  absl::StatusOr<pickle::Limits> limits = ParseLimitFlags(opt.limits);
-  if (!limits.ok()) {
-    PrintError(std::string(limits.status().message()));
-    return kExitUsage;
-  }
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset =
-      LoadRules(opt.rules);
-  if (!ruleset.ok()) {
-    PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
-    return kExitUsage;
-  }
+  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
+  if (!engine) return kExitUsage;
+  const rules::RuleSet& ruleset = *engine->rules;
+  const pickle::Limits& limits = engine->limits;
   absl::StatusOr<pipeline::MappedFile> file =
       pipeline::MappedFile::Open(opt.file);
   if (!file.ok()) {
@@ -188,7 +197,7 @@ int RunDisasm(const DisasmOptions& opt) {
     return ExitCodeFor(report.verdict());
   }
   const v1::FileReport report = Disassemble(
-      opt.file, file->bytes(), **ruleset, *limits,
+      opt.file, file->bytes(), ruleset, limits,
       [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); });
   return ExitCodeFor(report.verdict());
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/verdict.h"
+#include "core/base/escape.h"
 #include "core/base/strings.h"
 #include "pipeline/sha256.h"
 
@@ -89,12 +90,6 @@ Json FileJson(const v1::FileReport& f) {
 }
 
 // ---------------------------------------------------------------- text
-
-bool IsInvisibleControl(uint32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c ||
-         (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
-         (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
-}
 
 std::string Plural(uint64_t n, std::string_view word) {
   return absl::StrCat(n, " ", base::AbslView(word), n == 1 ? "" : "s");
@@ -269,55 +264,7 @@ Json RuleDescriptor(std::string_view id,
 }  // namespace
 
 std::string TerminalSafe(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      if (c == '\n') {
-        out += "\\n";
-      } else if (c == '\t') {
-        out += "\\t";
-      } else if (c == '\r') {
-        out += "\\r";
-      } else if (c < 0x20 || c == 0x7f) {
-        absl::StrAppendFormat(&out, "\\x%02x", c);
-      } else {
-        out.push_back(static_cast<char>(c));
-      }
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0;
-    uint32_t min = 0;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2, cp = c & 0x1f, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3, cp = c & 0x0f, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4, cp = c & 0x07, min = 0x10000;
-    }
-    bool ok = len != 0 && len <= s.size() - i;
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      ok = (cc & 0xc0) == 0x80;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    if (!ok || cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-      absl::StrAppendFormat(&out, "\\x%02x", c);
-      ++i;
-      continue;
-    }
-    if (IsInvisibleControl(cp)) {
-      absl::StrAppendFormat(&out, "\\u{%x}", cp);
-    } else {
-      out.append(s.substr(i, len));
-    }
-    i += len;
-  }
-  return out;
+  return base::Escaped(s, {.escape_backslash = false, .escape_invisible = true});
 }
 
 std::string ReportToJson(const v1::Report& report) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/escape.h"
 #include "core/pickle/opcodes.h"
 
 namespace ckptscan::rules::internal {
@@ -73,62 +74,7 @@ std::optional<std::string> FindInconsistency(const Graph& g) {
 }
 
 void AppendSanitized(std::string* out, std::string_view s, bool escape_backslash) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      switch (c) {
-        case '\n':
-          *out += "\\n";
-          break;
-        case '\r':
-          *out += "\\r";
-          break;
-        case '\t':
-          *out += "\\t";
-          break;
-        default:
-          if (c == '\\' && escape_backslash) {
-            *out += "\\\\";
-          } else if (c < 0x20 || c == 0x7f) {
-            absl::StrAppend(out, "\\x", absl::Hex(c, absl::kZeroPad2));
-          } else {
-            out->push_back(static_cast<char>(c));
-          }
-      }
-      ++i;
-      continue;
-    }
-    // One multi-byte sequence: accept only well-formed UTF-8 without surrogates.
-    size_t len = 0;
-    uint32_t cp = 0;
-    uint32_t min = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07, min = 0x10000;
-    }
-    bool ok = len != 0 && len <= n - i;
-    for (size_t k = 1; ok && k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) {
-        ok = false;
-      } else {
-        cp = (cp << 6) | (p[i + k] & 0x3F);
-      }
-    }
-    ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    if (ok) {
-      out->append(s.data() + i, len);
-      i += len;
-    } else {
-      absl::StrAppend(out, "\\x", absl::Hex(c, absl::kZeroPad2));
-      ++i;
-    }
-  }
+  base::AppendEscaped(out, s, {.escape_backslash = escape_backslash});
 }
 
 std::string Sanitized(std::string_view s, size_t max_bytes, bool escape_backslash) {
