@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end checks of the built ckptscan binary on tiny pickles made with printf.
-#   clients/cli_test.sh path/to/ckptscan
+#   clients/cli_test.sh path/to/ckptscan [path/to/without_seccomp]
 # Each case names the scenario it proves; the script fails if any case fails.
 set -uo pipefail
 
-bin="${1:?usage: cli_test.sh path/to/ckptscan}"
+bin="${1:?usage: cli_test.sh path/to/ckptscan [path/to/without_seccomp]}"
+without_seccomp="${2:-}"
 py=/usr/bin/python3
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -155,10 +156,70 @@ fi
 name=DisasmOfTruncatedPickleExitsTwo
 run "$name" 2 "$bin" disasm truncated.pkl && pass "$name"
 
+name=DisasmInTheJailPrintsExactlyWhatTheInProcessDisasmPrints
+same=1
+for f in evil.pkl safe.pkl truncated.pkl empty.pkl model.pt.gz; do
+  "$bin" disasm "$f" >jailed.txt 2>/dev/null
+  jrc=$?
+  "$bin" disasm --no-sandbox "$f" >inproc.txt 2>/dev/null
+  nrc=$?
+  if [[ $jrc -ne $nrc ]] || ! cmp -s jailed.txt inproc.txt; then
+    fail "$name" "$f: exit $jrc vs $nrc; $(diff jailed.txt inproc.txt | head -5)"
+    same=0
+  fi
+done
+[[ $same -eq 1 ]] && pass "$name"
+
+name=NoSandboxWarnsOnStderrAndGivesTheSameVerdict
+if run "$name" 1 "$bin" scan --no-sandbox evil.pkl; then
+  contains err.txt "warning: --no-sandbox" && contains out.txt "DANGEROUS" \
+    && pass "$name" || fail "$name" "stderr: $(cat err.txt)"
+fi
+
+name=JailedScanPrintsNoWarning
+if run "$name" 0 "$bin" scan safe.pkl; then
+  [[ ! -s err.txt ]] && pass "$name" || fail "$name" "stderr: $(cat err.txt)"
+fi
+
+name=BadSandboxFlagsAreUsageErrors
+ok=1
+for args in "--timeout 0" "--timeout abc" "--timeout -1" "--worker-memory 8x" "--worker-memory 0"; do
+  # shellcheck disable=SC2086
+  run "$name" 64 "$bin" scan $args safe.pkl || ok=0
+done
+[[ $ok -eq 1 ]] && pass "$name"
+
+name=MissingWorkerRefusesToScanWithExitTwo
+if run "$name" 2 "$bin" scan --worker /nonexistent/ckptscan-worker safe.pkl; then
+  contains err.txt "missing or not executable" && [[ ! -s out.txt ]] \
+    && pass "$name" || fail "$name" "stderr: $(cat err.txt)"
+fi
+
+name=WorkerFlagNamesTheWorkerToRun
+if run "$name" 0 "$bin" scan --worker "$(dirname "$bin")/ckptscan-worker" safe.pkl; then
+  pass "$name"
+fi
+
+if [[ -n "$without_seccomp" ]]; then
+  name=WithoutSeccompScanIsRefusedWithExitTwo
+  if run "$name" 2 "$without_seccomp" "$bin" scan safe.pkl; then
+    contains err.txt "refusing to scan: seccomp is not available" && [[ ! -s out.txt ]] \
+      && pass "$name" || fail "$name" "stderr: $(cat err.txt)"
+  fi
+  name=WithoutSeccompDisasmIsRefusedToo
+  run "$name" 2 "$without_seccomp" "$bin" disasm evil.pkl && pass "$name"
+  name=WithoutSeccompNoSandboxStillScans
+  if run "$name" 1 "$without_seccomp" "$bin" scan --no-sandbox evil.pkl; then
+    contains out.txt "DANGEROUS" && pass "$name" || fail "$name" "$(cat out.txt)"
+  fi
+fi
+
 name=HelpTellsExitCodesFormatsAndLimits
 if run "$name" 0 "$bin" scan --help; then
   contains out.txt "Exit codes" && contains out.txt "sarif" && contains out.txt "max_opcodes" \
-    && contains out.txt "64" && pass "$name" || fail "$name" "$(cat out.txt)"
+    && contains out.txt "64" && contains out.txt "--no-sandbox" && contains out.txt "--timeout" \
+    && contains out.txt "--worker-memory" && contains out.txt "--worker" \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
 name=RulesShowPrintsARulesFileThatChecksOk

@@ -177,6 +177,10 @@ absl::StatusOr<pickle::Limits> ParseLimitFlags(
   return limits;
 }
 
+absl::StatusOr<uint64_t> ParseSizeValue(std::string_view text) {
+  return ParseValue(text);
+}
+
 std::string LimitFlagsHelp() {
   std::string out;
   for (const Field& f : Fields()) {

@@ -39,6 +39,10 @@ const std::vector<LimitFlag>& LimitFlags();
 absl::StatusOr<pickle::Limits> ParseLimitFlags(
     const std::vector<std::string>& specs);
 
+// A VALUE as --limit takes it (decimal, optional K/M/G/T suffix), for other
+// size flags (--worker-memory). InvalidArgument when malformed or too large.
+absl::StatusOr<uint64_t> ParseSizeValue(std::string_view text);
+
 // One line per limit: "  name  (default N)  help", for --help.
 std::string LimitFlagsHelp();
 

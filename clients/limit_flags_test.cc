@@ -103,5 +103,14 @@ TEST(LimitFlagsTest, HelpListsEveryLimitWithItsDefault) {
   }
 }
 
+TEST(ParseSizeValueTest, AcceptsLimitSyntaxAndRejectsTheRest) {
+  EXPECT_EQ(*ParseSizeValue("8G"), uint64_t{8} << 30);
+  EXPECT_EQ(*ParseSizeValue("4096"), 4096u);
+  EXPECT_FALSE(ParseSizeValue("8g").ok());
+  EXPECT_FALSE(ParseSizeValue("-1").ok());
+  EXPECT_FALSE(ParseSizeValue("99999999999999999999").ok());
+  EXPECT_FALSE(ParseSizeValue("").ok());
+}
+
 }  // namespace
 }  // namespace ckptscan::clients

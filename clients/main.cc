@@ -9,6 +9,8 @@
 #include <google/protobuf/text_format.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -28,11 +30,13 @@
 #include "clients/scan_targets.h"
 #include "clients/verdict.h"
 #include "core/base/strings.h"
+#include "pipeline/jailed_scan.h"
 #include "pipeline/local_scan.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
 #include "rules/catalogue.h"
 #include "rules/rule_set.h"
+#include "sandbox/availability.h"
 
 #ifndef CKPT_VERSION
 #error "CKPT_VERSION must be defined by the build (the CMake project version)"
@@ -111,12 +115,85 @@ std::optional<Engine> LoadEngine(const std::string& rules_path,
   return Engine{*std::move(ruleset), *limits};
 }
 
+// How files are parsed: in a jailed ckptscan-worker (the default) or, with
+// --no-sandbox, in this process (debugging only).
+struct SandboxFlags {
+  bool no_sandbox = false;
+  double timeout_seconds = 60;
+  std::string worker_memory = "8G";
+  std::string worker;
+};
+
+void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
+  cmd->add_flag("--no-sandbox", f->no_sandbox,
+                "Parse inside this process, without the jail (debugging "
+                "only; prints a warning; never the default)");
+  cmd->add_option("--timeout", f->timeout_seconds,
+                  "Wall-clock limit per file for the jailed worker")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--worker-memory", f->worker_memory,
+                  "Address-space limit of the jailed worker (suffix K, M, G, "
+                  "T); the input's mapping is added on top")
+      ->type_name("BYTES")
+      ->capture_default_str();
+  cmd->add_option("--worker", f->worker,
+                  "The ckptscan-worker binary (default: the one next to "
+                  "this ckptscan)")
+      ->type_name("PATH");
+}
+
+// The jail's options, or nullopt for --no-sandbox (after its warning). Sets
+// `exit_code` and prints why when scanning must not start: a bad flag (64), or
+// no jail possible here (2: seccomp unavailable, worker missing).
+std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
+                                                  int* exit_code) {
+  *exit_code = 0;
+  absl::StatusOr<uint64_t> memory = ParseSizeValue(f.worker_memory);
+  if (!memory.ok() || *memory == 0) {
+    PrintError(absl::StrCat("--worker-memory ", f.worker_memory, ": ",
+                            memory.ok() ? "must be positive"
+                                        : memory.status().message()));
+    *exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  if (f.no_sandbox) {
+    PrintError(
+        "warning: --no-sandbox: parsing untrusted files inside this process, "
+        "without the jail. For debugging only: a file that exploits the "
+        "parser would run with your privileges.");
+    return std::nullopt;
+  }
+  if (absl::Status s = sandbox::CheckSeccompAvailable(); !s.ok()) {
+    PrintError(absl::StrCat(
+        "refusing to scan: ", s.message(),
+        ". ckptscan parses files only inside a seccomp jail; --no-sandbox "
+        "parses without it (debugging only)."));
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  absl::StatusOr<std::string> worker = sandbox::FindWorkerBinary(f.worker);
+  if (!worker.ok()) {
+    PrintError(absl::StrCat("refusing to scan: ", worker.status().message(),
+                            " (--worker PATH names another)"));
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  pipeline::JailOptions jail;
+  jail.worker_path = *std::move(worker);
+  jail.timeout = absl::Seconds(f.timeout_seconds);
+  jail.worker_memory = *memory;
+  return jail;
+}
+
 struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
   std::string output;
   std::string rules;
   std::vector<std::string> limits;
+  SandboxFlags sandbox;
 };
 
 int RunScan(const ScanOptions& opt) {
@@ -124,6 +201,10 @@ int RunScan(const ScanOptions& opt) {
   if (!engine) return kExitUsage;
   const rules::RuleSet& ruleset = *engine->rules;
   const pickle::Limits& limits = engine->limits;
+  int setup_exit = 0;
+  const std::optional<pipeline::JailOptions> jail =
+      SetUpSandbox(opt.sandbox, &setup_exit);
+  if (setup_exit != 0) return setup_exit;
 
   v1::Report report;
   report.set_schema(std::string(kReportSchema));
@@ -141,7 +222,9 @@ int RunScan(const ScanOptions& opt) {
         break;
       case ScanTarget::Kind::kFile: {
         absl::StatusOr<v1::FileReport> file =
-            pipeline::ScanFileInProcess(t.path, ruleset, limits);
+            jail.has_value()
+                ? pipeline::ScanFileJailed(t.path, ruleset, limits, *jail)
+                : pipeline::ScanFileInProcess(t.path, ruleset, limits);
         *report.add_files() =
             file.ok() ? *std::move(file)
                       : pipeline::UnreadableFileReport(t.path, file.status());
@@ -181,24 +264,55 @@ struct DisasmOptions {
   std::string file;
   std::string rules;
   std::vector<std::string> limits;
+  SandboxFlags sandbox;
 };
+
+int PrintFileReport(const v1::FileReport& report) {
+  (void)WriteAll(STDOUT_FILENO, FileReportToText(report));
+  return ExitCodeFor(report.verdict());
+}
 
 int RunDisasm(const DisasmOptions& opt) {
   std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
   if (!engine) return kExitUsage;
   const rules::RuleSet& ruleset = *engine->rules;
   const pickle::Limits& limits = engine->limits;
-  absl::StatusOr<pipeline::MappedFile> file =
-      pipeline::MappedFile::Open(opt.file);
-  if (!file.ok()) {
+  int setup_exit = 0;
+  const std::optional<pipeline::JailOptions> jail =
+      SetUpSandbox(opt.sandbox, &setup_exit);
+  if (setup_exit != 0) return setup_exit;
+  const auto out = [](std::string_view text) {
+    (void)WriteAll(STDOUT_FILENO, text);
+  };
+
+  if (!jail.has_value()) {
+    absl::StatusOr<pipeline::MappedFile> file =
+        pipeline::MappedFile::Open(opt.file);
+    if (!file.ok()) {
+      return PrintFileReport(
+          pipeline::UnreadableFileReport(opt.file, file.status()));
+    }
     const v1::FileReport report =
-        pipeline::UnreadableFileReport(opt.file, file.status());
-    (void)WriteAll(STDOUT_FILENO, FileReportToText(report));
+        Disassemble(opt.file, file->bytes(), ruleset, limits, out);
     return ExitCodeFor(report.verdict());
   }
-  const v1::FileReport report = Disassemble(
-      opt.file, file->bytes(), ruleset, limits,
-      [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); });
+
+  absl::StatusOr<base::UniqueFd> fd = pipeline::OpenRegularFile(opt.file);
+  struct stat st;
+  if (fd.ok() && ::fstat(fd->get(), &st) != 0) {
+    fd = absl::ErrnoToStatus(errno, absl::StrCat("fstat ", opt.file));
+  }
+  if (!fd.ok()) {
+    return PrintFileReport(pipeline::UnreadableFileReport(opt.file, fd.status()));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const pipeline::JailedRun run = pipeline::RunJailedJob(
+      *std::move(fd), size, worker::v1::Job::MODE_DISASM, limits, *jail);
+  v1::FileReport report = pipeline::ReportForRun(run, *jail, ruleset);
+  report.set_path(opt.file);
+  report.set_size(size);
+  if (!run.result.ok()) return PrintFileReport(report);
+  WriteJailedDisassembly(run.trace, run.trace_truncated, run.facts, report, out);
   return ExitCodeFor(report.verdict());
 }
 
@@ -255,6 +369,13 @@ std::string ScanFooter() {
       "and devices. The format is detected from the content, never from\n"
       "the file name.\n"
       "\n"
+      "Sandbox: each file is parsed by a fresh ckptscan-worker in a jail\n"
+      "(seccomp allowlist, rlimits, namespaces where available); only facts\n"
+      "come back, and the rules run here. A worker killed for a forbidden\n"
+      "system call makes the file DANGEROUS (sandbox.violation); a timeout,\n"
+      "crash or limit makes it ERROR. Without seccomp ckptscan refuses to\n"
+      "scan (exit 2) unless --no-sandbox is given (debugging only).\n"
+      "\n"
       "Limits (--limit NAME=VALUE, repeatable). VALUE is decimal, with an\n"
       "optional suffix K, M, G or T (2^10, 2^20, 2^30, 2^40):\n",
       LimitFlagsHelp(), "\n", kExitCodesHelp);
@@ -291,6 +412,7 @@ int Main(int argc, char** argv) {
                    "Set a VM limit, e.g. max_opcodes=1000 (see below)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
+  AddSandboxFlags(scan, &scan_opt.sandbox);
   scan->footer(ScanFooter());
 
   DisasmOptions disasm_opt;
@@ -308,8 +430,11 @@ int Main(int argc, char** argv) {
       ->add_option("--limit", disasm_opt.limits, "Set a VM limit (as for scan)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
-  disasm->footer(absl::StrCat("Limits:\n", LimitFlagsHelp(),
-                              "\nExit codes: as for scan.\n"));
+  AddSandboxFlags(disasm, &disasm_opt.sandbox);
+  disasm->footer(absl::StrCat(
+      "The listing is made inside the jailed worker (at most 16 MiB; cut with\n"
+      "a note past that); --no-sandbox streams it from this process.\n\n",
+      "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
 
   CLI::App* rules_cmd = app.add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);

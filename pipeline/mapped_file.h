@@ -8,8 +8,8 @@
 //
 // Lifetime: bytes() is valid while the MappedFile lives. Move-only; unmaps on
 // destruction. Caveat: if another process truncates the file while it is
-// mapped, touching the vanished pages raises SIGBUS. The jailed worker (a later
-// issue) contains that; the in-process scan does not.
+// mapped, touching the vanished pages raises SIGBUS. The jailed worker contains
+// that (the worker dies, the file is ERROR); the in-process scan does not.
 #ifndef CKPTSCAN_PIPELINE_MAPPED_FILE_H_
 #define CKPTSCAN_PIPELINE_MAPPED_FILE_H_
 
@@ -18,14 +18,23 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "core/base/unique_fd.h"
 
 namespace ckptscan::pipeline {
+
+// Opens `path` read-only, close-on-exec, following symlinks, and checks that it
+// is a regular file (never waiting on a FIFO). The jailed scan hands this
+// descriptor to the worker.
+absl::StatusOr<base::UniqueFd> OpenRegularFile(const std::string& path);
 
 class MappedFile final {
  public:
   // NotFound / PermissionDenied / ... from errno; FailedPrecondition for a
   // non-regular file.
   static absl::StatusOr<MappedFile> Open(const std::string& path);
+  // Maps the regular file open on `fd` (which stays open and owned by the
+  // caller). `name` is for error messages.
+  static absl::StatusOr<MappedFile> Map(int fd, const std::string& name);
 
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

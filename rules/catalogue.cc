@@ -151,6 +151,13 @@ std::vector<RuleInfo> Build() {
                "timeout) or the scan facts were inconsistent. Nothing is SAFE unless verified "
                "whole: the verdict is ERROR unless a finding is worse.",
                kError, v1::SEVERITY_MEDIUM},
+      RuleInfo{"sandbox.violation", "The scanner's sandbox was violated",
+               "Parsing this file made the jailed worker attempt a system call outside its "
+               "seccomp policy (open a file, create a socket, execute a program, ...); the "
+               "kernel killed it with SIGSYS. The scanner's own code never does this, so the "
+               "file is treated as an exploit against the scanner: DANGEROUS. Do not load it; "
+               "report it. Emitted by the trusted side (pipeline/jailed_scan.h), not by a rule.",
+               kDangerous, v1::SEVERITY_CRITICAL},
       RuleInfo{"scan.findings_truncated", "Too many findings",
                "The scan found more findings than a report keeps (RuleSet kMaxFindings). The "
                "verdict still accounts for every finding; this entry carries the worst verdict "

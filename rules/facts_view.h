@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "core/pickle/facts.h"
+#include "core/pickle/graph_check.h"
 
 namespace ckptscan::rules::internal {
 
@@ -22,10 +23,9 @@ inline constexpr size_t kMaxCallChars = 200;  // Finding.call
 // The node, or nullptr when `id` is kNoNode or out of range.
 const pickle::Node* NodeAt(const pickle::Graph& g, pickle::NodeId id);
 
-// The first id in `g` that refers to nothing (a node's ref/items/states/mutations, a call's
-// callee/args/kwargs/result, a call without the operands its op needs), described in a few
-// words; nullopt when the graph is consistent. O(nodes + items + calls).
-std::optional<std::string> FindInconsistency(const pickle::Graph& g);
+// The first id in `g` that refers to nothing (core/pickle/graph_check.h), shared with the
+// trusted side's facts decoder (pipeline/facts_codec.h).
+using pickle::FindInconsistency;
 
 // Appends `s` as valid UTF-8 on one line: well-formed sequences are copied; control
 // characters and malformed bytes (lone surrogates, overlongs, truncated sequences) become

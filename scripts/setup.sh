@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libseccomp-dev libabsl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev python3
+  nlohmann-json3-dev libcli11-dev zlib1g-dev python3
 )
 if [[ "${1:-}" == "--dev" ]]; then
   packages+=(python3-torch python3-numpy)

@@ -1103,6 +1103,13 @@ StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
     pos = next;
   }
 
+  ScanNested(data, base_offset, &facts, trace);
+  return facts;
+}
+
+void Vm::ScanNested(std::string_view data, uint64_t base_offset, StreamFacts* out,
+                    const TraceSink* trace) const {
+  StreamFacts& facts = *out;
   // Byte strings that are themselves pickles, breadth first, to a bounded depth and volume.
   uint64_t nested_budget = limits_.max_nested_bytes;
   for (size_t pi = 0; pi < facts.pickles.size(); ++pi) {
@@ -1144,7 +1151,6 @@ StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
       facts.pickles.push_back(std::move(nested));
     }
   }
-  return facts;
 }
 
 }  // namespace ckptscan::pickle

@@ -73,6 +73,13 @@ class Vm final {
   StreamFacts ScanStream(std::string_view data, uint64_t base_offset = 0,
                          const TraceSink* trace = nullptr) const;
 
+  // The nested-pickle pass of ScanStream on its own, for container readers that run the
+  // stream's pickles themselves (e.g. torch's legacy format): tries every string value of the
+  // pickles already in `facts` as a pickle, appending the ones that are. `data` is the stream
+  // the pickles' offsets refer to, starting at `base_offset`.
+  void ScanNested(std::string_view data, uint64_t base_offset, StreamFacts* facts,
+                  const TraceSink* trace = nullptr) const;
+
   const Limits& limits() const { return limits_; }
 
  private:

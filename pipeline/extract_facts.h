@@ -1,0 +1,25 @@
+// ExtractFacts: untrusted bytes -> FileFacts. The worker's half of a scan.
+//
+// Format detection by content and the symbolic pickle VM. It never sees the rules and decides
+// no verdict. It runs inside the jailed ckptscan-worker (sandbox/worker.h), or in the CLI
+// process with --no-sandbox. Linked by the worker; the trusted side never needs it.
+//
+// Thread-safe: reentrant.
+#ifndef CKPTSCAN_PIPELINE_EXTRACT_FACTS_H_
+#define CKPTSCAN_PIPELINE_EXTRACT_FACTS_H_
+
+#include <string_view>
+
+#include "core/pickle/vm.h"
+#include "pipeline/file_facts.h"
+
+namespace ckptscan::pipeline {
+
+// Detects the format and runs the VM over a raw pickle stream. `trace`, when
+// given, receives every executed opcode (the disassembler).
+FileFacts ExtractFacts(std::string_view bytes, const pickle::Limits& limits,
+                       const pickle::TraceSink* trace = nullptr);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_PIPELINE_EXTRACT_FACTS_H_

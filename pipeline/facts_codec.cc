@@ -1,0 +1,411 @@
+#include "pipeline/facts_codec.h"
+
+#include <google/protobuf/arena.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "absl/numeric/int128.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/strings.h"
+#include "core/pickle/graph_check.h"
+#include "sandbox/protocol.h"
+
+namespace ckptscan::pipeline {
+namespace {
+
+namespace wv1 = ::ckptscan::worker::v1;
+using pickle::CallOp;
+using pickle::Kind;
+using pickle::kNoNode;
+using pickle::Via;
+using pickle::VmError;
+
+// ------------------------------------------------------------------ encode
+
+void EncodeVmError(const VmError& e, wv1::VmError* out) {
+  out->set_code(static_cast<uint32_t>(e.code));
+  out->set_message(e.message);
+  out->set_offset(e.offset);
+  out->set_opcode(e.opcode);
+  out->set_has_opcode(e.has_opcode);
+  out->set_limit_name(e.limit_name);
+  out->set_limit_value(e.limit_value);
+}
+
+void EncodeGraph(const pickle::Graph& g, wv1::Graph* out) {
+  out->mutable_nodes()->Reserve(static_cast<int>(g.nodes.size()));
+  for (const pickle::Node& n : g.nodes) {
+    wv1::Node* p = out->add_nodes();
+    p->set_kind(static_cast<uint32_t>(n.kind));
+    p->set_b(n.b);
+    p->set_fits(n.fits);
+    p->set_int_lo(absl::Uint128Low64(static_cast<absl::uint128>(n.i)));
+    p->set_int_hi(absl::Uint128High64(static_cast<absl::uint128>(n.i)));
+    p->set_f(n.f);
+    p->set_text(n.text);
+    p->set_len(n.len);
+    p->set_truncated(n.truncated);
+    p->set_data_offset(n.data_offset);
+    p->set_in_stream(n.in_stream);
+    p->mutable_items()->Add(n.items.begin(), n.items.end());
+    p->set_ref(n.ref);
+    p->mutable_states()->Add(n.states.begin(), n.states.end());
+    p->mutable_mutations()->Add(n.mutations.begin(), n.mutations.end());
+  }
+  for (const pickle::GlobalRef& r : g.globals) {
+    wv1::GlobalRef* p = out->add_globals();
+    p->set_module(r.module);
+    p->set_name(r.name);
+    p->set_resolved_module(r.resolved_module);
+    p->set_resolved_name(r.resolved_name);
+    p->set_offset(r.offset);
+    p->set_opcode(r.opcode);
+    p->set_via(static_cast<uint32_t>(r.via));
+    p->set_ext_code(r.ext_code);
+  }
+  for (const pickle::CallSite& c : g.calls) {
+    wv1::CallSite* p = out->add_calls();
+    p->set_op(static_cast<uint32_t>(c.op));
+    p->set_offset(c.offset);
+    p->set_opcode(c.opcode);
+    p->set_callee(c.callee);
+    p->set_args(c.args);
+    p->set_kwargs(c.kwargs);
+    p->set_result(c.result);
+  }
+}
+
+void EncodeScanError(const v1::ScanError& e, wv1::ScanError* out) {
+  out->set_code(e.code());
+  out->set_message(e.message());
+  if (e.has_location()) {
+    wv1::Location* l = out->mutable_location();
+    l->set_member(e.location().member());
+    l->set_offset(e.location().offset());
+    l->set_opcode(e.location().opcode());
+    l->set_pickle_index(e.location().pickle_index());
+    l->set_nested_depth(e.location().nested_depth());
+  }
+  out->set_limit_name(e.limit_name());
+  out->set_limit_value(e.limit_value());
+}
+
+// ------------------------------------------------------------------ decode
+
+// Where a decode error is, for its message.
+std::string Where(size_t member, size_t pickle) {
+  return absl::StrCat("member ", member, " pickle ", pickle, ": ");
+}
+
+absl::StatusOr<uint8_t> Byte(uint32_t v, const std::string& where, const char* what) {
+  if (v > 0xff) {
+    return absl::InvalidArgumentError(absl::StrCat(where, what, " ", v, " is not a byte"));
+  }
+  return static_cast<uint8_t>(v);
+}
+
+absl::StatusOr<VmError> DecodeVmError(const wv1::VmError& p, const std::string& where) {
+  VmError e;
+  if (p.code() > static_cast<uint32_t>(VmError::Code::kUnsupported)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "error code ", p.code(), " is not a VmError::Code"));
+  }
+  e.code = static_cast<VmError::Code>(p.code());
+  e.message = p.message();
+  e.offset = p.offset();
+  absl::StatusOr<uint8_t> op = Byte(p.opcode(), where, "error opcode");
+  if (!op.ok()) return op.status();
+  e.opcode = *op;
+  e.has_opcode = p.has_opcode();
+  e.limit_name = p.limit_name();
+  e.limit_value = p.limit_value();
+  return e;
+}
+
+absl::Status DecodeGraph(const wv1::Graph& p, const std::string& where, pickle::Graph* g) {
+  g->nodes.resize(static_cast<size_t>(p.nodes_size()));
+  for (int i = 0; i < p.nodes_size(); ++i) {
+    const wv1::Node& pn = p.nodes(i);
+    pickle::Node& n = g->nodes[static_cast<size_t>(i)];
+    if (pn.kind() > static_cast<uint32_t>(Kind::kBuffer)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "node ", i, ": kind ", pn.kind(), " is not a pickle::Kind"));
+    }
+    n.kind = static_cast<Kind>(pn.kind());
+    n.b = pn.b();
+    n.fits = pn.fits();
+    n.i = static_cast<absl::int128>(absl::MakeUint128(pn.int_hi(), pn.int_lo()));
+    n.f = pn.f();
+    n.text = pn.text();
+    n.len = pn.len();
+    n.truncated = pn.truncated();
+    n.data_offset = pn.data_offset();
+    n.in_stream = pn.in_stream();
+    n.items.assign(pn.items().begin(), pn.items().end());
+    n.ref = pn.ref();
+    n.states.assign(pn.states().begin(), pn.states().end());
+    n.mutations.assign(pn.mutations().begin(), pn.mutations().end());
+  }
+  g->globals.resize(static_cast<size_t>(p.globals_size()));
+  for (int i = 0; i < p.globals_size(); ++i) {
+    const wv1::GlobalRef& pr = p.globals(i);
+    pickle::GlobalRef& r = g->globals[static_cast<size_t>(i)];
+    r.module = pr.module();
+    r.name = pr.name();
+    r.resolved_module = pr.resolved_module();
+    r.resolved_name = pr.resolved_name();
+    r.offset = pr.offset();
+    absl::StatusOr<uint8_t> op = Byte(pr.opcode(), where, "global opcode");
+    if (!op.ok()) return op.status();
+    r.opcode = *op;
+    if (pr.via() > static_cast<uint32_t>(Via::kExt)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "global ", i, ": via ", pr.via(), " is not a pickle::Via"));
+    }
+    r.via = static_cast<Via>(pr.via());
+    r.ext_code = pr.ext_code();
+  }
+  g->calls.resize(static_cast<size_t>(p.calls_size()));
+  for (int i = 0; i < p.calls_size(); ++i) {
+    const wv1::CallSite& pc = p.calls(i);
+    pickle::CallSite& c = g->calls[static_cast<size_t>(i)];
+    if (pc.op() > static_cast<uint32_t>(CallOp::kPersistentLoad)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "call site ", i, ": op ", pc.op(), " is not a pickle::CallOp"));
+    }
+    c.op = static_cast<CallOp>(pc.op());
+    c.offset = pc.offset();
+    absl::StatusOr<uint8_t> op = Byte(pc.opcode(), where, "call opcode");
+    if (!op.ok()) return op.status();
+    c.opcode = *op;
+    c.callee = pc.callee();
+    c.args = pc.args();
+    c.kwargs = pc.kwargs();
+    c.result = pc.result();
+  }
+  if (std::optional<std::string> problem = pickle::FindInconsistency(*g)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "inconsistent graph: ", *problem));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeStream(const wv1::StreamFacts& p, size_t member, pickle::StreamFacts* s) {
+  s->pickles.resize(static_cast<size_t>(p.pickles_size()));
+  for (int i = 0; i < p.pickles_size(); ++i) {
+    const wv1::PickleFacts& pp = p.pickles(i);
+    pickle::PickleFacts& f = s->pickles[static_cast<size_t>(i)];
+    const std::string where = Where(member, static_cast<size_t>(i));
+    f.start = pp.start();
+    f.end = pp.end();
+    f.protocol = pp.protocol();
+    if (f.protocol < -1 || f.protocol > 0xff) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "protocol ", f.protocol));
+    }
+    f.opcodes = pp.opcodes();
+    if (absl::Status st = DecodeGraph(pp.graph(), where, &f.graph); !st.ok()) return st;
+    f.root = pp.root();
+    if (f.root != kNoNode && f.root >= f.graph.nodes.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "root node ", f.root, " of ", f.graph.nodes.size()));
+    }
+    if (pp.has_error()) {
+      absl::StatusOr<VmError> e = DecodeVmError(pp.error(), where);
+      if (!e.ok()) return e.status();
+      f.error = *std::move(e);
+    }
+    f.depth = pp.depth();
+    f.parent = pp.parent();
+    f.parent_node = pp.parent_node();
+    // Top-level pickles have no parent; a nested one is one level below an earlier pickle and
+    // comes from one of its nodes (the VM appends nested pickles after their parents).
+    if (f.depth == 0) {
+      if (f.parent != -1 || f.parent_node != kNoNode) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "top-level pickle with a parent"));
+      }
+    } else {
+      if (f.parent < 0 || f.parent >= i) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "parent pickle ", f.parent, " is not an earlier pickle"));
+      }
+      const pickle::PickleFacts& parent = s->pickles[static_cast<size_t>(f.parent)];
+      if (parent.depth + 1 != f.depth) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "nested depth ", f.depth,
+                                                       " under a pickle of depth ", parent.depth));
+      }
+      if (f.parent_node >= parent.graph.nodes.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "parent node ", f.parent_node, " of ", parent.graph.nodes.size()));
+      }
+    }
+  }
+  s->trailing_offset = p.trailing_offset();
+  s->trailing_bytes = p.trailing_bytes();
+  if (p.has_stream_error()) {
+    absl::StatusOr<VmError> e = DecodeVmError(p.stream_error(), Where(member, 0));
+    if (!e.ok()) return e.status();
+    s->stream_error = *std::move(e);
+  }
+  return absl::OkStatus();
+}
+
+v1::ScanError DecodeScanError(const wv1::ScanError& p) {
+  v1::ScanError e;
+  e.set_code(p.code());
+  e.set_message(p.message());
+  if (p.has_location()) {
+    v1::Location* l = e.mutable_location();
+    l->set_member(p.location().member());
+    l->set_offset(p.location().offset());
+    l->set_opcode(p.location().opcode());
+    l->set_pickle_index(p.location().pickle_index());
+    l->set_nested_depth(p.location().nested_depth());
+  }
+  e.set_limit_name(p.limit_name());
+  e.set_limit_value(p.limit_value());
+  return e;
+}
+
+// ------------------------------------------------------------------ the value budget
+
+// One level of the Result schema on the way to the graphs: the field descended into, and the
+// repeated message fields whose elements are counted (each becomes a struct of ~100-200 bytes
+// on this side, from as little as 2 bytes on the wire).
+struct Level {
+  int descend;     // field number to walk into; 0 = none
+  int counted[3];  // field numbers counted (0 = unused)
+};
+constexpr Level kLevels[] = {
+    {1, {0, 0, 0}},  // Result: facts
+    {3, {2, 3, 0}},  // FileFacts: errors, members (walked)
+    {2, {0, 0, 0}},  // MemberFacts: stream
+    {1, {1, 0, 0}},  // StreamFacts: pickles (walked)
+    {5, {0, 0, 0}},  // PickleFacts: graph
+    {0, {1, 2, 3}},  // Graph: nodes, globals, calls
+};
+constexpr int kDepth = sizeof(kLevels) / sizeof(kLevels[0]);
+
+// Adds the counted elements of the message in `in` (schema level `level`) to `*count`; false on
+// malformed wire data. Recursion is bounded by kDepth, not by the input.
+bool CountValues(google::protobuf::io::CodedInputStream* in, int level, uint64_t* count) {
+  using google::protobuf::internal::WireFormatLite;
+  const Level& l = kLevels[level];
+  while (true) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) return in->ConsumedEntireMessage() || in->BytesUntilLimit() == 0;
+    const int field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
+    for (int c : l.counted) {
+      if (c != 0 && c == field) ++*count;
+    }
+    if (field == l.descend && level + 1 < kDepth) {
+      if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+        return false;
+      }
+      uint32_t length = 0;
+      if (!in->ReadVarint32(&length)) return false;
+      const auto limit = in->PushLimit(static_cast<int>(length));
+      if (!CountValues(in, level + 1, count) || in->BytesUntilLimit() != 0) return false;
+      in->PopLimit(limit);
+    } else if (!WireFormatLite::SkipField(in, tag)) {
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
+  out->set_format(facts.format);
+  for (const v1::ScanError& e : facts.errors) EncodeScanError(e, out->add_errors());
+  for (const MemberFacts& m : facts.members) {
+    wv1::MemberFacts* pm = out->add_members();
+    pm->set_member(m.member);
+    wv1::StreamFacts* ps = pm->mutable_stream();
+    for (const pickle::PickleFacts& f : m.stream.pickles) {
+      wv1::PickleFacts* pp = ps->add_pickles();
+      pp->set_start(f.start);
+      pp->set_end(f.end);
+      pp->set_protocol(f.protocol);
+      pp->set_opcodes(f.opcodes);
+      EncodeGraph(f.graph, pp->mutable_graph());
+      pp->set_root(f.root);
+      if (f.error.has_value()) EncodeVmError(*f.error, pp->mutable_error());
+      pp->set_depth(f.depth);
+      pp->set_parent(f.parent);
+      pp->set_parent_node(f.parent_node);
+    }
+    ps->set_trailing_offset(m.stream.trailing_offset);
+    ps->set_trailing_bytes(m.stream.trailing_bytes);
+    if (m.stream.stream_error.has_value()) {
+      EncodeVmError(*m.stream.stream_error, ps->mutable_stream_error());
+    }
+  }
+}
+
+uint64_t CountFrameValues(const FileFacts& facts) {
+  uint64_t n = facts.errors.size() + facts.members.size();
+  for (const MemberFacts& m : facts.members) {
+    n += m.stream.pickles.size();
+    for (const pickle::PickleFacts& p : m.stream.pickles) {
+      n += p.graph.nodes.size() + p.graph.globals.size() + p.graph.calls.size();
+    }
+  }
+  return n;
+}
+
+absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
+  FileFacts facts;
+  facts.format = in.format();
+  facts.errors.reserve(static_cast<size_t>(in.errors_size()));
+  for (const wv1::ScanError& e : in.errors()) facts.errors.push_back(DecodeScanError(e));
+  facts.members.resize(static_cast<size_t>(in.members_size()));
+  for (int i = 0; i < in.members_size(); ++i) {
+    MemberFacts& m = facts.members[static_cast<size_t>(i)];
+    m.member = in.members(i).member();
+    if (absl::Status s = DecodeStream(in.members(i).stream(), static_cast<size_t>(i), &m.stream);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return facts;
+}
+
+absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload) {
+  if (payload.size() > sandbox::kMaxFrameBytes) {
+    return absl::InvalidArgumentError("result payload over kMaxFrameBytes");
+  }
+  // Count before building anything: the parse and the structs cost ~350 bytes per value.
+  uint64_t values = 0;
+  google::protobuf::io::CodedInputStream wire(reinterpret_cast<const uint8_t*>(payload.data()),
+                                              static_cast<int>(payload.size()));
+  if (!CountValues(&wire, 0, &values)) {
+    return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
+  }
+  if (values > sandbox::kMaxFrameValues) {
+    return absl::InvalidArgumentError(absl::StrCat("result frame holds ", values,
+                                                   " values; the limit is ",
+                                                   sandbox::kMaxFrameValues, " (kMaxFrameValues)"));
+  }
+  google::protobuf::Arena arena;
+  auto* msg = google::protobuf::Arena::CreateMessage<wv1::Result>(&arena);
+  if (!msg->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
+  }
+  if (!msg->has_facts()) return absl::InvalidArgumentError("result frame has no facts");
+  if (msg->trace().size() > sandbox::kMaxTraceBytes) {
+    return absl::InvalidArgumentError("result frame: listing over kMaxTraceBytes");
+  }
+  DecodedResult out;
+  absl::StatusOr<FileFacts> facts = DecodeFacts(msg->facts());
+  if (!facts.ok()) return facts.status();
+  out.facts = *std::move(facts);
+  out.layers = msg->layers();
+  out.trace = msg->trace();
+  out.trace_truncated = msg->trace_truncated();
+  return out;
+}
+
+}  // namespace ckptscan::pipeline

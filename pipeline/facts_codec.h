@@ -1,0 +1,50 @@
+// FileFacts <-> ckptscan.worker.v1 messages: how facts cross the jail.
+//
+// The worker encodes (EncodeFacts); the trusted side decodes (DecodeResult / DecodeFacts) and
+// trusts nothing: every enum must be one of ours, every node id, global and call-site index,
+// root, parent pickle and parent node must be in range (pickle::FindInconsistency and more),
+// opcodes must be bytes, nested pickles must follow their parents. Anything else is
+// InvalidArgument naming the member, pickle and element, and the frame is rejected whole
+// (the file is ERROR): a compromised worker cannot make the trusted side index out of range.
+// Strings are carried as bytes and copied as they are (the report formatters escape them).
+//
+// Memory: a payload is at most sandbox::kMaxFrameBytes, and before anything is built its
+// values (errors, members, pickles, nodes, globals, call sites) are counted on the wire and
+// refused past sandbox::kMaxFrameValues: an element can take 2 bytes on the wire and ~350 here
+// (docs/sandbox.md, "Frame").
+// Thread-safe: pure functions. Links no parser.
+#ifndef CKPTSCAN_PIPELINE_FACTS_CODEC_H_
+#define CKPTSCAN_PIPELINE_FACTS_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "ckptscan/worker/v1/worker.pb.h"
+#include "pipeline/file_facts.h"
+
+namespace ckptscan::pipeline {
+
+void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out);
+
+// The values DecodeResult counts against sandbox::kMaxFrameValues (the worker checks first).
+uint64_t CountFrameValues(const FileFacts& facts);
+
+absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in);
+
+// A whole worker result, decoded and checked.
+struct DecodedResult {
+  FileFacts facts;
+  worker::v1::JailLayers layers;
+  std::string trace;  // disasm listing as the worker wrote it (untrusted text)
+  bool trace_truncated = false;
+};
+
+// Parses a frame payload (a serialized worker.v1.Result) and decodes it. InvalidArgument for
+// anything that is not a well-formed, consistent Result.
+absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_PIPELINE_FACTS_CODEC_H_

@@ -1,0 +1,448 @@
+#include "pipeline/facts_codec.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/numeric/int128.h"
+#include "absl/strings/match.h"
+#include "core/base/strings.h"
+#include "core/pickle/graph_check.h"
+#include "gtest/gtest.h"
+#include "pipeline/local_scan.h"
+#include "sandbox/protocol.h"
+
+namespace ckptscan::pipeline {
+namespace {
+
+namespace wv1 = ::ckptscan::worker::v1;
+using pickle::kNoNode;
+
+// Every field of every struct set to something other than its default.
+FileFacts EveryFieldFacts() {
+  FileFacts f;
+  f.format = "pickle";
+  v1::ScanError e;
+  e.set_code("limit");
+  e.set_message("too many \xff bytes");  // not UTF-8: bytes travel as they are
+  e.mutable_location()->set_member("archive/data.pkl");
+  e.mutable_location()->set_offset(77);
+  e.mutable_location()->set_opcode("BINUNICODE");
+  e.mutable_location()->set_pickle_index(2);
+  e.mutable_location()->set_nested_depth(1);
+  e.set_limit_name("max_opcodes");
+  e.set_limit_value(1234);
+  f.errors.push_back(e);
+
+  MemberFacts m;
+  m.member = "member\x01name";
+  pickle::PickleFacts p;
+  p.start = 3;
+  p.end = 99;
+  p.protocol = 4;
+  p.opcodes = 17;
+  pickle::Graph& g = p.graph;
+  pickle::Node n0;
+  n0.kind = pickle::Kind::kInt;
+  n0.b = true;
+  n0.fits = false;
+  n0.i = absl::MakeInt128(-5, 0x0123456789abcdefULL);
+  n0.f = -0.0;
+  n0.text = std::string("12\0345", 5);
+  n0.len = 1ull << 40;
+  n0.truncated = true;
+  n0.data_offset = 42;
+  n0.in_stream = true;
+  g.nodes.push_back(n0);
+  pickle::Node n1;
+  n1.kind = pickle::Kind::kGlobal;
+  n1.ref = 0;
+  g.nodes.push_back(n1);
+  pickle::Node n2;
+  n2.kind = pickle::Kind::kTuple;
+  n2.items = {0, 0};
+  n2.f = std::numeric_limits<double>::infinity();
+  g.nodes.push_back(n2);
+  pickle::Node n3;
+  n3.kind = pickle::Kind::kCall;
+  n3.ref = 0;
+  n3.states = {2};
+  n3.mutations = {1};
+  g.nodes.push_back(n3);
+  pickle::GlobalRef r;
+  r.module = "copy_reg";
+  r.name = "_reconstructor";
+  r.resolved_module = "copyreg";
+  r.resolved_name = "_reconstructor";
+  r.offset = 5;
+  r.opcode = 'c';
+  r.via = pickle::Via::kExt;
+  r.ext_code = -9;
+  g.globals.push_back(r);
+  pickle::CallSite c;
+  c.op = pickle::CallOp::kNewObjEx;
+  c.offset = 50;
+  c.opcode = 0x92;
+  c.callee = 1;
+  c.args = 2;
+  c.kwargs = 0;
+  c.result = 3;
+  g.calls.push_back(c);
+  pickle::CallSite c2;
+  c2.op = pickle::CallOp::kSetItems;
+  c2.callee = 3;
+  g.calls.push_back(c2);
+  p.root = 3;
+  pickle::VmError ve;
+  ve.code = pickle::VmError::Code::kLimit;
+  ve.message = "limit hit";
+  ve.offset = 88;
+  ve.opcode = 0x8c;
+  ve.has_opcode = true;
+  ve.limit_name = "max_nodes";
+  ve.limit_value = 4;
+  p.error = ve;
+  m.stream.pickles.push_back(p);
+
+  pickle::PickleFacts nested;
+  nested.start = 10;
+  nested.end = 20;
+  nested.depth = 1;
+  nested.parent = 0;
+  nested.parent_node = 0;
+  m.stream.pickles.push_back(nested);
+  m.stream.trailing_offset = 100;
+  m.stream.trailing_bytes = 7;
+  pickle::VmError se;
+  se.code = pickle::VmError::Code::kUnsupported;
+  se.message = "too many pickles";
+  m.stream.stream_error = se;
+  f.members.push_back(m);
+  return f;
+}
+
+void ExpectSameError(const pickle::VmError& a, const pickle::VmError& b) {
+  EXPECT_EQ(a.code, b.code);
+  EXPECT_EQ(a.message, b.message);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.opcode, b.opcode);
+  EXPECT_EQ(a.has_opcode, b.has_opcode);
+  EXPECT_EQ(a.limit_name, b.limit_name);
+  EXPECT_EQ(a.limit_value, b.limit_value);
+}
+
+void ExpectSameFacts(const FileFacts& a, const FileFacts& b) {
+  EXPECT_EQ(a.format, b.format);
+  ASSERT_EQ(a.errors.size(), b.errors.size());
+  for (size_t i = 0; i < a.errors.size(); ++i) {
+    EXPECT_EQ(a.errors[i].SerializeAsString(), b.errors[i].SerializeAsString());
+  }
+  ASSERT_EQ(a.members.size(), b.members.size());
+  for (size_t mi = 0; mi < a.members.size(); ++mi) {
+    const MemberFacts& ma = a.members[mi];
+    const MemberFacts& mb = b.members[mi];
+    EXPECT_EQ(ma.member, mb.member);
+    EXPECT_EQ(ma.stream.trailing_offset, mb.stream.trailing_offset);
+    EXPECT_EQ(ma.stream.trailing_bytes, mb.stream.trailing_bytes);
+    ASSERT_EQ(ma.stream.stream_error.has_value(), mb.stream.stream_error.has_value());
+    if (ma.stream.stream_error) ExpectSameError(*ma.stream.stream_error, *mb.stream.stream_error);
+    ASSERT_EQ(ma.stream.pickles.size(), mb.stream.pickles.size());
+    for (size_t pi = 0; pi < ma.stream.pickles.size(); ++pi) {
+      const pickle::PickleFacts& pa = ma.stream.pickles[pi];
+      const pickle::PickleFacts& pb = mb.stream.pickles[pi];
+      EXPECT_EQ(pa.start, pb.start);
+      EXPECT_EQ(pa.end, pb.end);
+      EXPECT_EQ(pa.protocol, pb.protocol);
+      EXPECT_EQ(pa.opcodes, pb.opcodes);
+      EXPECT_EQ(pa.root, pb.root);
+      EXPECT_EQ(pa.depth, pb.depth);
+      EXPECT_EQ(pa.parent, pb.parent);
+      EXPECT_EQ(pa.parent_node, pb.parent_node);
+      ASSERT_EQ(pa.error.has_value(), pb.error.has_value());
+      if (pa.error) ExpectSameError(*pa.error, *pb.error);
+      ASSERT_EQ(pa.graph.nodes.size(), pb.graph.nodes.size());
+      for (size_t i = 0; i < pa.graph.nodes.size(); ++i) {
+        const pickle::Node& x = pa.graph.nodes[i];
+        const pickle::Node& y = pb.graph.nodes[i];
+        EXPECT_EQ(x.kind, y.kind);
+        EXPECT_EQ(x.b, y.b);
+        EXPECT_EQ(x.fits, y.fits);
+        EXPECT_EQ(x.i, y.i);
+        EXPECT_EQ(std::signbit(x.f), std::signbit(y.f));
+        EXPECT_TRUE(x.f == y.f || (std::isnan(x.f) && std::isnan(y.f)));
+        EXPECT_EQ(x.text, y.text);
+        EXPECT_EQ(x.len, y.len);
+        EXPECT_EQ(x.truncated, y.truncated);
+        EXPECT_EQ(x.data_offset, y.data_offset);
+        EXPECT_EQ(x.in_stream, y.in_stream);
+        EXPECT_EQ(x.items, y.items);
+        EXPECT_EQ(x.ref, y.ref);
+        EXPECT_EQ(x.states, y.states);
+        EXPECT_EQ(x.mutations, y.mutations);
+      }
+      ASSERT_EQ(pa.graph.globals.size(), pb.graph.globals.size());
+      for (size_t i = 0; i < pa.graph.globals.size(); ++i) {
+        const pickle::GlobalRef& x = pa.graph.globals[i];
+        const pickle::GlobalRef& y = pb.graph.globals[i];
+        EXPECT_EQ(x.module, y.module);
+        EXPECT_EQ(x.name, y.name);
+        EXPECT_EQ(x.resolved_module, y.resolved_module);
+        EXPECT_EQ(x.resolved_name, y.resolved_name);
+        EXPECT_EQ(x.offset, y.offset);
+        EXPECT_EQ(x.opcode, y.opcode);
+        EXPECT_EQ(x.via, y.via);
+        EXPECT_EQ(x.ext_code, y.ext_code);
+      }
+      ASSERT_EQ(pa.graph.calls.size(), pb.graph.calls.size());
+      for (size_t i = 0; i < pa.graph.calls.size(); ++i) {
+        const pickle::CallSite& x = pa.graph.calls[i];
+        const pickle::CallSite& y = pb.graph.calls[i];
+        EXPECT_EQ(x.op, y.op);
+        EXPECT_EQ(x.offset, y.offset);
+        EXPECT_EQ(x.opcode, y.opcode);
+        EXPECT_EQ(x.callee, y.callee);
+        EXPECT_EQ(x.args, y.args);
+        EXPECT_EQ(x.kwargs, y.kwargs);
+        EXPECT_EQ(x.result, y.result);
+      }
+    }
+  }
+}
+
+std::string Payload(const FileFacts& facts) {
+  wv1::Result r;
+  EncodeFacts(facts, r.mutable_facts());
+  r.mutable_layers()->set_seccomp(true);
+  return r.SerializeAsString();
+}
+
+TEST(FactsCodecTest, RoundTripKeepsEveryField) {
+  const FileFacts facts = EveryFieldFacts();
+  absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameFacts(facts, back->facts);
+  EXPECT_TRUE(back->layers.seccomp());
+}
+
+TEST(FactsCodecTest, RoundTripOfRealVmFactsJudgesTheSame) {
+  auto rules = rules::RuleSet::Default();
+  for (std::string_view bytes :
+       {std::string_view("cposix\nsystem\n(S'id'\ntR."), std::string_view("\x80\x02}q\x00.", 6),
+        std::string_view("\x80\x02}q\x00", 5), std::string_view("PK\x03\x04", 4),
+        std::string_view("")}) {
+    const FileFacts facts = ExtractFacts(bytes, {});
+    absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));
+    ASSERT_TRUE(back.ok()) << back.status();
+    ExpectSameFacts(facts, back->facts);
+    EXPECT_EQ(JudgeFacts(facts, *rules).SerializeAsString(),
+              JudgeFacts(back->facts, *rules).SerializeAsString());
+  }
+}
+
+// ------------------------------------------------------------ adversarial decoding
+
+// A payload with one member, one pickle of `nodes` empty tuples, edited by `edit`.
+template <typename Edit>
+absl::Status DecodeEdited(Edit edit) {
+  FileFacts facts = EveryFieldFacts();
+  wv1::Result r;
+  EncodeFacts(facts, r.mutable_facts());
+  edit(r.mutable_facts()->mutable_members(0)->mutable_stream());
+  return DecodeResult(r.SerializeAsString()).status();
+}
+
+void ExpectRejected(const absl::Status& s, std::string_view mentions) {
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), base::AbslView(mentions))) << s;
+}
+
+TEST(FactsCodecTest, GarbageIsNotAResult) {
+  ExpectRejected(DecodeResult(std::string(64, '\xff')).status(), "not a worker.v1.Result");
+}
+
+TEST(FactsCodecTest, ResultWithoutFactsIsRejected) {
+  ExpectRejected(DecodeResult("").status(), "no facts");
+}
+
+TEST(FactsCodecTest, UnknownNodeKind) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_nodes(0)->set_kind(16);
+                 }),
+                 "is not a pickle::Kind");
+}
+
+TEST(FactsCodecTest, ItemOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_nodes(2)->add_items(4);
+                 }),
+                 "inconsistent graph");
+}
+
+TEST(FactsCodecTest, GlobalRefOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_nodes(1)->set_ref(1);
+                 }),
+                 "inconsistent graph");
+}
+
+TEST(FactsCodecTest, CallSiteNodeOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_calls(0)->set_args(0xfffffffe);
+                 }),
+                 "inconsistent graph");
+}
+
+TEST(FactsCodecTest, MutationOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_nodes(3)->add_mutations(2);
+                 }),
+                 "inconsistent graph");
+}
+
+TEST(FactsCodecTest, UnknownViaAndCallOp) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_globals(0)->set_via(4);
+                 }),
+                 "is not a pickle::Via");
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_calls(0)->set_op(10);
+                 }),
+                 "is not a pickle::CallOp");
+}
+
+TEST(FactsCodecTest, OpcodeThatIsNotAByte) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_graph()->mutable_calls(0)->set_opcode(256);
+                 }),
+                 "is not a byte");
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
+                   s->mutable_pickles(0)->mutable_error()->set_opcode(1000);
+                 }),
+                 "is not a byte");
+}
+
+TEST(FactsCodecTest, UnknownVmErrorCode) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_stream_error()->set_code(3); }),
+                 "is not a VmError::Code");
+}
+
+TEST(FactsCodecTest, RootOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(0)->set_root(4); }),
+                 "root node");
+}
+
+TEST(FactsCodecTest, NestedPickleWhoseParentIsNotEarlier) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(1)->set_parent(1); }),
+                 "not an earlier pickle");
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(1)->set_parent(-7); }),
+                 "not an earlier pickle");
+}
+
+TEST(FactsCodecTest, NestedPickleParentNodeOutOfRange) {
+  ExpectRejected(
+      DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(1)->set_parent_node(4); }),
+      "parent node");
+}
+
+TEST(FactsCodecTest, NestedDepthThatSkipsALevel) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(1)->set_depth(3); }),
+                 "nested depth");
+}
+
+TEST(FactsCodecTest, TopLevelPickleWithAParent) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(0)->set_parent(0); }),
+                 "top-level pickle with a parent");
+}
+
+TEST(FactsCodecTest, ProtocolOutOfRange) {
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_pickles(0)->set_protocol(-2); }),
+                 "protocol");
+}
+
+TEST(FactsCodecTest, ListingOverItsCap) {
+  wv1::Result r;
+  r.mutable_facts();
+  r.set_trace(std::string(sandbox::kMaxTraceBytes + 1, 'x'));
+  ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "kMaxTraceBytes");
+}
+
+// `field` (wire type 2) holding `body`.
+std::string Field(int field, const std::string& body) {
+  std::string out(1, static_cast<char>(field << 3 | 2));
+  uint64_t n = body.size();
+  while (n >= 0x80) {
+    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    n >>= 7;
+  }
+  out.push_back(static_cast<char>(n));
+  return out + body;
+}
+
+// A Result whose one graph holds `nodes` empty nodes (2 wire bytes each).
+std::string PayloadWithEmptyNodes(uint64_t nodes) {
+  std::string graph;
+  graph.reserve(2 * nodes);
+  for (uint64_t i = 0; i < nodes; ++i) graph.append("\x0a\x00", 2);
+  // Result.facts(1) > FileFacts.members(3) > MemberFacts.stream(2) > StreamFacts.pickles(1)
+  // > PickleFacts.graph(5); PickleFacts also needs root/parent_node = none.
+  std::string pickle = Field(5, graph);
+  pickle += std::string("\x30\xff\xff\xff\xff\x0f", 6);                       // root = 0xFFFFFFFF
+  pickle += std::string("\x48\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);  // parent = -1
+  pickle += std::string("\x50\xff\xff\xff\xff\x0f", 6);  // parent_node = 0xFFFFFFFF
+  return Field(1, Field(3, Field(2, Field(1, pickle))));
+}
+
+TEST(FactsCodecTest, ValuesAreCountedOnTheWireBeforeAnythingIsBuilt) {
+  absl::StatusOr<DecodedResult> small = DecodeResult(PayloadWithEmptyNodes(1000));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->facts.members.at(0).stream.pickles.at(0).graph.nodes.size(), 1000u);
+  // kMaxFrameValues nodes plus the member and the pickle: two over the limit.
+  ExpectRejected(DecodeResult(PayloadWithEmptyNodes(sandbox::kMaxFrameValues)).status(),
+                 "kMaxFrameValues");
+}
+
+TEST(FactsCodecTest, CountFrameValuesCountsWhatTheDecoderCounts) {
+  const FileFacts facts = EveryFieldFacts();
+  // 1 error + 1 member + 2 pickles + 4 nodes + 1 global + 2 calls.
+  EXPECT_EQ(CountFrameValues(facts), 11u);
+}
+
+TEST(FactsCodecTest, EveryTruncationOfAValidPayloadIsRejectedOrConsistent) {
+  // No prefix may crash the decoder; any prefix that parses must still be consistent.
+  const std::string payload = Payload(EveryFieldFacts());
+  for (size_t n = 0; n < payload.size(); ++n) {
+    absl::StatusOr<DecodedResult> r = DecodeResult(std::string_view(payload.data(), n));
+    if (r.ok()) {
+      for (const MemberFacts& m : r->facts.members) {
+        for (const pickle::PickleFacts& p : m.stream.pickles) {
+          EXPECT_FALSE(pickle::FindInconsistency(p.graph).has_value());
+        }
+      }
+    }
+  }
+}
+
+TEST(FactsCodecTest, EveryByteFlipIsRejectedOrConsistent) {
+  const std::string payload = Payload(EveryFieldFacts());
+  for (size_t i = 0; i < payload.size(); ++i) {
+    for (unsigned char x : {0x01, 0x80, 0xff}) {
+      std::string bad = payload;
+      bad[i] = static_cast<char>(bad[i] ^ x);
+      absl::StatusOr<DecodedResult> r = DecodeResult(bad);
+      if (!r.ok()) continue;
+      for (const MemberFacts& m : r->facts.members) {
+        for (size_t pi = 0; pi < m.stream.pickles.size(); ++pi) {
+          const pickle::PickleFacts& p = m.stream.pickles[pi];
+          EXPECT_FALSE(pickle::FindInconsistency(p.graph).has_value());
+          EXPECT_TRUE(p.root == kNoNode || p.root < p.graph.nodes.size());
+          if (p.depth > 0) {
+            EXPECT_LT(p.parent, static_cast<int32_t>(pi));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptscan::pipeline

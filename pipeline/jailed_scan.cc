@@ -1,0 +1,153 @@
+#include "pipeline/jailed_scan.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "pipeline/facts_codec.h"
+#include "pipeline/judge_facts.h"
+#include "pipeline/mapped_file.h"
+#include "pipeline/sha256.h"
+#include "sandbox/job.h"
+#include "sandbox/spawner.h"
+
+namespace ckptscan::pipeline {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+uint64_t CpuSeconds(const JailOptions& o) {
+  if (o.cpu_seconds != 0) return o.cpu_seconds;
+  const double s = std::ceil(absl::ToDoubleSeconds(o.timeout));
+  return s < 1 ? 2 : static_cast<uint64_t>(std::min(s, 1e9)) + 1;
+}
+
+// Every layer but the namespaces must be in force in a worker that wrote a frame.
+bool JailComplete(const worker::v1::JailLayers& l) {
+  return l.closed_fds() && l.die_with_parent() && l.non_dumpable() && l.no_new_privs() &&
+         l.rlimits() && l.seccomp();
+}
+
+v1::ScanError Error(std::string code, std::string message) {
+  v1::ScanError e;
+  e.set_code(std::move(code));
+  e.set_message(std::move(message));
+  return e;
+}
+
+}  // namespace
+
+JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
+                       const pickle::Limits& limits, const JailOptions& options) {
+  worker::v1::Job job;
+  job.set_mode(mode);
+  sandbox::LimitsToProto(limits, job.mutable_vm_limits());
+  const uint64_t mapped = SaturatingAdd(input_size, kPage - 1) / kPage * kPage;
+  job.mutable_jail()->set_address_space_bytes(SaturatingAdd(options.worker_memory, mapped));
+  job.mutable_jail()->set_cpu_seconds(CpuSeconds(options));
+  job.mutable_jail()->set_parent_pid(static_cast<int32_t>(::getpid()));
+
+  sandbox::SpawnOptions spawn;
+  spawn.worker_path = options.worker_path;
+  spawn.args.push_back(sandbox::EncodeJobArg(job));
+  spawn.args.insert(spawn.args.end(), options.extra_args.begin(), options.extra_args.end());
+  spawn.timeout = options.timeout;
+  spawn.max_frame_bytes = options.max_frame_bytes;
+
+  JailedRun run;
+  run.result = sandbox::RunWorker(spawn, std::move(input), base::UniqueFd());
+  if (!run.result.ok()) return run;
+  absl::StatusOr<DecodedResult> decoded = DecodeResult(run.result.payload);
+  run.result.payload.clear();
+  if (!decoded.ok()) {
+    run.result.outcome = sandbox::Outcome::kBadFrame;
+    run.result.message = absl::StrCat("bad result frame: ", decoded.status().message());
+    return run;
+  }
+  if (!JailComplete(decoded->layers)) {
+    run.result.outcome = sandbox::Outcome::kBadFrame;
+    run.result.message = absl::StrCat("the worker reports an incomplete jail: ",
+                                      sandbox::DescribeLayers(decoded->layers));
+    return run;
+  }
+  run.facts = std::move(decoded->facts);
+  run.layers = std::move(decoded->layers);
+  run.trace = std::move(decoded->trace);
+  run.trace_truncated = decoded->trace_truncated;
+  return run;
+}
+
+v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
+                            const rules::RuleSet& rules) {
+  using sandbox::Outcome;
+  if (run.result.ok()) return JudgeFacts(run.facts, rules);
+
+  v1::FileReport report;
+  report.mutable_tensors()->set_count(0);
+  report.mutable_tensors()->set_bytes(0);
+  switch (run.result.outcome) {
+    case Outcome::kViolation: {
+      v1::Finding* f = report.add_findings();
+      f->set_rule_id("sandbox.violation");
+      f->set_severity(v1::SEVERITY_CRITICAL);
+      f->set_category("sandbox");
+      f->set_message(absl::StrCat(run.result.message,
+                                  ". Parsing this file made the scanner attempt something it "
+                                  "never does on its own: treat the file as malicious."));
+      f->mutable_location();
+      f->set_verdict(v1::VERDICT_DANGEROUS);
+      report.set_verdict(v1::VERDICT_DANGEROUS);
+      return report;
+    }
+    case Outcome::kTimeout:
+      *report.add_errors() = Error("timeout", run.result.message);
+      break;
+    case Outcome::kLimit: {
+      v1::ScanError e = Error("limit", run.result.message);
+      e.set_limit_name(run.result.limit_name);
+      if (run.result.limit_name == "worker_memory") e.set_limit_value(options.worker_memory);
+      if (run.result.limit_name == "max_frame_bytes") e.set_limit_value(options.max_frame_bytes);
+      *report.add_errors() = std::move(e);
+      break;
+    }
+    default:
+      *report.add_errors() = Error(
+          "sandbox",
+          absl::StrCat(run.result.message, " [", sandbox::OutcomeName(run.result.outcome), "]"));
+      break;
+  }
+  report.set_verdict(v1::VERDICT_ERROR);
+  return report;
+}
+
+absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rules::RuleSet& rules,
+                                              const pickle::Limits& limits,
+                                              const JailOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(path));
+  std::string sha256;
+  uint64_t size = 0;
+  {
+    // Hashing reads the bytes but parses nothing; the mapping is gone before the worker runs.
+    CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(fd.get(), path));
+    CKPT_ASSIGN_OR_RETURN(sha256, Sha256Hex(file.bytes()));
+    size = file.bytes().size();
+  }
+  const JailedRun run =
+      RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
+  v1::FileReport report = ReportForRun(run, options, rules);
+  report.set_path(path);
+  report.set_sha256(std::move(sha256));
+  report.set_size(size);
+  return report;
+}
+
+}  // namespace ckptscan::pipeline

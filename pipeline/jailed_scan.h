@@ -1,0 +1,81 @@
+// The jailed scan of one file: the default of `ckptscan scan` and `ckptscan disasm`.
+//
+// The trusted side opens the file (regular files only), hashes it, and hands the descriptor
+// to a fresh ckptscan-worker (sandbox/worker.h) that extracts the facts inside its jail. The
+// facts come back in a size-capped frame, are decoded and checked (pipeline/facts_codec.h), and
+// only then judged here with the rules (JudgeFacts). The worker's fate maps to the report:
+//   kOk         the facts, judged
+//   kViolation  DANGEROUS: a finding `sandbox.violation` (the worker was killed by SIGSYS)
+//   kTimeout    ERROR, error code "timeout"
+//   kLimit      ERROR, error code "limit" (limit_name worker_memory / max_frame_bytes / ...)
+//   otherwise   ERROR, error code "sandbox" (a crash, a failed start, a bad frame)
+// Nothing is SAFE unless the worker exited cleanly with a whole, consistent frame.
+//
+// Thread-safe: concurrent calls run concurrent workers (see sandbox/spawner.h on threads).
+//
+//   pipeline::JailOptions jail{.worker_path = "/usr/libexec/ckptscan-worker"};
+//   absl::StatusOr<v1::FileReport> r = pipeline::ScanFileJailed(path, *rules, {}, jail);
+#ifndef CKPTSCAN_PIPELINE_JAILED_SCAN_H_
+#define CKPTSCAN_PIPELINE_JAILED_SCAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ckptscan/v1/report.pb.h"
+#include "ckptscan/worker/v1/worker.pb.h"
+#include "core/base/unique_fd.h"
+#include "core/pickle/vm.h"
+#include "pipeline/file_facts.h"
+#include "rules/rule_set.h"
+#include "sandbox/protocol.h"
+#include "sandbox/result.h"
+
+namespace ckptscan::pipeline {
+
+inline constexpr uint64_t kDefaultWorkerMemory = 8ull << 30;
+
+struct JailOptions {
+  std::string worker_path;                     // the ckptscan-worker binary (required)
+  absl::Duration timeout = absl::Seconds(60);  // per file, wall clock (--timeout)
+  // RLIMIT_AS for the worker's own allocations (--worker-memory); the read-only mapping of the
+  // input is added on top, so any file size can be mapped.
+  uint64_t worker_memory = kDefaultWorkerMemory;
+  // RLIMIT_CPU in seconds; 0 = the timeout rounded up, plus one (a backstop behind it).
+  uint64_t cpu_seconds = 0;
+  uint64_t max_frame_bytes = sandbox::kMaxFrameBytes;
+  // Test only: arguments after the job (the probe's --probe=MODE). The real worker refuses any.
+  std::vector<std::string> extra_args;
+};
+
+// What one jailed job produced.
+struct JailedRun {
+  sandbox::Result result;         // the worker's fate (kBadFrame also for a frame that decodes
+                                  // to inconsistent facts)
+  FileFacts facts;                // result.ok() only
+  worker::v1::JailLayers layers;  // result.ok() only: the layers the worker reported
+  std::string trace;              // disasm: the listing as the worker wrote it (untrusted)
+  bool trace_truncated = false;
+};
+
+// Runs one job on the open input (`input_size` bytes). The job's mode decides whether a
+// listing comes back.
+JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
+                       const pickle::Limits& limits, const JailOptions& options);
+
+// The report for a run (format, findings, errors, verdict); path, sha256 and size are the
+// caller's to fill.
+v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
+                            const rules::RuleSet& rules);
+
+// Opens, hashes and scans `path` in a worker. A non-OK status means the file could not be
+// read at all (see UnreadableFileReport); every worker failure is a report, not a status.
+absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rules::RuleSet& rules,
+                                              const pickle::Limits& limits,
+                                              const JailOptions& options);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_PIPELINE_JAILED_SCAN_H_

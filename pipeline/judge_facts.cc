@@ -1,0 +1,132 @@
+#include "pipeline/judge_facts.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "core/pickle/opcodes.h"
+
+namespace ckptscan::pipeline {
+namespace {
+
+v1::ScanError MalformedError(std::string message) {
+  v1::ScanError e;
+  e.set_code("malformed");
+  e.set_message(std::move(message));
+  return e;
+}
+
+const char* VmErrorCode(pickle::VmError::Code code) {
+  switch (code) {
+    case pickle::VmError::Code::kMalformed:
+      return "malformed";
+    case pickle::VmError::Code::kLimit:
+      return "limit";
+    case pickle::VmError::Code::kUnsupported:
+      return "unsupported";
+  }
+  return "malformed";
+}
+
+}  // namespace
+
+v1::ScanError ToScanError(const pickle::VmError& error, std::string_view member,
+                          uint32_t pickle_index, uint32_t nested_depth) {
+  v1::ScanError e;
+  e.set_code(VmErrorCode(error.code));
+  e.set_message(error.message);
+  v1::Location* loc = e.mutable_location();
+  loc->set_member(std::string(member));
+  loc->set_offset(error.offset);
+  if (error.has_opcode) {
+    const char* name = pickle::OpName(error.opcode);
+    loc->set_opcode(name != nullptr ? name : "");
+  }
+  loc->set_pickle_index(pickle_index);
+  loc->set_nested_depth(nested_depth);
+  if (error.code == pickle::VmError::Code::kLimit) {
+    e.set_limit_name(error.limit_name);
+    e.set_limit_value(error.limit_value);
+  }
+  return e;
+}
+
+v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
+  v1::FileReport report;
+  report.set_format(facts.format);
+  for (const v1::ScanError& e : facts.errors) *report.add_errors() = e;
+
+  v1::Verdict verdict = v1::VERDICT_SAFE;
+  uint64_t pickles = 0;
+  uint64_t globals = 0;
+  for (const MemberFacts& m : facts.members) {
+    const int errors_before = report.errors_size();
+    bool complete_top_level = false;
+    for (size_t i = 0; i < m.stream.pickles.size(); ++i) {
+      const pickle::PickleFacts& p = m.stream.pickles[i];
+      ++pickles;
+      globals += p.graph.globals.size();
+      if (p.error.has_value()) {
+        *report.add_errors() =
+            ToScanError(*p.error, m.member, static_cast<uint32_t>(i), p.depth);
+      } else if (p.depth == 0) {
+        complete_top_level = true;
+      }
+    }
+    if (m.stream.stream_error.has_value()) {
+      *report.add_errors() =
+          ToScanError(*m.stream.stream_error, m.member, 0, 0);
+    }
+    if (!complete_top_level && report.errors_size() == errors_before) {
+      v1::ScanError e = MalformedError("no complete pickle in the stream");
+      e.mutable_location()->set_member(m.member);
+      *report.add_errors() = std::move(e);
+    }
+
+    // Calls are rendered by the VM's own summariser, as `ckptscan disasm` shows
+    // them.
+    rules::Evaluation eval =
+        rules.Evaluate(m.stream, m.member,
+                       [](const pickle::Graph& g, const pickle::CallSite& c) {
+                         return pickle::SummarizeCall(g, c);
+                       });
+    verdict = rules::WorseVerdict(verdict, eval.verdict);
+    for (v1::Finding& f : eval.findings) {
+      verdict = rules::WorseVerdict(verdict, f.verdict());
+      *report.add_findings() = std::move(f);
+    }
+  }
+  // Fail closed: facts that scanned nothing and explain nothing cannot be SAFE.
+  if (facts.members.empty() && report.errors_size() == 0) {
+    v1::ScanError e;
+    e.set_code("internal");
+    e.set_message("nothing was scanned");
+    *report.add_errors() = std::move(e);
+  }
+  if (report.errors_size() > 0)
+    verdict = rules::WorseVerdict(verdict, v1::VERDICT_ERROR);
+
+  report.set_verdict(verdict);
+  report.set_pickles(
+      static_cast<uint32_t>(std::min<uint64_t>(pickles, UINT32_MAX)));
+  report.set_globals(
+      static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
+  report.mutable_tensors()->set_count(0);
+  report.mutable_tensors()->set_bytes(0);
+  return report;
+}
+
+v1::FileReport UnreadableFileReport(const std::string& path,
+                                    const absl::Status& status) {
+  v1::FileReport report;
+  report.set_path(path);
+  report.set_verdict(v1::VERDICT_ERROR);
+  v1::ScanError* e = report.add_errors();
+  e->set_code(status.code() == absl::StatusCode::kInternal ? "internal" : "io");
+  e->set_message(std::string(status.message()));
+  report.mutable_tensors();
+  return report;
+}
+
+}  // namespace ckptscan::pipeline
