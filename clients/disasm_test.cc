@@ -93,11 +93,11 @@ TEST(DisassembleTest, ErrorsFollowTheListing) {
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
 }
 
-TEST(DisassembleTest, ContainerIsNotDisassembled) {
+TEST(DisassembleTest, BrokenArchiveIsAnErrorNotAListing) {
   v1::FileReport report;
   const std::string out = DisasmOf("PK\x03\x04...."sv, &report);
   EXPECT_THAT(out, HasSubstr("format: zip"));
-  EXPECT_THAT(out, HasSubstr("error unsupported"));
+  EXPECT_THAT(out, HasSubstr("error malformed"));
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
 }
 

@@ -1,6 +1,7 @@
 // ExtractFacts: untrusted bytes -> FileFacts. The worker's half of a scan.
 //
-// Format detection by content and the symbolic pickle VM. It never sees the rules and decides
+// Format detection by content and the format readers of core/torch (torch zip, legacy, numpy,
+// raw pickles; core/torch/detect.h), each running the symbolic pickle VM. It never sees the rules and decides
 // no verdict. It runs inside the jailed ckptscan-worker (sandbox/worker.h), or in the CLI
 // process with --no-sandbox. Linked by the worker; the trusted side never needs it.
 //
@@ -15,8 +16,8 @@
 
 namespace ckptscan::pipeline {
 
-// Detects the format and runs the VM over a raw pickle stream. `trace`, when
-// given, receives every executed opcode (the disassembler).
+// Reads the file as its loader would (torch::ReadFile). `trace`, when given, receives every
+// opcode executed in the file's main pickle stream (the disassembler).
 FileFacts ExtractFacts(std::string_view bytes, const pickle::Limits& limits,
                        const pickle::TraceSink* trace = nullptr);
 

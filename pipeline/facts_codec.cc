@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/strings.h"
 #include "core/pickle/graph_check.h"
+#include "core/torch/tensors.h"
 #include "sandbox/protocol.h"
 
 namespace ckptscan::pipeline {
@@ -276,15 +277,15 @@ v1::ScanError DecodeScanError(const wv1::ScanError& p) {
 // on this side, from as little as 2 bytes on the wire).
 struct Level {
   int descend;     // field number to walk into; 0 = none
-  int counted[3];  // field numbers counted (0 = unused)
+  int counted[6];  // field numbers counted (0 = unused)
 };
 constexpr Level kLevels[] = {
-    {1, {0, 0, 0}},  // Result: facts
-    {3, {2, 3, 0}},  // FileFacts: errors, members (walked)
-    {2, {0, 0, 0}},  // MemberFacts: stream
-    {1, {1, 0, 0}},  // StreamFacts: pickles (walked)
-    {5, {0, 0, 0}},  // PickleFacts: graph
-    {0, {1, 2, 3}},  // Graph: nodes, globals, calls
+    {1, {0, 0, 0, 0, 0, 0}},  // Result: facts
+    {3, {2, 3, 4, 5, 6, 7}},  // FileFacts: errors, members (walked), anomalies, tensors, storages
+    {2, {0, 0, 0, 0, 0, 0}},  // MemberFacts: stream
+    {1, {1, 0, 0, 0, 0, 0}},  // StreamFacts: pickles (walked)
+    {5, {0, 0, 0, 0, 0, 0}},  // PickleFacts: graph
+    {0, {1, 2, 3, 0, 0, 0}},  // Graph: nodes, globals, calls
 };
 constexpr int kDepth = sizeof(kLevels) / sizeof(kLevels[0]);
 
@@ -315,6 +316,73 @@ bool CountValues(google::protobuf::io::CodedInputStream* in, int level, uint64_t
   }
 }
 
+// Anomalies, tensors, storages: every index and dtype checked, so that a compromised worker
+// cannot make the trusted side (or the converter after it) read outside what it was given.
+absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
+  constexpr size_t kMaxDims = 64;
+  for (const wv1::ContainerAnomaly& a : in.anomalies()) {
+    facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
+                                                       a.message(), a.must_flag()});
+  }
+  facts->storages.reserve(static_cast<size_t>(in.storages_size()));
+  for (const wv1::StorageRef& p : in.storages()) {
+    torch::StorageRef s;
+    s.key = p.key();
+    s.untyped = p.untyped();
+    if (!p.dtype().empty()) {
+      s.dtype = torch::DTypeFromName(p.dtype());
+      if (s.dtype == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("storage: unknown dtype ", p.dtype()));
+      }
+    } else if (!s.untyped) {
+      return absl::InvalidArgumentError("storage: typed storage without a dtype");
+    }
+    s.location = p.location();
+    s.numel = p.numel();
+    s.pid_offset = p.pid_offset();
+    facts->storages.push_back(std::move(s));
+  }
+  if (in.storage_data_size() != 0 && in.storage_data_size() != in.storages_size()) {
+    return absl::InvalidArgumentError("storage data does not match the storages");
+  }
+  for (int i = 0; i < in.storage_data_size(); ++i) {
+    const wv1::StorageData& p = in.storage_data(i);
+    facts->storage_data.push_back(
+        torch::StorageData{p.key(), p.member(), p.offset(), p.nbytes(), p.stored()});
+  }
+  for (const wv1::TensorFact& p : in.tensors()) {
+    torch::TensorFact t;
+    t.name = p.name();
+    if (p.kind() > static_cast<uint32_t>(torch::TensorFact::Kind::kOther)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor kind ", p.kind()));
+    }
+    t.kind = static_cast<torch::TensorFact::Kind>(p.kind());
+    if (!p.dtype().empty()) {
+      t.dtype = torch::DTypeFromName(p.dtype());
+      if (t.dtype == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor: unknown dtype ", p.dtype()));
+      }
+    }
+    if (static_cast<size_t>(p.shape_size()) > kMaxDims || p.shape_size() != p.stride_size()) {
+      return absl::InvalidArgumentError("tensor: shape and stride do not match");
+    }
+    t.shape.assign(p.shape().begin(), p.shape().end());
+    t.stride.assign(p.stride().begin(), p.stride().end());
+    t.storage_offset = p.storage_offset();
+    t.storage = p.storage();
+    if (t.storage < -1 || t.storage >= in.storages_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor: storage index ", t.storage));
+    }
+    t.requires_grad = p.requires_grad();
+    t.parameter = p.parameter();
+    t.offset = p.offset();
+    t.node = p.node();
+    t.problem = p.problem();
+    facts->tensors.push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
@@ -343,10 +411,51 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
       EncodeVmError(*m.stream.stream_error, ps->mutable_stream_error());
     }
   }
+  for (const torch::ContainerAnomaly& a : facts.anomalies) {
+    wv1::ContainerAnomaly* p = out->add_anomalies();
+    p->set_kind(a.kind);
+    p->set_member(a.member);
+    p->set_offset(a.offset);
+    p->set_message(a.message);
+    p->set_must_flag(a.must_flag);
+  }
+  for (const torch::TensorFact& t : facts.tensors) {
+    wv1::TensorFact* p = out->add_tensors();
+    p->set_name(t.name);
+    p->set_kind(static_cast<uint32_t>(t.kind));
+    if (t.dtype != nullptr) p->set_dtype(std::string(t.dtype->name));
+    p->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+    p->mutable_stride()->Add(t.stride.begin(), t.stride.end());
+    p->set_storage_offset(t.storage_offset);
+    p->set_storage(t.storage);
+    p->set_requires_grad(t.requires_grad);
+    p->set_parameter(t.parameter);
+    p->set_offset(t.offset);
+    p->set_node(t.node);
+    p->set_problem(t.problem);
+  }
+  for (const torch::StorageRef& s : facts.storages) {
+    wv1::StorageRef* p = out->add_storages();
+    p->set_key(s.key);
+    if (s.dtype != nullptr) p->set_dtype(std::string(s.dtype->name));
+    p->set_untyped(s.untyped);
+    p->set_location(s.location);
+    p->set_numel(s.numel);
+    p->set_pid_offset(s.pid_offset);
+  }
+  for (const torch::StorageData& d : facts.storage_data) {
+    wv1::StorageData* p = out->add_storage_data();
+    p->set_key(d.key);
+    p->set_member(d.member);
+    p->set_offset(d.offset);
+    p->set_nbytes(d.nbytes);
+    p->set_stored(d.stored);
+  }
 }
 
 uint64_t CountFrameValues(const FileFacts& facts) {
-  uint64_t n = facts.errors.size() + facts.members.size();
+  uint64_t n = facts.errors.size() + facts.members.size() + facts.anomalies.size() +
+               facts.tensors.size() + facts.storages.size() + facts.storage_data.size();
   for (const MemberFacts& m : facts.members) {
     n += m.stream.pickles.size();
     for (const pickle::PickleFacts& p : m.stream.pickles) {
@@ -370,6 +479,7 @@ absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
       return s;
     }
   }
+  if (absl::Status s = DecodeTorchFacts(in, &facts); !s.ok()) return s;
   return facts;
 }
 

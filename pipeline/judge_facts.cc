@@ -1,5 +1,8 @@
 #include "pipeline/judge_facts.h"
 
+#include "absl/strings/str_cat.h"
+#include "rules/catalogue.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <string>
@@ -97,8 +100,28 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
       *report.add_findings() = std::move(f);
     }
   }
-  // Fail closed: facts that scanned nothing and explain nothing cannot be SAFE.
-  if (facts.members.empty() && report.errors_size() == 0) {
+  // Container anomalies: one finding each, graded by the catalogue (informational kinds do
+  // not raise the verdict).
+  for (const torch::ContainerAnomaly& a : facts.anomalies) {
+    const std::string id = absl::StrCat("container.", a.kind);
+    const rules::RuleInfo* info = rules::FindRule(id);
+    v1::Finding f;
+    f.set_rule_id(info != nullptr ? id : "container.unexpected_member");
+    f.set_category("container");
+    f.set_severity(info != nullptr ? info->severity : v1::SEVERITY_MEDIUM);
+    f.set_verdict(!a.must_flag ? v1::VERDICT_SAFE
+                  : info != nullptr ? info->verdict
+                                    : v1::VERDICT_SUSPICIOUS);
+    if (!a.must_flag) f.set_severity(v1::SEVERITY_INFO);
+    f.mutable_location()->set_member(a.member);
+    f.mutable_location()->set_offset(a.offset);
+    f.set_message(a.message);
+    verdict = rules::WorseVerdict(verdict, f.verdict());
+    *report.add_findings() = std::move(f);
+  }
+  // Fail closed: facts that scanned nothing and explain nothing cannot be SAFE (numeric
+  // .npy/.npz files have tensors and no pickle).
+  if (facts.members.empty() && facts.tensors.empty() && report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code("internal");
     e.set_message("nothing was scanned");
@@ -112,8 +135,10 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
       static_cast<uint32_t>(std::min<uint64_t>(pickles, UINT32_MAX)));
   report.set_globals(
       static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
-  report.mutable_tensors()->set_count(0);
-  report.mutable_tensors()->set_bytes(0);
+  uint64_t tensor_bytes = 0;
+  for (const torch::StorageData& d : facts.storage_data) tensor_bytes += d.nbytes;
+  report.mutable_tensors()->set_count(facts.tensors.size());
+  report.mutable_tensors()->set_bytes(tensor_bytes);
   return report;
 }
 

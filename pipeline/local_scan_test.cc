@@ -63,12 +63,12 @@ TEST(ExtractFactsTest, EmptyFileIsAnErrorNotAPickle) {
   EXPECT_TRUE(f.members.empty());
 }
 
-TEST(ExtractFactsTest, ZipMagicIsUnsupportedForNow) {
+TEST(ExtractFactsTest, ZipMagicWithoutAnArchiveIsMalformed) {
   const FileFacts f = ExtractFacts(std::string("PK\x03\x04", 4) + "rest", {});
   EXPECT_EQ(f.format, "zip");
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "unsupported");
-  EXPECT_THAT(f.errors[0].message(), HasSubstr("later release"));
+  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_THAT(f.errors[0].message(), HasSubstr("zip:"));
   EXPECT_TRUE(f.members.empty());
 }
 

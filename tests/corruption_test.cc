@@ -1,7 +1,7 @@
-// The corruption suite: every benign fixture truncated at every byte and bit-flipped at every
-// byte, through the same facts + rules path as `ckptscan scan`. Each damaged file must end in a
-// verdict (never a crash), and a truncated one is never SAFE: a pickle cut anywhere before its
-// STOP cannot be loaded.
+// The corruption suite: every benign fixture (raw pickles, and real torch/numpy checkpoints in
+// every container) truncated at every byte and bit-flipped at every byte, through the same facts
+// + rules path as `ckptscan scan`. Each damaged file must end in a verdict (never a crash), and
+// a truncated one is never SAFE: torch, numpy or pickle cannot load a file cut short.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +17,14 @@ namespace ckptscan {
 namespace {
 
 std::vector<std::filesystem::path> BenignFixtures() {
+  const std::filesystem::path root = std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures";
   std::vector<std::filesystem::path> out;
-  for (const auto& e : std::filesystem::directory_iterator(
-           std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/pickles/benign")) {
+  for (const auto& e : std::filesystem::directory_iterator(root / "pickles/benign")) {
     out.push_back(e.path());
+  }
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root / "torch")) {
+    const std::string ext = e.path().extension().string();
+    if (ext == ".pt" || ext == ".npy" || ext == ".npz" || ext == ".bin") out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -39,7 +43,7 @@ v1::Verdict Judge(std::string_view bytes) {
 
 TEST(CorruptionTest, BenignFixturesAreSafeWhole) {
   std::vector<std::filesystem::path> files = BenignFixtures();
-  ASSERT_GE(files.size(), 40u);
+  ASSERT_GE(files.size(), 65u);
   for (const auto& f : files) EXPECT_EQ(Judge(Read(f)), v1::VERDICT_SAFE) << f;
 }
 

@@ -1,0 +1,427 @@
+#include "core/torch/detect.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/checked.h"
+#include "core/base/strings.h"
+#include "core/torch/legacy.h"
+#include "core/torch/numpy.h"
+#include "core/torch/tensors.h"
+
+namespace ckptscan::torch {
+namespace {
+
+// A container recognised by its leading bytes that no loader we model reads: fail closed.
+struct Magic {
+  std::string_view bytes;
+  std::string_view format;
+  std::string_view message;
+};
+
+constexpr std::string_view kCompressed =
+    "compressed files are not scanned; decompress it and scan the contents";
+
+constexpr Magic kMagics[] = {
+    {{"\x1f\x8b", 2}, "gzip", kCompressed},
+    {{"\x37\x7a\xbc\xaf\x27\x1c", 6}, "7z", "7z archives are not scanned"},
+    {{"Rar!\x1a\x07", 6}, "rar", "rar archives are not scanned"},
+    {{"\xfd\x37\x7a\x58\x5a\x00", 6}, "xz", kCompressed},
+    {{"\x28\xb5\x2f\xfd", 4}, "zstd", kCompressed},
+    {{"\x04\x22\x4d\x18", 4}, "lz4", kCompressed},
+};
+
+constexpr std::string_view kZipMagic = {"PK\x03\x04", 4};
+
+bool IsBzip2(std::string_view b) {
+  return b.size() >= 4 && b.substr(0, 3) == "BZh" && b[3] >= '1' && b[3] <= '9';
+}
+
+// Python's tarfile (which torch.load tries before the legacy pickle format) accepts a file
+// whose first 512-byte block is not all NUL and carries a valid header checksum, whatever its
+// magic. Such a file is loaded as a tar of pickles, so it must never be judged as a pickle.
+bool IsTar(std::string_view b) {
+  constexpr size_t kBlock = 512;
+  if (b.size() < kBlock) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(b.data());
+  bool all_nul = true;
+  int64_t unsigned_sum = 8 * ' ';
+  int64_t signed_sum = 8 * ' ';
+  for (size_t i = 0; i < kBlock; ++i) {
+    if (u[i] != 0) all_nul = false;
+    if (i >= 148 && i < 156) continue;  // the checksum field counts as spaces
+    unsigned_sum += u[i];
+    signed_sum += static_cast<signed char>(u[i]);
+  }
+  if (all_nul) return false;
+  std::string_view field = b.substr(148, 8);
+  int64_t value = 0;
+  if (u[148] == 0x80 || u[148] == 0xff) {  // base-256 (GNU); tarfile.nti accepts it
+    for (size_t i = 1; i < field.size(); ++i) value = (value << 8) | u[148 + i];
+    if (u[148] == 0xff) value -= int64_t{1} << 56;
+  } else {
+    // tarfile.nti: up to the first NUL, stripped, int(s, 8) (sign, "0o" and '_' allowed).
+    field = field.substr(0, std::min(field.find('\0'), field.size()));
+    while (!field.empty() && std::isspace(static_cast<unsigned char>(field.front()))) {
+      field.remove_prefix(1);
+    }
+    while (!field.empty() && std::isspace(static_cast<unsigned char>(field.back()))) {
+      field.remove_suffix(1);
+    }
+    bool negative = false;
+    if (!field.empty() && (field[0] == '+' || field[0] == '-')) {
+      negative = field[0] == '-';
+      field.remove_prefix(1);
+    }
+    if (field.size() >= 2 && field[0] == '0' && (field[1] == 'o' || field[1] == 'O')) {
+      field.remove_prefix(2);
+    }
+    bool digits = false;
+    for (char c : field) {
+      if (c == '_') continue;
+      if (c < '0' || c > '7') return false;
+      value = value * 8 + (c - '0');
+      digits = true;
+    }
+    if (!digits) value = 0;
+    if (negative) value = -value;
+  }
+  return value == unsigned_sum || value == signed_sum;
+}
+
+// A reading worth reporting names a global (persistent ids alone are what any bytes starting
+// with "P" give).
+bool HasContent(const pickle::StreamFacts& s) {
+  for (const pickle::PickleFacts& p : s.pickles) {
+    if (!p.graph.globals.empty()) return true;
+  }
+  return false;
+}
+
+// Records that torch.save writes beside data.pkl and the storages (convert_sign.md §2.2).
+bool IsKnownRecord(std::string_view record) {
+  return record == "version" || record == ".data/version" || record == "byteorder" ||
+         record == ".data/serialization_id" || record == ".format_version" ||
+         record == ".storage_alignment";
+}
+
+class Reader {
+ public:
+  Reader(const pickle::Vm& vm, const ReadOptions& options, FileFacts* out)
+      : vm_(vm), options_(options), out_(out) {}
+
+  void File(std::string_view data) {
+    if (data.empty()) {
+      out_->format = "empty";
+      Error("malformed", "empty file: there is nothing to verify", "", 0);
+      return;
+    }
+    if (data.substr(0, 4) == kZipMagic) {
+      Zip(data, "", 0, 0, /*top=*/true);
+      // pickle.load on the same bytes: "PK" is PERSID, so a zip can also be a pickle.
+      PickleReading(data, "(as pickle)", true);
+      return;
+    }
+    if (IsNpy(data)) {
+      out_->format = "npy";
+      ReadNpy(data, "", "", 0, true, vm_, out_);
+      return;
+    }
+    for (const Magic& m : kMagics) {
+      if (data.substr(0, m.bytes.size()) == m.bytes) {
+        out_->format = std::string(m.format);
+        Error("unsupported", absl::StrCat(base::AbslView(m.format), ": ",
+                                          base::AbslView(m.message)), "", 0);
+        return;
+      }
+    }
+    if (IsBzip2(data)) {
+      out_->format = "bzip2";
+      Error("unsupported", absl::StrCat("bzip2: ", base::AbslView(kCompressed)), "", 0);
+      return;
+    }
+    if (IsTar(data)) {
+      out_->format = "tar";
+      Error("unsupported",
+            "tar: legacy torch tar checkpoints (torch <= 0.3) are not read; torch.load would "
+            "unpack it",
+            "", 0);
+      return;
+    }
+    pickle::PickleFacts first = vm_.RunOne(data, 0);
+    if (IsLegacyMagic(first)) {
+      ReadLegacy(data, vm_, out_);
+    } else {
+      out_->format = "pickle";
+      MemberFacts m;
+      m.stream = vm_.ScanStream(data, 0, options_.trace);
+      out_->members.push_back(std::move(m));
+    }
+    // zipfile.is_zipfile finds an end record anywhere: a zip after the pickle is what
+    // zipfile-based tools (and picklescan) would read instead.
+    if (data.find("PK\x05\x06") != std::string_view::npos) {
+      absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
+      if (ar.ok() && !ar->entries().empty()) {
+        Anomaly("polyglot", "", 0,
+                "the file is also a zip archive (after the pickle): both readings are scanned");
+        Zip(data, "(as zip)", 0, 0, /*top=*/false);
+      }
+    }
+  }
+
+ private:
+  void Error(std::string_view code, std::string message, std::string_view member,
+             uint64_t offset) {
+    out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
+  }
+  void Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
+               bool must_flag = true) {
+    out_->anomalies.push_back(ContainerAnomaly{std::move(kind), std::move(member), offset,
+                                               std::move(message), must_flag});
+  }
+
+  // zip::AnomalyKindName's "kPrependedData" as the rule id's "prepended_data".
+  static std::string KindId(zip::AnomalyKind kind) {
+    std::string_view name = zip::AnomalyKindName(kind);
+    if (!name.empty() && name[0] == 'k') name.remove_prefix(1);
+    std::string out;
+    for (char c : name) {
+      if (c >= 'A' && c <= 'Z') {
+        if (!out.empty()) out.push_back('_');
+        out.push_back(static_cast<char>(c - 'A' + 'a'));
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out;
+  }
+
+  void ZipAnomaly(const zip::Anomaly& a, std::string_view outer, uint64_t base) {
+    // Nested archives and TorchScript markers are reported by this reader itself.
+    if (a.kind == zip::AnomalyKind::kNestedArchive ||
+        a.kind == zip::AnomalyKind::kTorchScriptMarker) {
+      return;
+    }
+    Anomaly(KindId(a.kind), MemberName(outer, a.member), base + a.offset, a.message, a.must_flag);
+  }
+
+  // The same bytes as pickle.load reads them; kept only if that reading names anything.
+  void PickleReading(std::string_view data, std::string_view label, bool anomaly) {
+    pickle::StreamFacts s = vm_.ScanStream(data, 0);
+    if (!HasContent(s)) return;
+    if (anomaly) {
+      Anomaly("polyglot", std::string(label), 0,
+              "the bytes are also a pickle that imports or calls something");
+    }
+    out_->members.push_back(MemberFacts{std::string(label), std::move(s)});
+  }
+
+  std::string MemberName(std::string_view outer, std::string_view name) const {
+    if (outer.empty()) return std::string(name);
+    return absl::StrCat(base::AbslView(outer), "!", base::AbslView(name));
+  }
+
+  // Reads a zip archive (the file, or a member `outer` at depth `depth`).
+  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth,
+           bool top) {
+    absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
+    if (top) out_->format = "zip";
+    absl::Status torch_refused = absl::OkStatus();
+    if (!ar.ok() && ar.status().code() != absl::StatusCode::kResourceExhausted) {
+      // torch's reader refuses it; Python's zipfile (numpy's .npz, zipfile-based tools) may not.
+      torch_refused = ar.status();
+      ar = zip::Archive::Open(data, options_.zip, zip::Mode::kZipfile);
+    }
+    if (!ar.ok()) {
+      Error(ar.status().code() == absl::StatusCode::kResourceExhausted ? "limit" : "malformed",
+            absl::StrCat("zip: ", ar.status().message()), outer, base);
+      return;
+    }
+    for (const zip::Anomaly& a : ar->anomalies()) ZipAnomaly(a, outer, base);
+    const bool torch_view = torch_refused.ok();
+    const zip::Entry* data_pkl = torch_view ? ar->LocateRecord("data.pkl") : nullptr;
+    const zip::Entry* constants = torch_view ? ar->LocateRecord("constants.pkl") : nullptr;
+    bool npz = !ar->entries().empty();
+    for (const zip::Entry& e : ar->entries()) {
+      npz = npz && e.name.size() > 4 && e.name.substr(e.name.size() - 4) == ".npy";
+    }
+    std::string format = data_pkl == nullptr ? (npz ? "npz" : "zip")
+                         : constants != nullptr ? "torchscript"
+                                                : "torch-zip";
+    if (top) out_->format = format;
+    if (constants != nullptr) {
+      Anomaly("torchscript", MemberName(outer, constants->name), base + constants->local_header_offset,
+              "a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code");
+    }
+    if (format == "torch-zip" || format == "torchscript") {
+      absl::StatusOr<uint64_t> version = ar->Version();
+      if (!version.ok()) {
+        Error("malformed", absl::StrCat("torch archive: ", version.status().message()), outer,
+              base);
+      }
+      if (const zip::Entry* bo = ar->LocateRecord("byteorder")) {
+        absl::StatusOr<zip::Member> m = ar->Read(*bo);
+        if (m.ok() && m->bytes() != "little") {
+          Anomaly("byteorder", MemberName(outer, bo->name), base + bo->data_offset,
+                  "storages are not little-endian");
+        }
+      }
+    }
+    if (format == "zip" && top) {
+      Error("unsupported",
+            torch_refused.ok()
+                ? std::string("a zip archive that is not a torch checkpoint (no <folder>/data.pkl) "
+                              "nor an .npz")
+                : absl::StrCat("a zip archive that torch.load cannot open (",
+                               torch_refused.message(), ") and that is not an .npz"),
+            outer, base);
+    }
+
+    // Storages referenced from data.pkl, by record name.
+    std::vector<std::string> storage_records;
+    TensorExtraction tensors;
+    if (data_pkl != nullptr) {
+      absl::StatusOr<zip::Member> m = ar->Read(*data_pkl);
+      if (!m.ok()) {
+        Error("malformed", absl::StrCat("data.pkl: ", m.status().message()),
+              MemberName(outer, data_pkl->name), base + data_pkl->data_offset);
+      } else {
+        AddMemberAnomalies(*m, outer, base);
+        MemberFacts mf{MemberName(outer, data_pkl->name),
+                       vm_.ScanStream(m->bytes(), 0, top ? options_.trace : nullptr)};
+        if (!mf.stream.pickles.empty() && !mf.stream.pickles[0].error && top) {
+          tensors = ExtractTensors(mf.stream.pickles[0]);
+          for (const std::string& p : tensors.problems) {
+            Error("malformed", p, mf.member, 0);
+          }
+        }
+        if (!m->complete()) {
+          Error("malformed", "data.pkl: torch would read uninitialised bytes past its end",
+                mf.member, 0);
+        }
+        out_->members.push_back(std::move(mf));
+      }
+    }
+    if (top && data_pkl != nullptr) {
+      Storages(*ar, tensors, outer, base, &storage_records);
+      out_->tensors = std::move(tensors.tensors);
+      out_->storages = std::move(tensors.storages);
+    }
+
+    // Every other member: known records are left alone; anything else that any loader could
+    // unpickle is trial-parsed, and nested archives are read to the depth limit.
+    for (const zip::Entry& e : ar->entries()) {
+      if (&e == data_pkl) continue;
+      std::string_view record = std::string_view(e.name);
+      std::string_view prefix = ar->prefix();
+      bool in_prefix = record.size() > prefix.size() && record.substr(0, prefix.size()) == prefix &&
+                       record[prefix.size()] == '/';
+      if (in_prefix) record.remove_prefix(prefix.size() + 1);
+      bool is_storage = std::find(storage_records.begin(), storage_records.end(), e.name) !=
+                        storage_records.end();
+      if (is_storage || (in_prefix && IsKnownRecord(record) && format != "npz")) continue;
+      absl::StatusOr<zip::Member> m = ar->Read(e);
+      std::string name = MemberName(outer, e.name);
+      if (!m.ok()) {
+        if (format == "npz" || format == "zip") {
+          Error("malformed", absl::StrCat(e.name, ": ", m.status().message()), name,
+                base + e.data_offset);
+        }
+        continue;
+      }
+      AddMemberAnomalies(*m, outer, base);
+      std::string_view bytes = m->bytes();
+      if (bytes.substr(0, 4) == kZipMagic) {
+        if (depth + 1 > options_.max_container_depth) {
+          Error("limit", "an archive nested deeper than max_container_depth", name,
+                base + e.data_offset);
+        } else {
+          Anomaly("nested_archive", name, base + e.data_offset, "a zip archive inside the archive");
+          Zip(bytes, name, base + e.data_offset, depth + 1, false);
+        }
+        continue;
+      }
+      if (format == "npz") {
+        std::string tensor = e.name.substr(0, e.name.size() - 4);
+        if (IsNpy(bytes)) {
+          ReadNpy(bytes, name, tensor, base + e.data_offset, e.method == 0, vm_, out_);
+        } else {
+          Error("malformed", "an .npz member that is not an .npy", name, base + e.data_offset);
+        }
+        continue;
+      }
+      if (in_prefix && record.substr(0, 5) == "data/" && format != "zip") {
+        Anomaly("unreferenced_storage", name, base + e.data_offset,
+                "a storage record that data.pkl never refers to");
+        continue;
+      }
+      if (format == "torch-zip" || format == "torchscript") {
+        Anomaly("unexpected_member", name, base + e.data_offset,
+                "a record torch.save does not write");
+      }
+      // Scanned as a pickle in any case (constants.pkl, code/ pickles, payloads hidden under
+      // another name or extension); kept when it names anything, or when it is constants.pkl.
+      pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
+      if (HasContent(s) || &e == constants) out_->members.push_back(MemberFacts{name, std::move(s)});
+    }
+  }
+
+  void AddMemberAnomalies(const zip::Member& m, std::string_view outer, uint64_t base) {
+    for (const zip::Anomaly& a : m.anomalies()) ZipAnomaly(a, outer, base);
+  }
+
+  // Every storage data.pkl refers to must be a record of exactly its size.
+  void Storages(const zip::Archive& ar, const TensorExtraction& t, std::string_view outer,
+                uint64_t base, std::vector<std::string>* records) {
+    out_->storage_data.assign(t.storages.size(), StorageData{});
+    for (size_t i = 0; i < t.storages.size(); ++i) {
+      const StorageRef& s = t.storages[i];
+      const std::string record = absl::StrCat("data/", base::AbslView(s.key));
+      const zip::Entry* e = ar.LocateRecord(record);
+      std::string where = MemberName(outer, absl::StrCat(base::AbslView(ar.prefix()), "/", base::AbslView(record)));
+      if (e == nullptr) {
+        Error("malformed",
+              absl::StrFormat("storage '%s' has no record %s", base::AbslView(s.key),
+                              base::AbslView(where)),
+              MemberName(outer, "data.pkl"), s.pid_offset);
+        continue;
+      }
+      records->push_back(e->name);
+      uint64_t element = s.untyped ? 1 : s.dtype->size;
+      uint64_t nbytes;
+      if (!base::CheckedMul(s.numel, element, &nbytes) || nbytes != e->uncompressed_size) {
+        Error("malformed",
+              absl::StrFormat("storage '%s': %d elements of %d bytes, but its record holds %d bytes",
+                              base::AbslView(s.key), s.numel, element, e->uncompressed_size),
+              MemberName(outer, e->name), base + e->data_offset);
+        continue;
+      }
+      out_->storage_data[i] =
+          StorageData{s.key, MemberName(outer, e->name), base + e->data_offset, nbytes, e->method == 0};
+    }
+    for (const TensorFact& x : t.tensors) {
+      if (x.storage < 0) continue;
+      absl::Status b = CheckBounds(x, t.storages[static_cast<size_t>(x.storage)].numel);
+      if (!b.ok()) Error("malformed", std::string(b.message()), MemberName(outer, "data.pkl"), x.offset);
+    }
+  }
+
+  const pickle::Vm& vm_;
+  const ReadOptions& options_;
+  FileFacts* out_;
+};
+
+}  // namespace
+
+FileFacts ReadFile(std::string_view data, const pickle::Vm& vm, const ReadOptions& options) {
+  FileFacts out;
+  Reader(vm, options, &out).File(data);
+  return out;
+}
+
+}  // namespace ckptscan::torch

@@ -1,0 +1,37 @@
+// ReadFile: one file's bytes → FileFacts, reading each format the way its real loader would.
+//
+// The format comes from the content at offset 0, never from the file name, in torch.load's own
+// order (convert_sign.md §2.1): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
+// .npz, or another zip); "\x93NUMPY" → .npy; known compressed or archive magics (gzip, bzip2,
+// xz, zstd, lz4, 7z, rar) and tar → unsupported, fail closed; otherwise a pickle stream, which
+// is torch's legacy format when its first pickle is the legacy magic literal.
+//
+// Every reading of a polyglot is scanned: a zip archive that also parses as a pickle at offset
+// 0 (what pickle.load would read), and a pickle stream with a zip archive after it (what
+// zipfile-based tools would read) both report the other reading's findings, and the file gets
+// a "polyglot" anomaly. Zips inside zips are read to `max_container_depth`.
+//
+// Thread-safe: pure function of its arguments.
+#ifndef CKPTSCAN_CORE_TORCH_DETECT_H_
+#define CKPTSCAN_CORE_TORCH_DETECT_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/pickle/vm.h"
+#include "core/torch/file_facts.h"
+#include "core/zip/zip_reader.h"
+
+namespace ckptscan::torch {
+
+struct ReadOptions {
+  zip::Limits zip;
+  uint32_t max_container_depth = 2;  // archives inside archives (0: no nested archive is read)
+  const pickle::TraceSink* trace = nullptr;
+};
+
+FileFacts ReadFile(std::string_view data, const pickle::Vm& vm, const ReadOptions& options = {});
+
+}  // namespace ckptscan::torch
+
+#endif  // CKPTSCAN_CORE_TORCH_DETECT_H_

@@ -1,0 +1,64 @@
+// FileFacts: everything the worker side learns from one file's bytes — the container layout,
+// the pickle streams it found (each scanned by the VM), container anomalies, and the tensors
+// with where their bytes are. Facts only: no verdict (the trusted side applies the rules).
+#ifndef CKPTSCAN_CORE_TORCH_FILE_FACTS_H_
+#define CKPTSCAN_CORE_TORCH_FILE_FACTS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckptscan/v1/report.pb.h"
+#include "core/pickle/facts.h"
+#include "core/torch/tensors.h"
+
+namespace ckptscan::torch {
+
+// The facts of one pickle stream: a raw pickle file, or one member of a container.
+struct MemberFacts {
+  std::string member;  // "" for a raw pickle file
+  pickle::StreamFacts stream;
+};
+
+// Something about the container that the real loader reads differently from a naive reader,
+// or that has no business being there (container.* findings on the trusted side).
+struct ContainerAnomaly {
+  std::string kind;     // stable id, e.g. "duplicate_member" (rule id: container.<kind>)
+  std::string member;
+  uint64_t offset = 0;  // byte offset in the file
+  std::string message;
+  bool must_flag = true;  // false: informational, the verdict is not raised for it
+};
+
+// Where a storage's bytes are in the file.
+struct StorageData {
+  std::string key;
+  std::string member;   // zip member, or "" (legacy: the file itself)
+  uint64_t offset = 0;  // absolute byte offset of the first byte
+  uint64_t nbytes = 0;
+  bool stored = true;   // false: compressed in the container (not mappable)
+};
+
+struct FileFacts {
+  // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
+  // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "gzip", "bzip2", "xz", "zstd",
+  // "lz4", "7z", "rar", or "empty".
+  std::string format;
+  // Why (part of) the file could not be scanned or verified.
+  std::vector<v1::ScanError> errors;
+  std::vector<MemberFacts> members;
+  std::vector<ContainerAnomaly> anomalies;
+  // Tensors of the checkpoint (torch formats and numpy), storages, and their bytes.
+  std::vector<TensorFact> tensors;
+  std::vector<StorageRef> storages;
+  std::vector<StorageData> storage_data;  // parallel to `storages`
+};
+
+// A report error found while reading a container ("malformed", "unsupported", "limit").
+v1::ScanError ContainerError(std::string_view code, std::string message, std::string_view member,
+                             uint64_t offset);
+
+}  // namespace ckptscan::torch
+
+#endif  // CKPTSCAN_CORE_TORCH_FILE_FACTS_H_

@@ -1,0 +1,188 @@
+// Our readers against what torch.load and numpy.load reported for the same files
+// (tests/fixtures/torch/expectations.json, recorded by gen_torch_fixtures.py with Debian's
+// torch 1.13): every tensor's name, dtype, shape, strides, storage offset, which tensors share
+// a storage, the storage's size, and the SHA-256 of its elements gathered through our facts.
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/pickle/vm.h"
+#include "core/torch/detect.h"
+#include "core/torch/file_facts.h"
+#include "core/torch/tensors.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace ckptscan::torch {
+namespace {
+
+const std::filesystem::path kDir = std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/torch";
+
+std::string Read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json Expectations() {
+  return nlohmann::json::parse(Read(kDir / "expectations.json"));
+}
+
+std::string Hex(const unsigned char* d, size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(k[d[i] >> 4]);
+    out.push_back(k[d[i] & 15]);
+  }
+  return out;
+}
+
+// The tensor's elements in row-major order, read from the file through its storage data.
+std::string Gather(const std::string& file, const FileFacts& f, const TensorFact& t) {
+  const StorageData& sd = f.storage_data.at(static_cast<size_t>(t.storage));
+  const size_t es = t.dtype->size;
+  std::string out;
+  const uint64_t n = t.numel();
+  std::vector<int64_t> idx(t.shape.size(), 0);
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t e = t.storage_offset;
+    for (size_t d = 0; d < idx.size(); ++d) e += static_cast<uint64_t>(idx[d] * t.stride[d]);
+    out.append(file, sd.offset + e * es, es);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::string Sha256(const std::string& s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(s.data(), s.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+void CompareWithTorch(const std::string& rel, const nlohmann::json& expected) {
+  SCOPED_TRACE(rel);
+  const std::string file = Read(kDir / rel);
+  FileFacts f = ReadFile(file, pickle::Vm());
+  EXPECT_EQ(f.format, expected["format"].get<std::string>());
+  for (const v1::ScanError& e : f.errors) ADD_FAILURE() << "error: " << e.message();
+  const auto& tensors = expected["tensors"];
+  ASSERT_EQ(f.tensors.size(), tensors.size());
+  std::map<int64_t, int32_t> group_to_storage;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& e = tensors[i];
+    const TensorFact& t = f.tensors[i];
+    SCOPED_TRACE(t.name);
+    EXPECT_EQ(t.name, e["name"].get<std::string>());
+    if (e.contains("layout")) {
+      EXPECT_EQ(t.kind, TensorFact::Kind::kSparse);
+      EXPECT_FALSE(t.problem.empty());
+      continue;
+    }
+    ASSERT_NE(t.dtype, nullptr);
+    EXPECT_EQ(std::string(t.dtype->name), e["dtype"].get<std::string>());
+    EXPECT_EQ(t.shape, e["shape"].get<std::vector<int64_t>>());
+    if (e.contains("stride")) {
+      EXPECT_EQ(t.stride, e["stride"].get<std::vector<int64_t>>());
+      EXPECT_EQ(t.storage_offset, e["storage_offset"].get<uint64_t>());
+      EXPECT_EQ(t.requires_grad, e["requires_grad"].get<bool>());
+      EXPECT_EQ(t.parameter, e["parameter"].get<bool>());
+      // Tensors torch puts on one storage are on one storage for us, and only those.
+      auto [it, inserted] = group_to_storage.emplace(e["storage_group"].get<int64_t>(), t.storage);
+      EXPECT_EQ(it->second, t.storage);
+      const StorageRef& s = f.storages.at(static_cast<size_t>(t.storage));
+      EXPECT_EQ(s.numel * t.dtype->size, e["storage_nbytes"].get<uint64_t>());
+      EXPECT_EQ(f.storage_data.at(static_cast<size_t>(t.storage)).nbytes,
+                e["storage_nbytes"].get<uint64_t>());
+    }
+    if (t.kind == TensorFact::Kind::kDense) {
+      EXPECT_EQ(Sha256(Gather(file, f, t)), e["sha256"].get<std::string>());
+    }
+  }
+  std::set<int32_t> distinct;
+  for (const auto& [group, storage] : group_to_storage) distinct.insert(storage);
+  EXPECT_EQ(distinct.size(), group_to_storage.size()) << "two torch storages merged into one";
+}
+
+TEST(FormatsTest, EveryFixtureMatchesWhatTorchAndNumpyReported) {
+  nlohmann::json ex = Expectations();
+  size_t files = 0;
+  for (auto& [rel, expected] : ex["files"].items()) {
+    CompareWithTorch(rel, expected);
+    ++files;
+  }
+  EXPECT_GE(files, 20u);
+}
+
+TEST(FormatsTest, LegacyMagicMustBeALiteral) {
+  // The legacy magic number computed by a call (GHSA-97f8-7cmv-76j2) is not the legacy format.
+  std::string computed = "cbuiltins\nint\n(S'119547037146038801333356'\ntR.";
+  FileFacts f = ReadFile(computed, pickle::Vm());
+  EXPECT_EQ(f.format, "pickle");
+}
+
+TEST(FormatsTest, LegacyStorageSizeMismatchIsAnError) {
+  std::string data = Read(kDir / "legacy_sequential.pt");
+  FileFacts good = ReadFile(data, pickle::Vm());
+  ASSERT_TRUE(good.errors.empty());
+  ASSERT_FALSE(good.storage_data.empty());
+  // Rewrite the first storage's recorded element count.
+  std::string bad = data;
+  uint64_t at = good.storage_data[0].offset - 8;
+  bad[at] = static_cast<char>(bad[at] + 1);
+  FileFacts f = ReadFile(bad, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("wrong size"), std::string::npos) << f.errors[0].message();
+}
+
+TEST(FormatsTest, LegacyTrailingBytesAreAnAnomaly) {
+  std::string data = Read(kDir / "legacy_views.pt") + "junk";
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_TRUE(f.errors.empty());
+  ASSERT_EQ(f.anomalies.size(), 1u);
+  EXPECT_EQ(f.anomalies[0].kind, "trailing_data");
+}
+
+TEST(FormatsTest, EveryTruncationOfALegacyFileIsAnError) {
+  std::string data = Read(kDir / "legacy_tied.pt");
+  for (size_t cut = 0; cut < data.size(); ++cut) {
+    FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
+    bool failed = !f.errors.empty();
+    for (const MemberFacts& m : f.members) failed = failed || !m.stream.ok();
+    EXPECT_TRUE(failed) << "cut at " << cut << " of " << data.size();
+  }
+}
+
+TEST(FormatsTest, NpyHeaderIsParsedStrictly) {
+  std::string data = Read(kDir / "array_f32.npy");
+  std::string bad = data;
+  size_t at = bad.find("'shape'");
+  ASSERT_NE(at, std::string::npos);
+  bad[at + 1] = 'S';  // 'Shape': an unknown key
+  FileFacts f = ReadFile(bad, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("unexpected key"), std::string::npos);
+  // Data shorter than the shape needs.
+  FileFacts cut = ReadFile(std::string_view(data).substr(0, data.size() - 1), pickle::Vm());
+  ASSERT_FALSE(cut.errors.empty());
+  EXPECT_NE(cut.errors[0].message().find("needs 48 bytes"), std::string::npos);
+}
+
+TEST(FormatsTest, NpyObjectArraysGoThroughThePickleVm) {
+  FileFacts f = ReadFile(Read(kDir / "array_object.npy"), pickle::Vm());
+  EXPECT_EQ(f.format, "npy");
+  ASSERT_EQ(f.members.size(), 1u);
+  EXPECT_FALSE(f.members[0].stream.pickles.empty());
+  EXPECT_FALSE(f.members[0].stream.pickles[0].graph.globals.empty());  // numpy reconstructors
+}
+
+}  // namespace
+}  // namespace ckptscan::torch

@@ -1,0 +1,259 @@
+#include "core/torch/numpy.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "core/base/byte_reader.h"
+#include "core/base/checked.h"
+#include "core/base/status_macros.h"
+#include "core/base/strings.h"
+
+namespace ckptscan::torch {
+namespace {
+
+constexpr std::string_view kMagic = "\x93NUMPY";
+constexpr size_t kMaxHeader = 1 << 20;  // numpy refuses headers over 10 KiB unless asked
+constexpr size_t kMaxDims = 64;         // numpy's NPY_MAXDIMS
+
+struct Header {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+};
+
+// A parser for the dict literal numpy writes: {'descr': '<f4', 'fortran_order': False,
+// 'shape': (3, 4), } padded with spaces and ending in '\n'.
+class HeaderParser {
+ public:
+  explicit HeaderParser(std::string_view s) : s_(s) {}
+
+  absl::StatusOr<Header> Parse() {
+    Header h;
+    bool seen[3] = {false, false, false};
+    Space();
+    CKPT_RETURN_IF_ERROR(Expect('{'));
+    while (true) {
+      Space();
+      if (Peek() == '}') {
+        ++i_;
+        break;
+      }
+      CKPT_ASSIGN_OR_RETURN(std::string key, String());
+      Space();
+      CKPT_RETURN_IF_ERROR(Expect(':'));
+      Space();
+      int which = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
+      if (which < 0) return Bad(absl::StrFormat("unexpected key '%s'", base::AbslView(key)));
+      if (seen[which]) return Bad(absl::StrFormat("key '%s' twice", base::AbslView(key)));
+      seen[which] = true;
+      if (which == 0) {
+        if (Peek() == '[') return absl::UnimplementedError("structured dtypes are not supported");
+        CKPT_ASSIGN_OR_RETURN(h.descr, String());
+      } else if (which == 1) {
+        CKPT_ASSIGN_OR_RETURN(h.fortran_order, Bool());
+      } else {
+        CKPT_ASSIGN_OR_RETURN(h.shape, Shape());
+      }
+      Space();
+      if (Peek() == ',') {
+        ++i_;
+        continue;
+      }
+      Space();
+      CKPT_RETURN_IF_ERROR(Expect('}'));
+      break;
+    }
+    Space();
+    if (i_ != s_.size()) return Bad("text after the dict");
+    if (!seen[0] || !seen[1] || !seen[2]) return Bad("a key is missing");
+    return h;
+  }
+
+ private:
+  absl::Status Bad(std::string why) const {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("npy header: %s at character %d", base::AbslView(why), i_));
+  }
+  char Peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void Space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t')) ++i_;
+  }
+  absl::Status Expect(char c) {
+    if (Peek() != c) return Bad(absl::StrFormat("expected '%c'", c));
+    ++i_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> String() {
+    char q = Peek();
+    if (q != '\'' && q != '"') return Bad("expected a string");
+    size_t end = s_.find(q, i_ + 1);
+    if (end == std::string_view::npos) return Bad("unterminated string");
+    std::string out(s_.substr(i_ + 1, end - i_ - 1));
+    if (out.find('\\') != std::string::npos) return Bad("escapes in a string");
+    i_ = end + 1;
+    return out;
+  }
+  absl::StatusOr<bool> Bool() {
+    if (s_.substr(i_, 4) == "True") {
+      i_ += 4;
+      return true;
+    }
+    if (s_.substr(i_, 5) == "False") {
+      i_ += 5;
+      return false;
+    }
+    return Bad("expected True or False");
+  }
+  absl::StatusOr<std::vector<int64_t>> Shape() {
+    std::vector<int64_t> dims;
+    CKPT_RETURN_IF_ERROR(Expect('('));
+    while (true) {
+      Space();
+      if (Peek() == ')') {
+        ++i_;
+        return dims;
+      }
+      size_t start = i_;
+      int64_t v = 0;
+      while (Peek() >= '0' && Peek() <= '9') {
+        if (v > (INT64_MAX - 9) / 10) return Bad("dimension too large");
+        v = v * 10 + (Peek() - '0');
+        ++i_;
+      }
+      if (i_ == start) return Bad("expected a dimension");
+      if (dims.size() >= kMaxDims) return Bad("too many dimensions");
+      dims.push_back(v);
+      Space();
+      if (Peek() == ',') {
+        ++i_;
+        continue;
+      }
+      CKPT_RETURN_IF_ERROR(Expect(')'));
+      if (dims.size() == 1) return Bad("a one-element tuple needs a comma");
+      return dims;
+    }
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+// descr ("<f4") → dtype; big-endian and non-numeric kinds are reported by the caller.
+const DTypeInfo* DTypeFromDescr(std::string_view descr, bool* big_endian) {
+  *big_endian = false;
+  if (descr.size() < 2) return nullptr;
+  char order = descr[0];
+  if (order == '>') *big_endian = true;
+  std::string_view code = (order == '<' || order == '>' || order == '|' || order == '=')
+                              ? descr.substr(1)
+                              : descr;
+  struct Code {
+    std::string_view code, name;
+  };
+  static constexpr Code kCodes[] = {
+      {"f2", "float16"}, {"f4", "float32"}, {"f8", "float64"}, {"i1", "int8"},
+      {"i2", "int16"},   {"i4", "int32"},   {"i8", "int64"},   {"u1", "uint8"},
+      {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"},  {"b1", "bool"},
+      {"c8", "complex64"}, {"c16", "complex128"},
+  };
+  for (const Code& c : kCodes) {
+    if (c.code == code) return DTypeFromName(c.name);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool IsNpy(std::string_view data) { return data.substr(0, kMagic.size()) == kMagic; }
+
+void ReadNpy(std::string_view data, std::string_view member, std::string_view tensor_name,
+             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out) {
+  auto error = [&](std::string_view code, std::string msg, uint64_t at) {
+    out->errors.push_back(ContainerError(code, std::move(msg), member, at));
+  };
+  base::ByteReader r(data, base_offset);
+  (void)r.Skip(std::min<uint64_t>(kMagic.size(), r.remaining()));
+  absl::StatusOr<uint8_t> major = r.ReadU8();
+  absl::StatusOr<uint8_t> minor = r.ReadU8();
+  if (!major.ok() || !minor.ok()) return error("malformed", "npy: truncated magic", base_offset);
+  if ((*major < 1 || *major > 3) || *minor != 0) {
+    return error("unsupported", absl::StrFormat("npy: version %d.%d", *major, *minor),
+                 base_offset + 6);
+  }
+  absl::StatusOr<uint64_t> header_len =
+      *major == 1 ? absl::StatusOr<uint64_t>(r.ReadU16LE()) : absl::StatusOr<uint64_t>(r.ReadU32LE());
+  if (!header_len.ok()) return error("malformed", "npy: truncated header length", r.offset());
+  if (*header_len > kMaxHeader) {
+    return error("limit", absl::StrFormat("npy: header of %d bytes", *header_len), r.offset());
+  }
+  const uint64_t header_at = r.offset();
+  absl::StatusOr<std::string_view> text = r.ReadBytes(*header_len);
+  if (!text.ok()) return error("malformed", "npy: truncated header", header_at);
+  absl::StatusOr<Header> h = HeaderParser(*text).Parse();
+  if (!h.ok()) {
+    return error(h.status().code() == absl::StatusCode::kUnimplemented ? "unsupported"
+                                                                       : "malformed",
+                 std::string(h.status().message()), header_at);
+  }
+  if (h->descr == "|O" || h->descr == "O") {
+    // np.save(allow_pickle=True) writes the array with pickle.dump after the header.
+    MemberFacts m;
+    m.member = std::string(member);
+    m.stream = vm.ScanStream(data.substr(r.offset() - base_offset), r.offset());
+    out->members.push_back(std::move(m));
+    return;
+  }
+  bool big_endian = false;
+  const DTypeInfo* dtype = DTypeFromDescr(h->descr, &big_endian);
+  if (dtype == nullptr) {
+    return error("unsupported",
+                 absl::StrFormat("npy: dtype '%s' is not supported", base::AbslView(h->descr)),
+                 header_at);
+  }
+  TensorFact t;
+  t.name = std::string(tensor_name);
+  t.dtype = dtype;
+  t.shape = h->shape;
+  t.stride.assign(t.shape.size(), 0);
+  uint64_t numel = t.numel();
+  uint64_t nbytes;
+  if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, dtype->size, &nbytes)) {
+    return error("malformed", "npy: the shape's size overflows", header_at);
+  }
+  // Element strides, row-major (C) or column-major (Fortran).
+  int64_t step = 1;
+  for (size_t k = 0; k < t.shape.size(); ++k) {
+    size_t i = h->fortran_order ? k : t.shape.size() - 1 - k;
+    t.stride[i] = step;
+    step = t.shape[i] == 0 ? step : step * t.shape[i];
+  }
+  t.offset = header_at;
+  if (big_endian && dtype->size > 1) t.problem = "big-endian data";
+  if (nbytes > r.remaining()) {
+    return error("malformed",
+                 absl::StrFormat("npy: array data needs %d bytes, %d remain", nbytes, r.remaining()),
+                 r.offset());
+  }
+  StorageRef s;
+  s.key = std::string(member);
+  s.dtype = dtype;
+  s.numel = numel;
+  s.location = "cpu";
+  s.pid_offset = header_at;
+  t.storage = static_cast<int32_t>(out->storages.size());
+  out->storages.push_back(std::move(s));
+  out->storage_data.push_back(StorageData{std::string(member), std::string(member), r.offset(),
+                                          nbytes, stored});
+  out->tensors.push_back(std::move(t));
+  (void)r.Skip(nbytes);
+  if (r.remaining() > 0) {
+    out->anomalies.push_back(ContainerAnomaly{
+        "trailing_data", std::string(member), r.offset(),
+        absl::StrFormat("%d bytes after the array data, which numpy ignores", r.remaining())});
+  }
+}
+
+}  // namespace ckptscan::torch

@@ -1,0 +1,28 @@
+// NumPy's .npy format, read as numpy.lib.format.read_array does: the magic "\x93NUMPY", a
+// version, a header that is a Python dict literal {'descr', 'fortran_order', 'shape'}, then
+// the data. Numeric arrays become tensors; object arrays are a pickle (np.save with
+// allow_pickle), which goes through the VM. The header is parsed by a strict parser of exactly
+// the literal subset numpy writes (numpy itself uses ast.literal_eval); anything else is an
+// error, never a guess.
+#ifndef CKPTSCAN_CORE_TORCH_NUMPY_H_
+#define CKPTSCAN_CORE_TORCH_NUMPY_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/pickle/vm.h"
+#include "core/torch/file_facts.h"
+
+namespace ckptscan::torch {
+
+bool IsNpy(std::string_view data);
+
+// Reads one .npy (a file, or an .npz member named `member`, whose first byte is at absolute
+// offset `base_offset`) and appends to `out`: the tensor (named `tensor_name`) with its data
+// location, or the pickle of an object array, plus errors and anomalies.
+void ReadNpy(std::string_view data, std::string_view member, std::string_view tensor_name,
+             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out);
+
+}  // namespace ckptscan::torch
+
+#endif  // CKPTSCAN_CORE_TORCH_NUMPY_H_

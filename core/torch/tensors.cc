@@ -1,0 +1,535 @@
+#include "core/torch/tensors.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/checked.h"
+#include "core/base/strings.h"
+
+namespace ckptscan::torch {
+namespace {
+
+using pickle::CallOp;
+using pickle::CallSite;
+using pickle::GlobalRef;
+using pickle::Graph;
+using pickle::Kind;
+using pickle::Node;
+using pickle::NodeId;
+using pickle::kNoNode;
+
+struct NamedDType {
+  std::string_view storage_class;
+  DTypeInfo info;
+};
+
+// torch/storage.py _dtype_to_storage_type_map plus safetensors' names (convert_sign.md §1.2).
+constexpr NamedDType kStorageClasses[] = {
+    {"DoubleStorage", {"float64", 8, "F64"}},
+    {"FloatStorage", {"float32", 4, "F32"}},
+    {"HalfStorage", {"float16", 2, "F16"}},
+    {"BFloat16Storage", {"bfloat16", 2, "BF16"}},
+    {"LongStorage", {"int64", 8, "I64"}},
+    {"IntStorage", {"int32", 4, "I32"}},
+    {"ShortStorage", {"int16", 2, "I16"}},
+    {"CharStorage", {"int8", 1, "I8"}},
+    {"ByteStorage", {"uint8", 1, "U8"}},
+    {"BoolStorage", {"bool", 1, "BOOL"}},
+    {"ComplexFloatStorage", {"complex64", 8, "C64"}},
+    {"ComplexDoubleStorage", {"complex128", 16, ""}},
+    {"QInt8Storage", {"qint8", 1, ""}},
+    {"QUInt8Storage", {"quint8", 1, ""}},
+    {"QInt32Storage", {"qint32", 4, ""}},
+    {"QUInt4x2Storage", {"quint4x2", 1, ""}},
+    {"QUInt2x4Storage", {"quint2x4", 1, ""}},
+};
+
+struct DTypeAlias {
+  std::string_view name;
+  std::string_view canonical;
+};
+// Attribute names of torch dtypes (torch.float is torch.float32, …) and the dtypes that only
+// UntypedStorage + _rebuild_tensor_v3 carry.
+constexpr DTypeAlias kAliases[] = {
+    {"float", "float32"},  {"double", "float64"}, {"half", "float16"},   {"long", "int64"},
+    {"int", "int32"},      {"short", "int16"},    {"cfloat", "complex64"}, {"cdouble", "complex128"},
+};
+constexpr DTypeInfo kExtraDTypes[] = {
+    {"float8_e5m2", 1, "F8_E5M2"}, {"float8_e4m3fn", 1, "F8_E4M3"}, {"uint16", 2, "U16"},
+    {"uint32", 4, "U32"},          {"uint64", 8, "U64"},            {"complex32", 4, ""},
+};
+
+bool IsTorchModule(const GlobalRef& g) {
+  return g.resolved_module == "torch" || g.resolved_module == "torch.cuda" ||
+         g.resolved_module == "torch.storage";
+}
+
+const GlobalRef* GlobalOf(const Graph& g, NodeId id) {
+  if (id == kNoNode || id >= g.nodes.size()) return nullptr;
+  const Node& n = g.nodes[id];
+  if (n.kind != Kind::kGlobal || n.ref >= g.globals.size()) return nullptr;
+  return &g.globals[n.ref];
+}
+
+bool IsGlobal(const GlobalRef* g, std::string_view module, std::string_view name) {
+  return g != nullptr && g->resolved_module == module && g->resolved_name == name;
+}
+
+const CallSite* CallOf(const Graph& g, NodeId id) {
+  if (id == kNoNode || id >= g.nodes.size()) return nullptr;
+  const Node& n = g.nodes[id];
+  if (n.kind != Kind::kCall || n.ref >= g.calls.size()) return nullptr;
+  return &g.calls[n.ref];
+}
+
+// The positional arguments of a call: the items of its args tuple.
+const std::vector<NodeId>* ArgsOf(const Graph& g, const CallSite& c) {
+  if (c.args == kNoNode || c.args >= g.nodes.size()) return nullptr;
+  const Node& a = g.nodes[c.args];
+  return a.kind == Kind::kTuple ? &a.items : nullptr;
+}
+
+bool AsUInt(const Graph& g, NodeId id, uint64_t* out) {
+  if (id >= g.nodes.size()) return false;
+  const Node& n = g.nodes[id];
+  if (n.kind != Kind::kInt || !n.fits || n.i < 0 || n.i > absl::int128(INT64_MAX)) return false;
+  *out = static_cast<uint64_t>(n.i);
+  return true;
+}
+
+bool AsIntList(const Graph& g, NodeId id, std::vector<int64_t>* out) {
+  if (id >= g.nodes.size()) return false;
+  const Node& n = g.nodes[id];
+  if (n.kind != Kind::kTuple && n.kind != Kind::kList) return false;
+  out->clear();
+  for (NodeId item : n.items) {
+    uint64_t v;
+    if (!AsUInt(g, item, &v)) return false;
+    out->push_back(static_cast<int64_t>(v));
+  }
+  return true;
+}
+
+std::string KeyText(const Graph& g, NodeId key) {
+  if (key >= g.nodes.size()) return "?";
+  const Node& n = g.nodes[key];
+  switch (n.kind) {
+    case Kind::kStr: return n.text;
+    case Kind::kInt: return n.text;
+    case Kind::kBool: return n.b ? "True" : "False";
+    case Kind::kNone: return "None";
+    default: return pickle::Summarize(g, key, 64);
+  }
+}
+
+std::string Join(const std::string& prefix, std::string_view part) {
+  if (prefix.empty()) return std::string(part);
+  std::string out = prefix;
+  out.push_back('.');
+  out.append(part);
+  return out;
+}
+
+class Extractor {
+ public:
+  explicit Extractor(const pickle::PickleFacts& p) : p_(p), g_(p.graph) {}
+
+  TensorExtraction Run() && {
+    if (p_.root != kNoNode) Walk();
+    // Storages referenced anywhere else too (inside sparse or subclass tensors, or objects the
+    // walk does not enter): torch loads every one of them.
+    for (NodeId id = 0; id < g_.nodes.size(); ++id) {
+      if (g_.nodes[id].kind == Kind::kPersistent) {
+        uint64_t unused;
+        (void)Storage(id, &unused);
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  struct Frame {
+    NodeId node;
+    std::string name;
+  };
+
+  // Items of a dict-like value, in order, with Python's overwrite rule for str/int keys.
+  std::vector<std::pair<NodeId, NodeId>> DictItems(NodeId id) {
+    std::vector<NodeId> flat;
+    const Node& n = g_.nodes[id];
+    if (n.kind == Kind::kDict) {
+      flat = n.items;
+    } else {
+      // OrderedDict(...) / defaultdict(...) built by a call, filled by SETITEMS calls.
+      const CallSite* c = CallOf(g_, id);
+      if (c != nullptr) {
+        const std::vector<NodeId>* args = ArgsOf(g_, *c);
+        if (IsGlobal(GlobalOf(g_, c->callee), "collections", "OrderedDict") && args != nullptr &&
+            args->size() == 1 && (*args)[0] < g_.nodes.size()) {
+          // OrderedDict([(k, v), ...])
+          for (NodeId pair : g_.nodes[(*args)[0]].items) {
+            if (pair < g_.nodes.size() && g_.nodes[pair].kind == Kind::kTuple &&
+                g_.nodes[pair].items.size() == 2) {
+              flat.push_back(g_.nodes[pair].items[0]);
+              flat.push_back(g_.nodes[pair].items[1]);
+            }
+          }
+        }
+      }
+      for (uint32_t m : n.mutations) {
+        if (m >= g_.calls.size() || g_.calls[m].op != CallOp::kSetItems) continue;
+        NodeId a = g_.calls[m].args;
+        if (a < g_.nodes.size()) {
+          const std::vector<NodeId>& items = g_.nodes[a].items;
+          flat.insert(flat.end(), items.begin(), items.end());
+        }
+      }
+    }
+    std::vector<std::pair<NodeId, NodeId>> out;
+    absl::flat_hash_map<std::string, size_t> index;  // simple keys -> position in `out`
+    for (size_t k = 0; k + 1 < flat.size(); k += 2) {
+      NodeId key = flat[k];
+      Kind kk = key < g_.nodes.size() ? g_.nodes[key].kind : Kind::kNone;
+      if (kk == Kind::kStr || kk == Kind::kInt) {
+        std::string simple = absl::StrCat(kk == Kind::kStr ? "s:" : "i:",
+                                          base::AbslView(g_.nodes[key].text));
+        auto [it, inserted] = index.emplace(simple, out.size());
+        if (!inserted) {
+          out[it->second].second = flat[k + 1];
+          continue;
+        }
+      }
+      out.emplace_back(key, flat[k + 1]);
+    }
+    return out;
+  }
+
+  bool IsDictLike(NodeId id) {
+    const Node& n = g_.nodes[id];
+    if (n.kind == Kind::kDict) return true;
+    const CallSite* c = CallOf(g_, id);
+    if (c == nullptr) return false;
+    const GlobalRef* f = GlobalOf(g_, c->callee);
+    return IsGlobal(f, "collections", "OrderedDict") || IsGlobal(f, "collections", "defaultdict") ||
+           IsGlobal(f, "collections", "Counter");
+  }
+
+  void Walk() {
+    std::vector<Frame> stack;
+    stack.push_back({p_.root, ""});
+    absl::flat_hash_set<NodeId> seen_containers;
+    while (!stack.empty()) {
+      Frame f = std::move(stack.back());
+      stack.pop_back();
+      if (f.node >= g_.nodes.size()) continue;
+      if (TryTensor(f.node, f.name)) continue;
+      const Node& n = g_.nodes[f.node];
+      bool dict = IsDictLike(f.node);
+      bool seq = n.kind == Kind::kList || n.kind == Kind::kTuple;
+      if (!dict && !seq) continue;
+      if (!seen_containers.insert(f.node).second) continue;
+      size_t first = stack.size();
+      if (dict) {
+        for (const auto& [key, value] : DictItems(f.node)) {
+          stack.push_back({value, Join(f.name, KeyText(g_, key))});
+        }
+      } else {
+        for (size_t i = 0; i < n.items.size(); ++i) {
+          stack.push_back({n.items[i], Join(f.name, absl::StrCat(i))});
+        }
+      }
+      std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());
+    }
+  }
+
+  // Storage from a persistent id; returns its index or -1 (with a problem recorded).
+  int32_t Storage(NodeId id, uint64_t* view_offset) {
+    *view_offset = 0;
+    if (id >= g_.nodes.size() || g_.nodes[id].kind != Kind::kPersistent ||
+        g_.nodes[id].items.empty()) {
+      return -1;
+    }
+    NodeId pid = g_.nodes[id].items[0];
+    uint64_t at = g_.nodes[id].ref < g_.calls.size() ? g_.calls[g_.nodes[id].ref].offset : 0;
+    if (pid >= g_.nodes.size() || g_.nodes[pid].kind != Kind::kTuple) {
+      out_.problems.push_back(absl::StrFormat("persistent id at offset %d is not a tuple", at));
+      return -1;
+    }
+    const std::vector<NodeId>& t = g_.nodes[pid].items;
+    if (t.size() < 5 || t.size() > 6 || t[0] >= g_.nodes.size() ||
+        g_.nodes[t[0]].kind != Kind::kStr || g_.nodes[t[0]].text != "storage") {
+      out_.problems.push_back(
+          absl::StrFormat("persistent id at offset %d is not ('storage', type, key, location, "
+                          "numel[, view])",
+                          at));
+      return -1;
+    }
+    const GlobalRef* type = GlobalOf(g_, t[1]);
+    StorageRef s;
+    s.pid_offset = at;
+    if (type != nullptr && IsTorchModule(*type) && type->resolved_name == "UntypedStorage") {
+      s.untyped = true;
+    } else if (type != nullptr && IsTorchModule(*type)) {
+      s.dtype = DTypeFromStorageClass(type->resolved_name);
+    }
+    if (!s.untyped && s.dtype == nullptr) {
+      out_.problems.push_back(absl::StrFormat("unknown storage type at offset %d", at));
+      return -1;
+    }
+    if (t[2] >= g_.nodes.size() || g_.nodes[t[2]].kind != Kind::kStr ||
+        g_.nodes[t[2]].truncated || t[3] >= g_.nodes.size() ||
+        g_.nodes[t[3]].kind != Kind::kStr || !AsUInt(g_, t[4], &s.numel)) {
+      out_.problems.push_back(absl::StrFormat("malformed storage reference at offset %d", at));
+      return -1;
+    }
+    s.key = g_.nodes[t[2]].text;
+    s.location = g_.nodes[t[3]].text;
+    if (t.size() == 6 && g_.nodes[t[5]].kind != Kind::kNone) {
+      // Legacy storage views: (view_key, offset, size) into the root storage.
+      const Node& v = g_.nodes[t[5]];
+      uint64_t off = 0, size = 0;
+      if (v.kind != Kind::kTuple || v.items.size() != 3 || !AsUInt(g_, v.items[1], &off) ||
+          !AsUInt(g_, v.items[2], &size) || off > s.numel || size > s.numel - off) {
+        out_.problems.push_back(absl::StrFormat("malformed storage view at offset %d", at));
+        return -1;
+      }
+      *view_offset = off;
+    }
+    for (size_t i = 0; i < out_.storages.size(); ++i) {
+      const StorageRef& o = out_.storages[i];
+      if (o.key == s.key) {
+        if (o.dtype != s.dtype || o.numel != s.numel || o.untyped != s.untyped) {
+          out_.problems.push_back(absl::StrFormat(
+              "storage '%s' is referenced with two different types or sizes (offset %d)",
+              base::AbslView(s.key), at));
+          return -1;
+        }
+        return static_cast<int32_t>(i);
+      }
+    }
+    out_.storages.push_back(std::move(s));
+    return static_cast<int32_t>(out_.storages.size() - 1);
+  }
+
+  // If `id` is a tensor rebuild call, records it under `name` and returns true.
+  bool TryTensor(NodeId id, const std::string& name) {
+    const CallSite* c = CallOf(g_, id);
+    if (c == nullptr || c->op != CallOp::kReduce) return false;
+    const GlobalRef* f = GlobalOf(g_, c->callee);
+    if (f == nullptr) return false;
+    const std::vector<NodeId>* args = ArgsOf(g_, *c);
+    TensorFact t;
+    t.name = name;
+    t.offset = c->offset;
+    t.node = id;
+    if (f->resolved_module == "torch._tensor" && f->resolved_name == "_rebuild_from_type_v2") {
+      // (func, new_type, args, state): func(*args), then the subclass.
+      if (args == nullptr || args->size() != 4) return Problem(t, "malformed _rebuild_from_type_v2");
+      const GlobalRef* inner = GlobalOf(g_, (*args)[0]);
+      const GlobalRef* type = GlobalOf(g_, (*args)[1]);
+      NodeId inner_args = (*args)[2];
+      if (inner == nullptr || inner_args >= g_.nodes.size() ||
+          g_.nodes[inner_args].kind != Kind::kTuple) {
+        return Problem(t, "malformed _rebuild_from_type_v2");
+      }
+      bool ok = Rebuild(*inner, &g_.nodes[inner_args].items, &t);
+      if (IsGlobal(type, "torch.nn.parameter", "Parameter")) t.parameter = true;
+      if (ok && !IsGlobal(type, "torch", "Tensor") && !t.parameter) {
+        t.problem = "a tensor subclass: " + (type ? type->resolved_module + "." +
+                                                        type->resolved_name : std::string("?"));
+      }
+      out_.tensors.push_back(std::move(t));
+      return true;
+    }
+    if (f->resolved_module != "torch._utils") return false;
+    if (f->resolved_name == "_rebuild_parameter" ||
+        f->resolved_name == "_rebuild_parameter_with_state") {
+      if (args == nullptr || args->size() < 2) return Problem(t, "malformed " + f->resolved_name);
+      const CallSite* data = CallOf(g_, (*args)[0]);
+      const GlobalRef* df = data ? GlobalOf(g_, data->callee) : nullptr;
+      if (data == nullptr || df == nullptr || !Rebuild(*df, ArgsOf(g_, *data), &t)) {
+        if (t.problem.empty()) t.problem = "Parameter data is not a rebuilt tensor";
+      }
+      t.parameter = true;
+      t.offset = c->offset;
+      const Node& rg = g_.nodes[(*args)[1]];
+      t.requires_grad = rg.kind == Kind::kBool && rg.b;
+      out_.tensors.push_back(std::move(t));
+      return true;
+    }
+    if (!Rebuild(*f, args, &t) && t.problem.empty()) return false;
+    out_.tensors.push_back(std::move(t));
+    return true;
+  }
+
+  bool Problem(TensorFact& t, std::string why) {
+    t.kind = TensorFact::Kind::kOther;
+    t.problem = std::move(why);
+    out_.tensors.push_back(std::move(t));
+    return true;
+  }
+
+  // Fills `t` from a torch._utils rebuild call; false (with t->problem set when it was a
+  // rebuild function at all) when it cannot be described.
+  bool Rebuild(const GlobalRef& f, const std::vector<NodeId>* args, TensorFact* t) {
+    const std::string& fn = f.resolved_name;
+    if (f.resolved_module != "torch._utils") return false;
+    bool v2 = fn == "_rebuild_tensor_v2", v3 = fn == "_rebuild_tensor_v3";
+    bool v1 = fn == "_rebuild_tensor", q = fn == "_rebuild_qtensor";
+    if (fn == "_rebuild_sparse_tensor" || fn == "_rebuild_sparse_csr_tensor" ||
+        fn == "_rebuild_nested_tensor") {
+      t->kind = TensorFact::Kind::kSparse;
+      t->problem = fn.substr(1) + ": sparse and nested tensors have no safetensors form";
+      return false;
+    }
+    if (fn == "_rebuild_meta_tensor_no_storage") {
+      t->kind = TensorFact::Kind::kMeta;
+      t->problem = "a meta tensor has no data";
+      return false;
+    }
+    if (!v1 && !v2 && !v3 && !q) {
+      if (fn.rfind("_rebuild", 0) == 0) {
+        t->kind = TensorFact::Kind::kOther;
+        t->problem = fn + " is not a plain tensor";
+        return false;
+      }
+      return false;
+    }
+    size_t min = v1 ? 4 : v2 ? 6 : v3 ? 7 : 7;
+    size_t max = v1 ? 4 : v2 ? 7 : v3 ? 8 : 7;
+    if (args == nullptr || args->size() < min || args->size() > max) {
+      t->kind = TensorFact::Kind::kOther;
+      t->problem = absl::StrFormat("%s called with %d arguments", base::AbslView(fn),
+                                   args ? args->size() : 0);
+      return false;
+    }
+    const std::vector<NodeId>& a = *args;
+    uint64_t view_offset = 0;
+    t->storage = Storage(a[0], &view_offset);
+    uint64_t offset = 0;
+    if (t->storage < 0 || !AsUInt(g_, a[1], &offset) || !AsIntList(g_, a[2], &t->shape) ||
+        !AsIntList(g_, a[3], &t->stride) || t->shape.size() != t->stride.size()) {
+      t->kind = TensorFact::Kind::kOther;
+      t->problem = "storage, offset, size or stride is malformed";
+      return false;
+    }
+    if (!base::CheckedAdd(offset, view_offset, &t->storage_offset)) {
+      t->problem = "storage offset overflows";
+      return false;
+    }
+    const StorageRef& s = out_.storages[static_cast<size_t>(t->storage)];
+    t->dtype = s.dtype;
+    if (v3) {
+      const GlobalRef* dt = GlobalOf(g_, a[6]);
+      const DTypeInfo* d = dt && dt->resolved_module == "torch" ? DTypeFromName(dt->resolved_name)
+                                                               : nullptr;
+      if (d == nullptr) {
+        t->problem = "_rebuild_tensor_v3 without a known dtype";
+        return false;
+      }
+      t->dtype = d;
+    } else if (s.untyped) {
+      t->problem = "an untyped storage without a dtype";
+      return false;
+    }
+    if (!v1) {
+      size_t rg = q ? 5 : 4;
+      const Node& r = g_.nodes[a[rg]];
+      t->requires_grad = r.kind == Kind::kBool && r.b;
+    }
+    if (q) {
+      t->kind = TensorFact::Kind::kQuantized;
+      t->problem = "quantized tensors have no safetensors form";
+      return true;
+    }
+    if ((v2 && a.size() == 7) || (v3 && a.size() == 8)) {
+      // Metadata (conj/neg bits, python attributes): an empty dict changes nothing.
+      NodeId m = a.back();
+      if (m >= g_.nodes.size() || g_.nodes[m].kind != Kind::kDict || !g_.nodes[m].items.empty()) {
+        t->problem = "tensor metadata (conjugate/negative bits) is not supported";
+      }
+    }
+    return true;
+  }
+
+  const pickle::PickleFacts& p_;
+  const Graph& g_;
+  TensorExtraction out_;
+};
+
+}  // namespace
+
+const DTypeInfo* DTypeFromStorageClass(std::string_view qualname) {
+  for (const NamedDType& d : kStorageClasses) {
+    if (d.storage_class == qualname) return &d.info;
+  }
+  return nullptr;
+}
+
+const DTypeInfo* DTypeFromName(std::string_view name) {
+  for (const DTypeAlias& a : kAliases) {
+    if (a.name == name) name = a.canonical;
+  }
+  for (const NamedDType& d : kStorageClasses) {
+    if (d.info.name == name) return &d.info;
+  }
+  for (const DTypeInfo& d : kExtraDTypes) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+uint64_t TensorFact::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || !base::CheckedMul<uint64_t>(n, static_cast<uint64_t>(d), &n)) return UINT64_MAX;
+  }
+  return n;
+}
+
+absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
+  if (t.shape.size() != t.stride.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s': %d sizes but %d strides", base::AbslView(t.name), t.shape.size(),
+        t.stride.size()));
+  }
+  uint64_t last = t.storage_offset;  // index of the last element
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (t.shape[i] < 0 || t.stride[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s': negative size or stride", base::AbslView(t.name)));
+    }
+    if (t.shape[i] == 0) {
+      if (t.storage_offset > storage_numel) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "tensor '%s': offset %d is past its storage of %d elements", base::AbslView(t.name),
+            t.storage_offset, storage_numel));
+      }
+      return absl::OkStatus();
+    }
+  }
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    uint64_t step;
+    if (!base::CheckedMul<uint64_t>(static_cast<uint64_t>(t.shape[i] - 1),
+                                    static_cast<uint64_t>(t.stride[i]), &step) ||
+        !base::CheckedAdd(last, step, &last)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s': extent overflows", base::AbslView(t.name)));
+    }
+  }
+  if (last >= storage_numel) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s': element %d is past its storage of %d elements", base::AbslView(t.name), last,
+        storage_numel));
+  }
+  return absl::OkStatus();
+}
+
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p) { return Extractor(p).Run(); }
+
+}  // namespace ckptscan::torch

@@ -1,0 +1,84 @@
+// Tensor facts from a torch pickle's value graph: what torch.load would build, described
+// without building it.
+//
+// torch.save pickles every tensor as a call of a rebuild function (torch._utils
+// _rebuild_tensor_v2 and friends, convert_sign.md §2.3) whose first argument is a storage named
+// by a persistent id ('storage', StorageClass, key, location, numel[, view_metadata]). This
+// module walks the graph from the pickle's root through dicts, OrderedDicts, lists and tuples,
+// names each tensor by its path (keys and indices joined with '.', as the tests' torch-side
+// flattener does), and records dtype, shape, strides, storage key and offset. Storages are
+// listed once each, in first-seen order. It never trusts a number: every shape, stride and
+// offset is range-checked, and anything it cannot describe is reported with a reason.
+//
+// Thread-compatible; pure functions over an immutable graph.
+#ifndef CKPTSCAN_CORE_TORCH_TENSORS_H_
+#define CKPTSCAN_CORE_TORCH_TENSORS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/pickle/facts.h"
+
+namespace ckptscan::torch {
+
+struct DTypeInfo {
+  std::string_view name;         // torch's name without "torch.": "float32"
+  uint32_t size;                 // bytes per element
+  std::string_view safetensors;  // "F32"; empty when safetensors has no name for it
+};
+
+// By storage class qualname ("FloatStorage"), or nullptr.
+const DTypeInfo* DTypeFromStorageClass(std::string_view qualname);
+// By torch dtype attribute name ("float32", "half"), or nullptr.
+const DTypeInfo* DTypeFromName(std::string_view name);
+
+struct StorageRef {
+  std::string key;
+  const DTypeInfo* dtype = nullptr;  // nullptr for UntypedStorage (bytes)
+  bool untyped = false;
+  std::string location;
+  uint64_t numel = 0;  // elements of `dtype` (bytes when untyped)
+  uint64_t pid_offset = 0;  // byte offset of the persistent_load in the stream
+};
+
+struct TensorFact {
+  std::string name;
+  enum class Kind : uint8_t { kDense, kQuantized, kSparse, kMeta, kOther };
+  Kind kind = Kind::kDense;
+  const DTypeInfo* dtype = nullptr;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> stride;
+  uint64_t storage_offset = 0;  // elements, relative to the storage start (views resolved)
+  int32_t storage = -1;         // index into TensorExtraction::storages, -1 without storage
+  bool requires_grad = false;
+  bool parameter = false;
+  uint64_t offset = 0;  // byte offset of the rebuild call in the stream
+  pickle::NodeId node = pickle::kNoNode;
+  // Non-empty when the tensor cannot be described or converted as a plain dense tensor.
+  std::string problem;
+
+  uint64_t numel() const;  // 0 for empty shapes; saturates at UINT64_MAX
+};
+
+struct TensorExtraction {
+  std::vector<TensorFact> tensors;
+  std::vector<StorageRef> storages;
+  // Rebuild calls or storage references that could not be described (with offsets).
+  std::vector<std::string> problems;
+};
+
+// Walks `p` from its root. Containers reached twice are walked once (the first path wins);
+// a tensor object reached by several paths is listed under each name (tied weights).
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p);
+
+// Checks that the tensor's elements lie inside its storage of `storage_numel` elements:
+// offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides
+// and sizes are errors; empty tensors only need offset <= storage_numel.
+absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel);
+
+}  // namespace ckptscan::torch
+
+#endif  // CKPTSCAN_CORE_TORCH_TENSORS_H_
