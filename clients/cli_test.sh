@@ -232,6 +232,18 @@ name=RulesCheckOfABrokenFileIsUsageError64
 printf 'this is { not a rule set' >broken.textproto
 run "$name" 64 "$bin" rules check broken.textproto && pass "$name"
 
+name=DigestNoneLeavesTheSha256EmptyAndTheVerdictUnchanged
+if run "$name" 0 "$bin" scan --format json --digest none safe.pkl; then
+  contains out.txt '"sha256": ""' && contains out.txt '"verdict": "SAFE"' \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=DigestIsTheFilesSha256ByDefault
+if run "$name" 0 "$bin" scan --format json safe.pkl; then
+  want=$(sha256sum safe.pkl | cut -d' ' -f1)
+  contains out.txt "\"sha256\": \"$want\"" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
 name=VersionPrintsTheScannerVersion
 if run "$name" 0 "$bin" version; then
   contains out.txt "ckptscan " && pass "$name" || fail "$name" "$(cat out.txt)"

@@ -192,6 +192,7 @@ struct ScanOptions {
   std::string format = "text";
   std::string output;
   std::string rules;
+  std::string digest = "sha256";
   std::vector<std::string> limits;
   SandboxFlags sandbox;
 };
@@ -202,9 +203,10 @@ int RunScan(const ScanOptions& opt) {
   const rules::RuleSet& ruleset = *engine->rules;
   const pickle::Limits& limits = engine->limits;
   int setup_exit = 0;
-  const std::optional<pipeline::JailOptions> jail =
-      SetUpSandbox(opt.sandbox, &setup_exit);
+  std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
   if (setup_exit != 0) return setup_exit;
+  const bool sha256 = opt.digest == "sha256";
+  if (jail.has_value()) jail->sha256 = sha256;
 
   v1::Report report;
   report.set_schema(std::string(kReportSchema));
@@ -224,7 +226,7 @@ int RunScan(const ScanOptions& opt) {
         absl::StatusOr<v1::FileReport> file =
             jail.has_value()
                 ? pipeline::ScanFileJailed(t.path, ruleset, limits, *jail)
-                : pipeline::ScanFileInProcess(t.path, ruleset, limits);
+                : pipeline::ScanFileInProcess(t.path, ruleset, limits, sha256);
         *report.add_files() =
             file.ok() ? *std::move(file)
                       : pipeline::UnreadableFileReport(t.path, file.status());
@@ -408,6 +410,11 @@ int Main(int argc, char** argv) {
                    "Rules file (text-format ckptscan.v1.RuleSet) instead of "
                    "the built-in rules")
       ->type_name("FILE");
+  scan->add_option("--digest", scan_opt.digest,
+                   "File digest in the report: sha256 (read on a second core while the "
+                   "worker parses) or none (scan time then does not grow with file size)")
+      ->check(CLI::IsMember({"sha256", "none"}))
+      ->capture_default_str();
   scan->add_option("--limit", scan_opt.limits,
                    "Set a VM limit, e.g. max_opcodes=1000 (see below)")
       ->type_name("NAME=VALUE")

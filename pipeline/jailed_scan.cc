@@ -12,6 +12,12 @@
 #include "pipeline/judge_facts.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <thread>
 #include "sandbox/job.h"
 #include "sandbox/spawner.h"
 
@@ -133,19 +139,26 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
                                               const pickle::Limits& limits,
                                               const JailOptions& options) {
   CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(path));
-  std::string sha256;
-  uint64_t size = 0;
-  {
-    // Hashing reads the bytes but parses nothing; the mapping is gone before the worker runs.
-    CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(fd.get(), path));
-    CKPT_ASSIGN_OR_RETURN(sha256, Sha256Hex(file.bytes()));
-    size = file.bytes().size();
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("stat ", path));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Hashing reads the bytes but parses nothing. It runs on a second descriptor (pread leaves
+  // the worker's descriptor alone) on another core while the worker parses.
+  absl::StatusOr<std::string> sha256 = std::string();
+  std::thread hasher;
+  base::UniqueFd hash_fd;
+  if (options.sha256) {
+    hash_fd = base::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!hash_fd.valid()) return absl::ErrnoToStatus(errno, "dup");
+    hasher = std::thread([&] { sha256 = Sha256HexOfFd(hash_fd.get(), size); });
   }
   const JailedRun run =
       RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
+  if (hasher.joinable()) hasher.join();
+  if (!sha256.ok()) return sha256.status();
   v1::FileReport report = ReportForRun(run, options, rules);
   report.set_path(path);
-  report.set_sha256(std::move(sha256));
+  report.set_sha256(*std::move(sha256));
   report.set_size(size);
   return report;
 }

@@ -46,6 +46,9 @@ struct JailOptions {
   // RLIMIT_CPU in seconds; 0 = the timeout rounded up, plus one (a backstop behind it).
   uint64_t cpu_seconds = 0;
   uint64_t max_frame_bytes = sandbox::kMaxFrameBytes;
+  // Compute the file's SHA-256 for the report (--digest), on another thread while the worker
+  // parses, reading with a bounded buffer. Off: the report's sha256 is empty.
+  bool sha256 = true;
   // Test only: arguments after the job (the probe's --probe=MODE). The real worker refuses any.
   std::vector<std::string> extra_args;
 };

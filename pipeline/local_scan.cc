@@ -11,9 +11,12 @@ namespace ckptscan::pipeline {
 
 absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
                                                  const rules::RuleSet& rules,
-                                                 const pickle::Limits& limits) {
+                                                 const pickle::Limits& limits, bool sha256_on) {
   CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
-  CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256Hex(file.bytes()));
+  std::string sha256;
+  if (sha256_on) {
+    CKPT_ASSIGN_OR_RETURN(sha256, Sha256Hex(file.bytes()));
+  }
   // Worker half (the jail runs it in ckptscan-worker), then trusted half.
   const FileFacts facts = ExtractFacts(file.bytes(), limits);
   v1::FileReport report = JudgeFacts(facts, rules);

@@ -36,9 +36,10 @@ namespace ckptscan::pipeline {
 // Reads `path` (symlinks followed; regular files only), hashes it and scans it.
 // A non-OK status means the file could not be read at all; see
 // UnreadableFileReport.
+// `sha256` false leaves the report's digest empty (--digest none).
 absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
                                                  const rules::RuleSet& rules,
-                                                 const pickle::Limits& limits);
+                                                 const pickle::Limits& limits, bool sha256 = true);
 
 }  // namespace ckptscan::pipeline
 

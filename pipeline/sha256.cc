@@ -5,8 +5,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <vector>
+
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace ckptscan::pipeline {
 namespace {
@@ -17,24 +23,63 @@ struct MdCtxFree {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 
-}  // namespace
+using Ctx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
 
-absl::StatusOr<std::string> Sha256Hex(std::string_view bytes) {
-  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
-  if (ctx == nullptr)
-    return absl::InternalError("sha256: EVP_MD_CTX_new failed");
+absl::StatusOr<Ctx> NewSha256() {
+  Ctx ctx(EVP_MD_CTX_new());
+  if (ctx == nullptr) return absl::InternalError("sha256: EVP_MD_CTX_new failed");
   if (EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     return absl::InternalError("sha256: EVP_DigestInit_ex failed");
   }
+  return ctx;
+}
+
+absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx);
+
+}  // namespace
+
+absl::StatusOr<std::string> Sha256Hex(std::string_view bytes) {
+  absl::StatusOr<Ctx> ctx = NewSha256();
+  if (!ctx.ok()) return ctx.status();
   for (size_t off = 0; off < bytes.size(); off += kChunk) {
     const size_t n = std::min(kChunk, bytes.size() - off);
-    if (EVP_DigestUpdate(ctx.get(), bytes.data() + off, n) != 1) {
+    if (EVP_DigestUpdate(ctx->get(), bytes.data() + off, n) != 1) {
       return absl::InternalError("sha256: EVP_DigestUpdate failed");
     }
   }
+  return FinishHex(ctx->get());
+}
+
+absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size) {
+  absl::StatusOr<Ctx> ctx = NewSha256();
+  if (!ctx.ok()) return ctx.status();
+  std::vector<char> buf(kChunk);
+  uint64_t off = 0;
+  while (off < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
+    const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, "sha256: read");
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat("sha256: the file shrank to ", off,
+                                              " bytes while being read (expected ", size, ")"));
+    }
+    if (EVP_DigestUpdate(ctx->get(), buf.data(), static_cast<size_t>(n)) != 1) {
+      return absl::InternalError("sha256: EVP_DigestUpdate failed");
+    }
+    off += static_cast<uint64_t>(n);
+  }
+  return FinishHex(ctx->get());
+}
+
+namespace {
+
+absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1 || len != 32) {
+  if (EVP_DigestFinal_ex(ctx, digest, &len) != 1 || len != 32) {
     return absl::InternalError("sha256: EVP_DigestFinal_ex failed");
   }
   static constexpr char kHex[] = "0123456789abcdef";
@@ -46,4 +91,5 @@ absl::StatusOr<std::string> Sha256Hex(std::string_view bytes) {
   return hex;
 }
 
+}  // namespace
 }  // namespace ckptscan::pipeline

@@ -7,6 +7,7 @@
 #ifndef CKPTSCAN_PIPELINE_SHA256_H_
 #define CKPTSCAN_PIPELINE_SHA256_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,11 @@ namespace ckptscan::pipeline {
 
 // 64 lowercase hex digits. Fails (Internal) only if OpenSSL does.
 absl::StatusOr<std::string> Sha256Hex(std::string_view bytes);
+
+// The hex SHA-256 of the first `size` bytes of `fd`, read with pread in 1 MiB chunks (memory
+// stays bounded whatever the file size; the file offset is not moved). DataLoss if the file is
+// shorter than `size`.
+absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size);
 
 }  // namespace ckptscan::pipeline
 

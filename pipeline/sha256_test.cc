@@ -1,5 +1,8 @@
 #include "pipeline/sha256.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <string>
 
 #include "gtest/gtest.h"
@@ -33,6 +36,32 @@ TEST(Sha256Test, InputLargerThanOneChunkHashesAsAWhole) {
   ASSERT_TRUE(chunked.ok());
   EXPECT_EQ(*chunked,
             "d7e5697503e2fe5e59e91384af0f8566f4269f6fb21d6d31a66d61196fe4f0ae");
+}
+
+// A file descriptor holding `data` (an unlinked temporary file).
+int TempFd(const std::string& data) {
+  char name[] = "/tmp/ckptscan_sha256_XXXXXX";
+  int fd = ::mkstemp(name);
+  ::unlink(name);
+  EXPECT_EQ(::write(fd, data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  return fd;
+}
+
+TEST(Sha256Test, FromADescriptorItMatchesTheInMemoryDigestAcrossChunks) {
+  const std::string big((3u << 20) + 1, 'x');
+  const int fd = TempFd(big);
+  absl::StatusOr<std::string> hex = Sha256HexOfFd(fd, big.size());
+  ASSERT_TRUE(hex.ok()) << hex.status();
+  EXPECT_EQ(*hex, "d7e5697503e2fe5e59e91384af0f8566f4269f6fb21d6d31a66d61196fe4f0ae");
+  EXPECT_EQ(::lseek(fd, 0, SEEK_CUR), static_cast<off_t>(big.size()));  // pread: offset kept
+  ::close(fd);
+}
+
+TEST(Sha256Test, AFileThatShrankUnderUsIsDataLossNotAShortDigest) {
+  const int fd = TempFd("abc");
+  absl::StatusOr<std::string> hex = Sha256HexOfFd(fd, 10);
+  EXPECT_EQ(hex.status().code(), absl::StatusCode::kDataLoss);
+  ::close(fd);
 }
 
 }  // namespace

@@ -57,10 +57,22 @@ TEST(DefaultRulesTest, LoadAndValidate) {
   EXPECT_EQ(RuleSet::Default(), rules);  // parsed once, shared
 }
 
-TEST(DefaultRulesTest, EmbeddedBytesAreTheSourceFile) {
+TEST(DefaultRulesTest, EmbeddedRulesAreTheSourceFileEncoded) {
   const std::string source = ReadSource();
   ASSERT_FALSE(source.empty()) << kSourcePath;
-  EXPECT_EQ(std::string(internal::DefaultRulesText()), source);
+  absl::StatusOr<std::shared_ptr<const RuleSet>> text = RuleSet::FromTextProto(source, "source");
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<std::shared_ptr<const RuleSet>> binary =
+      RuleSet::FromBinaryProto(internal::DefaultRulesBinary(), "embedded");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  EXPECT_EQ((*binary)->proto().SerializeAsString(), (*text)->proto().SerializeAsString());
+}
+
+TEST(DefaultRulesTest, BinaryRulesAreValidatedLikeText) {
+  EXPECT_FALSE(RuleSet::FromBinaryProto("\xff\xff\xff", "garbage").ok());
+  v1::RuleSet empty_version;
+  empty_version.add_allow()->set_module("m");
+  EXPECT_FALSE(RuleSet::FromBinaryProto(empty_version.SerializeAsString(), "no version").ok());
 }
 
 TEST(DefaultRulesTest, SourceFileLoadsThroughFromFileToTheSameRules) {

@@ -1009,6 +1009,25 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromTextProto(std::strin
       return Invalid(origin, absl::StrCat("syntax error at ", errors.Joined()));
     }
   }
+  return Compile(std::move(impl), origin);
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromBinaryProto(std::string_view bytes,
+                                                                        std::string_view origin) {
+  if (bytes.size() > kMaxRulesBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("rules ", AbslView(origin), ": ",
+                                                     bytes.size(), " bytes exceeds the limit of ",
+                                                     kMaxRulesBytes));
+  }
+  auto impl = std::make_unique<Impl>();
+  if (!impl->proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Invalid(origin, "not a binary ckptscan.v1.RuleSet");
+  }
+  return Compile(std::move(impl), origin);
+}
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Compile(std::unique_ptr<Impl> impl,
+                                                                std::string_view origin) {
   const v1::RuleSet& p = impl->proto;
   if (p.version().empty()) return Invalid(origin, "version is empty");
 
@@ -1100,7 +1119,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromFile(const std::stri
 std::shared_ptr<const RuleSet> RuleSet::Default() {
   static const std::shared_ptr<const RuleSet> rules = [] {
     absl::StatusOr<std::shared_ptr<const RuleSet>> parsed =
-        FromTextProto(internal::DefaultRulesText(), "default_rules.textproto (built in)");
+        FromBinaryProto(internal::DefaultRulesBinary(), "default_rules.textproto (built in)");
     if (parsed.ok()) return *std::move(parsed);
     // A broken build: fail closed. With no allow entries nothing is SAFE, and the version
     // (printed in every report) says why.

@@ -49,6 +49,9 @@ class RuleSet final {
   static absl::StatusOr<std::shared_ptr<const RuleSet>> FromTextProto(std::string_view text,
                                                                       std::string_view origin);
   static absl::StatusOr<std::shared_ptr<const RuleSet>> FromFile(const std::string& path);
+  // A binary-encoded ckptscan.v1.RuleSet, validated exactly as FromTextProto validates.
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> FromBinaryProto(std::string_view bytes,
+                                                                        std::string_view origin);
   // The rules compiled into the binary (rules/default_rules.textproto).
   static std::shared_ptr<const RuleSet> Default();
 
@@ -71,6 +74,9 @@ class RuleSet final {
 
  private:
   struct Impl;
+  // Validates and compiles a parsed RuleSet (shared by the text and binary factories).
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> Compile(std::unique_ptr<Impl> impl,
+                                                                std::string_view origin);
   // Lets the factories use std::make_shared while nobody else can construct a RuleSet.
   struct Passkey {
     explicit Passkey() = default;
