@@ -82,8 +82,11 @@ Json FileJson(const v1::FileReport& f) {
   Json errors = Json::array();
   for (const v1::ScanError& x : f.errors()) errors.push_back(ErrorJson(x));
   j["errors"] = std::move(errors);
-  j["tensors"] =
-      Json{{"count", f.tensors().count()}, {"bytes", f.tensors().bytes()}};
+  j["tensors"] = Json{{"count", f.tensors().count()},
+                      {"bytes", f.tensors().bytes()},
+                      {"storages", f.tensors().storages()},
+                      {"shared", f.tensors().shared()},
+                      {"unsupported", f.tensors().unsupported()}};
   j["pickles"] = f.pickles();
   j["globals"] = f.globals();
   return j;

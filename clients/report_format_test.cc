@@ -113,7 +113,8 @@ TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   EXPECT_EQ(f["sha256"], std::string(64, 'a'));
   EXPECT_EQ(f["format"], "pickle");
   EXPECT_EQ(f["verdict"], "DANGEROUS");
-  EXPECT_THAT(Keys(f["tensors"]), ElementsAre("count", "bytes"));
+  EXPECT_THAT(Keys(f["tensors"]),
+              ElementsAre("count", "bytes", "storages", "shared", "unsupported"));
 
   const Json& finding = f["findings"][0];
   EXPECT_THAT(Keys(finding),

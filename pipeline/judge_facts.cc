@@ -137,8 +137,24 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
       static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
   uint64_t tensor_bytes = 0;
   for (const torch::StorageData& d : facts.storage_data) tensor_bytes += d.nbytes;
-  report.mutable_tensors()->set_count(facts.tensors.size());
-  report.mutable_tensors()->set_bytes(tensor_bytes);
+  std::vector<uint32_t> users(facts.storages.size(), 0);
+  uint64_t unsupported = 0;
+  for (const torch::TensorFact& t : facts.tensors) {
+    if (t.storage >= 0 && static_cast<size_t>(t.storage) < users.size()) ++users[t.storage];
+    if (!t.problem.empty()) ++unsupported;
+  }
+  uint64_t shared = 0;
+  for (const torch::TensorFact& t : facts.tensors) {
+    if (t.storage >= 0 && static_cast<size_t>(t.storage) < users.size() && users[t.storage] > 1) {
+      ++shared;
+    }
+  }
+  v1::TensorSummary* ts = report.mutable_tensors();
+  ts->set_count(facts.tensors.size());
+  ts->set_bytes(tensor_bytes);
+  ts->set_storages(facts.storages.size());
+  ts->set_shared(shared);
+  ts->set_unsupported(unsupported);
   return report;
 }
 

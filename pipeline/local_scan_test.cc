@@ -338,5 +338,20 @@ TEST(UnreadableFileReportTest, IsAnErrorEntryWithAnIoError) {
       "internal");
 }
 
+TEST(ScanFileInProcessTest, TensorSummaryCountsTiedAndUnsupportedTensors) {
+  const std::string dir = std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/torch/";
+  absl::StatusOr<v1::FileReport> tied = ScanFileInProcess(dir + "tied.pt", DefaultRules(), {});
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  EXPECT_EQ(tied->verdict(), v1::VERDICT_SAFE);
+  // encoder/decoder share one Parameter; first_half/second_half are views of one storage.
+  EXPECT_EQ(tied->tensors().count(), 4u);
+  EXPECT_EQ(tied->tensors().storages(), 2u);
+  EXPECT_EQ(tied->tensors().shared(), 4u);
+  EXPECT_EQ(tied->tensors().bytes(), 5u * 3 * 4 + 8 * 4);
+  absl::StatusOr<v1::FileReport> q = ScanFileInProcess(dir + "quantized.pt", DefaultRules(), {});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->tensors().unsupported(), 1u);
+}
+
 }  // namespace
 }  // namespace ckptscan::pipeline
