@@ -4,7 +4,7 @@
 # when nothing is missing. Runs apt-get as root, or through sudo otherwise.
 #
 #   scripts/setup.sh          build + test dependencies
-#   scripts/setup.sh --dev    also Debian's python3-torch/numpy, needed only to regenerate fixtures
+#   scripts/setup.sh --dev    also Debian's python3-torch/numpy/joblib, needed only to regenerate fixtures
 set -euo pipefail
 
 packages=(
@@ -14,7 +14,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev python3
 )
 if [[ "${1:-}" == "--dev" ]]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy python3-joblib)
 fi
 
 missing=()

@@ -44,7 +44,13 @@ v1::Verdict Judge(std::string_view bytes) {
 TEST(CorruptionTest, BenignFixturesAreSafeWhole) {
   std::vector<std::filesystem::path> files = BenignFixtures();
   ASSERT_GE(files.size(), 65u);
-  for (const auto& f : files) EXPECT_EQ(Judge(Read(f)), v1::VERDICT_SAFE) << f;
+  for (const auto& f : files) {
+    // torch <= 0.3 tar checkpoints are read whole but never SAFE: their persistent ids are
+    // bare keys, which the persistent-id rule cannot check (docs/formats.md).
+    const v1::Verdict want = f.filename().string().rfind("tar_", 0) == 0 ? v1::VERDICT_SUSPICIOUS
+                                                                         : v1::VERDICT_SAFE;
+    EXPECT_EQ(Judge(Read(f)), want) << f;
+  }
 }
 
 TEST(CorruptionTest, EveryTruncationOfEveryBenignFixtureIsNeverSafe) {

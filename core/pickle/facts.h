@@ -155,6 +155,9 @@ struct PickleFacts {
   uint32_t depth = 0;
   int32_t parent = -1;
   NodeId parent_node = kNoNode;
+  // Loader::kJoblib only, transient: the pickles of object arrays read inline by this pickle,
+  // in stream order. ScanStream moves them into StreamFacts::pickles right after this one.
+  std::vector<PickleFacts> inline_pickles;
 };
 
 // Everything the VM learned from one byte stream.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/strings.h"
 #include "core/base/byte_reader.h"
+#include "core/base/checked.h"
 #include "core/base/status_macros.h"
 #include "core/pickle/literals.h"
 #include "core/pickle/opcodes.h"
@@ -96,12 +97,15 @@ bool IsOpaque(Kind k) { return !IsPlainData(k); }
 class Machine final {
  public:
   Machine(const Limits& limits, std::string_view data, uint64_t base, const TraceSink* trace,
-          uint32_t pickle_index, uint32_t depth)
+          uint32_t pickle_index, uint32_t depth, Loader loader = Loader::kPickle,
+          uint32_t joblib_depth = 0)
       : limits_(limits),
         r_(data, base),
         trace_(trace),
         pickle_index_(pickle_index),
-        depth_(depth) {
+        depth_(depth),
+        loader_(loader),
+        joblib_depth_(joblib_depth) {
     out_.start = base;
     out_.depth = depth;
   }
@@ -383,6 +387,107 @@ class Machine final {
       size[id] = s;
       if (s > cap) return Limit("max_expanded_values", cap);
     }
+    return absl::OkStatus();
+  }
+
+  // ---- joblib's inline arrays ----
+  bool IsJoblibWrapper(NodeId inst) {
+    const Node& n = N(inst);
+    if (n.kind != Kind::kCall || n.ref >= out_.graph.calls.size()) return false;
+    NodeId callee = out_.graph.calls[n.ref].callee;
+    if (callee == kNoNode || N(callee).kind != Kind::kGlobal) return false;
+    const GlobalRef& g = out_.graph.globals[N(callee).ref];
+    return g.resolved_module == "joblib.numpy_pickle" && g.resolved_name == "NumpyArrayWrapper";
+  }
+
+  // The value of `key` in a plain dict node, or kNoNode.
+  NodeId DictValue(NodeId dict, std::string_view key) {
+    const Node& d = N(dict);
+    NodeId found = kNoNode;
+    for (size_t i = 0; i + 1 < d.items.size(); i += 2) {
+      const Node& k = N(d.items[i]);
+      if (k.kind == Kind::kStr && k.text == key) found = d.items[i + 1];  // last one wins
+    }
+    return found;
+  }
+
+  absl::Status JoblibArray(NodeId state) {
+    auto bad = [](std::string why) {
+      return absl::InvalidArgumentError(absl::StrCat("joblib array: ", why));
+    };
+    if (N(state).kind != Kind::kDict) return bad("the wrapper's state is not a dict");
+    NodeId shape = DictValue(state, "shape");
+    NodeId dtype = DictValue(state, "dtype");
+    NodeId align = DictValue(state, "numpy_array_alignment_bytes");
+    if (shape == kNoNode || N(shape).kind != Kind::kTuple || dtype == kNoNode) {
+      return bad("shape or dtype missing");
+    }
+    uint64_t count = 1;
+    for (NodeId d : N(shape).items) {
+      const Node& v = N(d);
+      if (v.kind != Kind::kInt || !v.fits || v.i < 0 || v.i > absl::int128(INT64_MAX) ||
+          !base::CheckedMul(count, static_cast<uint64_t>(v.i), &count)) {
+        return bad("a dimension is not a small non-negative int");
+      }
+    }
+    // numpy.dtype(code, False, True) with BUILD state (version, byteorder, subarray, names,
+    // fields, elsize, alignment, flags): the item size is elsize when positive, else the
+    // code's digits; flags bit 0 (NPY_ITEM_HASOBJECT) or code 'O' means Python objects.
+    const Node& dn = N(dtype);
+    if (dn.kind != Kind::kCall || dn.ref >= out_.graph.calls.size()) return bad("dtype is not a call");
+    const CallSite& dc = out_.graph.calls[dn.ref];
+    if (dc.args == kNoNode || N(dc.args).kind != Kind::kTuple || N(dc.args).items.empty() ||
+        N(N(dc.args).items[0]).kind != Kind::kStr || dn.states.size() != 1 ||
+        N(dn.states[0]).kind != Kind::kTuple || N(dn.states[0]).items.size() < 8) {
+      return bad("dtype is not numpy.dtype(code, ...) with its state");
+    }
+    const std::string& code = N(N(dc.args).items[0]).text;
+    const std::vector<NodeId>& ds = N(dn.states[0]).items;
+    const Node& elsize = N(ds[5]);
+    const Node& flags = N(ds[7]);
+    bool has_object = (!code.empty() && code[0] == 'O') ||
+                      (flags.kind == Kind::kInt && flags.fits && (flags.i & 1) != 0);
+    uint64_t itemsize = 0;
+    if (elsize.kind == Kind::kInt && elsize.fits && elsize.i > 0 && elsize.i < (1 << 30)) {
+      itemsize = static_cast<uint64_t>(elsize.i);
+    } else {
+      size_t d = code.find_first_of("0123456789");
+      if (d == std::string::npos || code.size() - d > 6) return bad("no item size in the dtype");
+      for (size_t i = d; i < code.size(); ++i) {
+        if (code[i] < '0' || code[i] > '9') return bad("no item size in the dtype");
+        itemsize = itemsize * 10 + static_cast<uint64_t>(code[i] - '0');
+      }
+    }
+    MaybeLeaveFrame();
+    if (in_frame_) return bad("array data inside an unfinished frame");
+    if (has_object) {
+      // joblib: pickle.load(file) — a separate pickle (its own memo) at this offset.
+      if (joblib_depth_ >= limits_.max_nested_depth) {
+        return Limit("max_nested_depth", limits_.max_nested_depth);
+      }
+      std::string_view rest = r_.Peek();
+      PickleFacts inner = Machine(limits_, rest, r_.offset(), trace_, pickle_index_, 0, loader_,
+                                  joblib_depth_ + 1)
+                              .Run();
+      const uint64_t used = inner.end - r_.offset();
+      std::optional<VmError> error = inner.error;
+      std::vector<PickleFacts> nested = std::move(inner.inline_pickles);
+      inner.inline_pickles.clear();
+      out_.inline_pickles.push_back(std::move(inner));
+      for (PickleFacts& p : nested) out_.inline_pickles.push_back(std::move(p));
+      if (error) return bad(absl::StrCat("the object array's pickle failed: ", error->message));
+      note_ = absl::StrCat("joblib object array: a pickle of ", used, " bytes");
+      return r_.Skip(used);
+    }
+    if (align != kNoNode && N(align).kind != Kind::kNone) {
+      CKPT_ASSIGN_OR_RETURN(uint64_t pad, ReadUInt(1));
+      CKPT_RETURN_IF_ERROR(Read(pad).status());
+    }
+    uint64_t nbytes;
+    if (!base::CheckedMul(count, itemsize, &nbytes)) return bad("array size overflows");
+    CKPT_RETURN_IF_ERROR(CheckLength(nbytes));
+    CKPT_RETURN_IF_ERROR(Read(nbytes).status());
+    note_ = absl::StrCat("joblib array data: ", nbytes, " bytes");
     return absl::OkStatus();
   }
 
@@ -963,6 +1068,7 @@ class Machine final {
         if (IsOpaque(k)) {
           N(inst).states.push_back(state);
           AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
+          if (loader_ == Loader::kJoblib && IsJoblibWrapper(inst)) return JoblibArray(state);
           return absl::OkStatus();
         }
         // No __setstate__: a (state, slotstate) pair is split; a non-None state needs a
@@ -1032,6 +1138,8 @@ class Machine final {
   const TraceSink* trace_;
   uint32_t pickle_index_;
   uint32_t depth_;
+  Loader loader_;
+  uint32_t joblib_depth_;
 
   PickleFacts out_;
   std::vector<NodeId> stack_;
@@ -1057,7 +1165,7 @@ bool HasContent(const PickleFacts& p) {
 
 PickleFacts Vm::RunOne(std::string_view data, uint64_t base_offset,
                        const TraceSink* trace) const {
-  return Machine(limits_, data, base_offset, trace, 0, 0).Run();
+  return Machine(limits_, data, base_offset, trace, 0, 0, loader_).Run();
 }
 
 StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
@@ -1088,7 +1196,7 @@ StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
       break;
     }
     PickleFacts p = Machine(limits_, data.substr(pos), base_offset + pos, trace,
-                            static_cast<uint32_t>(facts.pickles.size()), 0)
+                            static_cast<uint32_t>(facts.pickles.size()), 0, loader_)
                         .Run();
     if (!facts.pickles.empty() && p.error.has_value() && !HasContent(p)) {
       // Not another pickle: what follows the last STOP is trailing data.
@@ -1098,7 +1206,10 @@ StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
     }
     bool failed = p.error.has_value();
     uint64_t next = p.end - base_offset;
+    std::vector<PickleFacts> inline_pickles = std::move(p.inline_pickles);
+    p.inline_pickles.clear();
     facts.pickles.push_back(std::move(p));
+    for (PickleFacts& q : inline_pickles) facts.pickles.push_back(std::move(q));
     if (failed || next >= data.size()) break;
     pos = next;
   }

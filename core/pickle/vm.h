@@ -58,9 +58,18 @@ struct TraceEvent {
 };
 using TraceSink = std::function<void(const TraceEvent&)>;
 
+// Which loader's reading to model. kJoblib adds joblib.load's one departure from pickle.load
+// (joblib/numpy_pickle.py NumpyUnpickler.load_build): after the BUILD of a
+// joblib.numpy_pickle.NumpyArrayWrapper, the array's bytes follow in the stream (after an
+// optional alignment pad) and are read raw; an object array is instead a whole pickle read by
+// a nested pickle.load. Those bytes are skipped (numeric) or scanned as a pickle of the
+// stream (object), exactly where joblib reads them.
+enum class Loader : uint8_t { kPickle, kJoblib };
+
 class Vm final {
  public:
-  explicit Vm(Limits limits = {}) : limits_(limits) {}
+  explicit Vm(Limits limits = {}, Loader loader = Loader::kPickle)
+      : limits_(limits), loader_(loader) {}
 
   // Runs one pickle starting at data[0] (absolute offset `base_offset`) through STOP. The
   // returned facts' `end` says where it stopped.
@@ -81,9 +90,11 @@ class Vm final {
                   const TraceSink* trace = nullptr) const;
 
   const Limits& limits() const { return limits_; }
+  Loader loader() const { return loader_; }
 
  private:
   Limits limits_;
+  Loader loader_;
 };
 
 }  // namespace ckptscan::pickle

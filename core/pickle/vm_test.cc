@@ -1,5 +1,8 @@
 #include "core/pickle/vm.h"
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -368,6 +371,40 @@ TEST(VmTest, TraceSeesEveryOpcodeWithItsEffect) {
   EXPECT_EQ(events[2].arg, "'id'");
   EXPECT_EQ(events[4].note, "call posix.system('id')");
   EXPECT_EQ(events[5].opcode, STOP);
+}
+
+TEST(VmTest, JoblibReadingSkipsInlineArrayBytesAndScansObjectArrayPickles) {
+  const std::string dir = std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/joblib/";
+  std::ifstream in(dir + "malicious/object_array_payload.joblib", std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(data.empty());
+  // pickle.load's reading stops at the first array's raw bytes, before the payload.
+  StreamFacts plain = Vm().ScanStream(data);
+  bool plain_sees_payload = false;
+  for (const PickleFacts& p : plain.pickles) {
+    for (const std::string& g : Globals(p)) plain_sees_payload |= g == "posix.system";
+  }
+  EXPECT_FALSE(plain_sees_payload);
+  // joblib.load's reading reads the array bytes where joblib does and finds it.
+  StreamFacts joblib = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(joblib.ok()) << ErrorOf(joblib.pickles[0]);
+  EXPECT_EQ(joblib.trailing_bytes, 0u);
+  ASSERT_GE(joblib.pickles.size(), 2u);
+  EXPECT_EQ(joblib.pickles[0].end, data.size());
+  // The object array is pickled whole (numpy's reconstructors), payload inside.
+  std::vector<std::string> inner = Globals(joblib.pickles[1]);
+  EXPECT_NE(std::find(inner.begin(), inner.end(), "posix.system"), inner.end());
+  EXPECT_EQ(inner.front(), "numpy.core.multiarray._reconstruct");
+}
+
+TEST(VmTest, JoblibArrayBytesPastTheEndAreAnError) {
+  const std::string dir = std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/joblib/";
+  std::ifstream in(dir + "benign/arrays.joblib", std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t cut = 0; cut < data.size(); cut += 7) {
+    StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data.substr(0, cut));
+    EXPECT_FALSE(f.ok()) << "cut at " << cut;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/base/strings.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
+#include "core/torch/tar.h"
 #include "core/torch/tensors.h"
 
 namespace ckptscan::torch {
@@ -42,63 +43,24 @@ bool IsBzip2(std::string_view b) {
   return b.size() >= 4 && b.substr(0, 3) == "BZh" && b[3] >= '1' && b[3] <= '9';
 }
 
-// Python's tarfile (which torch.load tries before the legacy pickle format) accepts a file
-// whose first 512-byte block is not all NUL and carries a valid header checksum, whatever its
-// magic. Such a file is loaded as a tar of pickles, so it must never be judged as a pickle.
-bool IsTar(std::string_view b) {
-  constexpr size_t kBlock = 512;
-  if (b.size() < kBlock) return false;
-  const auto* u = reinterpret_cast<const unsigned char*>(b.data());
-  bool all_nul = true;
-  int64_t unsigned_sum = 8 * ' ';
-  int64_t signed_sum = 8 * ' ';
-  for (size_t i = 0; i < kBlock; ++i) {
-    if (u[i] != 0) all_nul = false;
-    if (i >= 148 && i < 156) continue;  // the checksum field counts as spaces
-    unsigned_sum += u[i];
-    signed_sum += static_cast<signed char>(u[i]);
-  }
-  if (all_nul) return false;
-  std::string_view field = b.substr(148, 8);
-  int64_t value = 0;
-  if (u[148] == 0x80 || u[148] == 0xff) {  // base-256 (GNU); tarfile.nti accepts it
-    for (size_t i = 1; i < field.size(); ++i) value = (value << 8) | u[148 + i];
-    if (u[148] == 0xff) value -= int64_t{1} << 56;
-  } else {
-    // tarfile.nti: up to the first NUL, stripped, int(s, 8) (sign, "0o" and '_' allowed).
-    field = field.substr(0, std::min(field.find('\0'), field.size()));
-    while (!field.empty() && std::isspace(static_cast<unsigned char>(field.front()))) {
-      field.remove_prefix(1);
-    }
-    while (!field.empty() && std::isspace(static_cast<unsigned char>(field.back()))) {
-      field.remove_suffix(1);
-    }
-    bool negative = false;
-    if (!field.empty() && (field[0] == '+' || field[0] == '-')) {
-      negative = field[0] == '-';
-      field.remove_prefix(1);
-    }
-    if (field.size() >= 2 && field[0] == '0' && (field[1] == 'o' || field[1] == 'O')) {
-      field.remove_prefix(2);
-    }
-    bool digits = false;
-    for (char c : field) {
-      if (c == '_') continue;
-      if (c < '0' || c > '7') return false;
-      value = value * 8 + (c - '0');
-      digits = true;
-    }
-    if (!digits) value = 0;
-    if (negative) value = -value;
-  }
-  return value == unsigned_sum || value == signed_sum;
-}
-
 // A reading worth reporting names a global (persistent ids alone are what any bytes starting
 // with "P" give).
 bool HasContent(const pickle::StreamFacts& s) {
   for (const pickle::PickleFacts& p : s.pickles) {
     if (!p.graph.globals.empty()) return true;
+  }
+  return false;
+}
+
+// A joblib.dump pickle: NumpyArrayWrapper (joblib >= 0.10) or NDArrayWrapper (older).
+bool NamesJoblibArrays(const pickle::StreamFacts& s) {
+  for (const pickle::PickleFacts& p : s.pickles) {
+    for (const pickle::GlobalRef& g : p.graph.globals) {
+      if (g.resolved_module == "joblib.numpy_pickle" &&
+          (g.resolved_name == "NumpyArrayWrapper" || g.resolved_name == "NDArrayWrapper")) {
+        return true;
+      }
+    }
   }
   return false;
 }
@@ -145,12 +107,10 @@ class Reader {
       Error("unsupported", absl::StrCat("bzip2: ", base::AbslView(kCompressed)), "", 0);
       return;
     }
-    if (IsTar(data)) {
-      out_->format = "tar";
-      Error("unsupported",
-            "tar: legacy torch tar checkpoints (torch <= 0.3) are not read; torch.load would "
-            "unpack it",
-            "", 0);
+    // Python's tarfile (which torch.load tries before the legacy pickle format) takes any file
+    // whose first block is a valid header, whatever its magic.
+    if (IsTarHeader(data)) {
+      Tar(data);
       return;
     }
     pickle::PickleFacts first = vm_.RunOne(data, 0);
@@ -159,7 +119,16 @@ class Reader {
     } else {
       out_->format = "pickle";
       MemberFacts m;
-      m.stream = vm_.ScanStream(data, 0, options_.trace);
+      m.stream = vm_.ScanStream(data, 0);
+      if (NamesJoblibArrays(m.stream)) {
+        // joblib.load reads array bytes inline where pickle.load would fail: the joblib
+        // reading is the one a loader of this file performs.
+        out_->format = "joblib";
+        pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
+        m.stream = joblib.ScanStream(data, 0, options_.trace);
+      } else if (options_.trace != nullptr) {
+        m.stream = vm_.ScanStream(data, 0, options_.trace);  // the listing of the same reading
+      }
       out_->members.push_back(std::move(m));
     }
     // zipfile.is_zipfile finds an end record anywhere: a zip after the pickle is what
@@ -183,6 +152,32 @@ class Reader {
                bool must_flag = true) {
     out_->anomalies.push_back(ContainerAnomaly{std::move(kind), std::move(member), offset,
                                                std::move(message), must_flag});
+  }
+
+  // A tar archive: torch's tar checkpoint format when it has torch's members, else refused.
+  void Tar(std::string_view data) {
+    absl::StatusOr<TarArchive> ar = ReadTar(data, options_.tar);
+    if (ar.ok() && IsTorchTar(*ar)) {
+      ReadTorchTar(data, *ar, vm_, options_.tar, options_.trace, out_);
+    } else {
+      out_->format = "tar";
+      if (!ar.ok()) {
+        absl::StatusCode c = ar.status().code();
+        Error(c == absl::StatusCode::kResourceExhausted ? "limit"
+              : c == absl::StatusCode::kUnimplemented   ? "unsupported"
+                                                        : "malformed",
+              std::string(ar.status().message()), "", 0);
+      } else {
+        for (const ContainerAnomaly& a : ar->anomalies) out_->anomalies.push_back(a);
+        Error("unsupported",
+              "tar: an archive that is not a torch checkpoint (no storages, tensors or pickle "
+              "member)",
+              "", 0);
+      }
+    }
+    // When tarfile fails anywhere, torch.load goes on with pickle.load from offset 0: the
+    // header bytes (a member name is any 100 bytes) as a pickle.
+    PickleReading(data, "(as pickle)", true);
   }
 
   // zip::AnomalyKindName's "kPrependedData" as the rule id's "prepended_data".

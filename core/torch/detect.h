@@ -3,8 +3,10 @@
 // The format comes from the content at offset 0, never from the file name, in torch.load's own
 // order (convert_sign.md §2.1): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
 // .npz, or another zip); "\x93NUMPY" → .npy; known compressed or archive magics (gzip, bzip2,
-// xz, zstd, lz4, 7z, rar) and tar → unsupported, fail closed; otherwise a pickle stream, which
-// is torch's legacy format when its first pickle is the legacy magic literal.
+// xz, zstd, lz4, 7z, rar) → unsupported, fail closed; a valid tar header → torch <= 0.3's tar
+// checkpoint (tar.h), or, without torch's members, unsupported; otherwise a pickle stream,
+// which is torch's legacy format when its first pickle is the legacy magic literal. A tar is
+// also read as a pickle from offset 0 (torch.load's fallback when tarfile fails).
 //
 // Every reading of a polyglot is scanned: a zip archive that also parses as a pickle at offset
 // 0 (what pickle.load would read), and a pickle stream with a zip archive after it (what
@@ -20,12 +22,14 @@
 
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
+#include "core/torch/tar.h"
 #include "core/zip/zip_reader.h"
 
 namespace ckptscan::torch {
 
 struct ReadOptions {
   zip::Limits zip;
+  TarLimits tar;
   uint32_t max_container_depth = 2;  // archives inside archives (0: no nested archive is read)
   const pickle::TraceSink* trace = nullptr;
 };

@@ -4,7 +4,10 @@
 // a storage, the storage's size, and the SHA-256 of its elements gathered through our facts.
 #include <openssl/evp.h>
 
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -182,6 +185,138 @@ TEST(FormatsTest, NpyObjectArraysGoThroughThePickleVm) {
   ASSERT_EQ(f.members.size(), 1u);
   EXPECT_FALSE(f.members[0].stream.pickles.empty());
   EXPECT_FALSE(f.members[0].stream.pickles[0].graph.globals.empty());  // numpy reconstructors
+}
+
+
+// --- torch <= 0.3 tar checkpoints (tests/fixtures/torch/gen_tar_fixtures.py) ------------------
+
+nlohmann::json TarExpectations() {
+  return nlohmann::json::parse(Read(kDir / "tar_expectations.json"));
+}
+
+bool Failed(const FileFacts& f) {
+  bool failed = !f.errors.empty();
+  for (const MemberFacts& m : f.members) failed = failed || !m.stream.ok();
+  return failed;
+}
+
+TEST(TarTest, EveryTarFixtureMatchesWhatTorchReported) {
+  nlohmann::json ex = TarExpectations();
+  size_t files = 0;
+  for (auto& [rel, expected] : ex["files"].items()) {
+    CompareWithTorch(rel, expected);
+    FileFacts f = ReadFile(Read(kDir / rel), pickle::Vm());
+    std::vector<std::string> members;
+    for (const MemberFacts& m : f.members) members.push_back(m.member);
+    EXPECT_EQ(members, (std::vector<std::string>{"sys_info", "storages", "tensors", "pickle"}));
+    for (const MemberFacts& m : f.members) EXPECT_TRUE(m.stream.ok()) << rel << " " << m.member;
+    EXPECT_TRUE(f.anomalies.empty()) << rel << ": " << f.anomalies[0].message;
+    ++files;
+  }
+  EXPECT_EQ(files, 3u);
+}
+
+TEST(TarTest, TruncationsTorchRefusesAreErrorsAndTheOthersLoad) {
+  // torch (tarfile) refuses every cut before the end of the last member's padded data and
+  // loads every cut after it (a missing end-of-archive block ends the archive quietly).
+  nlohmann::json ex = TarExpectations();
+  for (auto& [rel, expected] : ex["files"].items()) {
+    const std::string data = Read(kDir / rel);
+    const size_t min = expected["min_loadable_size"].get<size_t>();
+    ASSERT_EQ(data.size(), expected["size"].get<size_t>());
+    for (size_t cut = 0; cut < data.size(); ++cut) {
+      FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
+      if (cut < min) {
+        EXPECT_TRUE(Failed(f)) << rel << " cut at " << cut;
+      } else {
+        EXPECT_FALSE(Failed(f)) << rel << " cut at " << cut;
+        EXPECT_EQ(f.tensors.size(), expected["tensors"].size()) << rel << " cut at " << cut;
+      }
+    }
+  }
+}
+
+// Rewrites the 512-byte header at `at` with `fn`, then fixes its checksum.
+std::string PatchHeader(std::string data, size_t at, const std::function<void(char*)>& fn) {
+  char* h = data.data() + at;
+  fn(h);
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(h[i]);
+  std::snprintf(h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  return data;
+}
+
+TEST(TarTest, PaxHeaderIsRefused) {
+  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) { h[156] = 'x'; });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_EQ(f.errors[0].code(), "unsupported");
+}
+
+TEST(TarTest, SymlinkMemberIsRefused) {
+  std::string data =
+      PatchHeader(Read(kDir / "tar_state_dict.pt"), 1024, [](char* h) { h[156] = '2'; });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_EQ(f.errors[0].code(), "unsupported");
+}
+
+TEST(TarTest, BadChecksumAfterTheFirstMemberEndsTheArchive) {
+  // tarfile stops at an invalid header: the members after it do not exist for torch (KeyError).
+  std::string data = Read(kDir / "tar_state_dict.pt");
+  data[3072 + 148] = '9';  // the storages header
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_EQ(f.format, "torch-tar");
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("without a"), std::string::npos) << f.errors[0].message();
+  ASSERT_FALSE(f.anomalies.empty());
+  EXPECT_EQ(f.anomalies[0].kind, "trailing_data");
+}
+
+TEST(TarTest, DuplicateMemberIsAnAnomalyAndTheLastCopyIsRead) {
+  // Rename sys_info (the first member) to "pickle": tarfile reads the later, real one.
+  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) {
+    std::memset(h, 0, 100);
+    std::memcpy(h, "pickle", 6);
+  });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.tensors.size(), 4u);
+  bool dup = false;
+  for (const ContainerAnomaly& a : f.anomalies) dup = dup || a.kind == "duplicate_member";
+  EXPECT_TRUE(dup);
+}
+
+TEST(TarTest, TarWithoutTorchMembersIsRefused) {
+  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) {
+    std::memset(h, 0, 100);
+    std::memcpy(h, "readme", 6);
+  });
+  for (size_t at : {1024, 2048, 3072}) {
+    data = PatchHeader(data, at, [](char* h) { h[0] = 'X'; });
+  }
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_EQ(f.format, "tar");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), "unsupported");
+}
+
+TEST(TarTest, TensorPastItsStorageIsAnError) {
+  // tar_protocol0.pt: storage 5 holds 4 floats; make the second tensor's offset 3 (needs 5).
+  std::string data = Read(kDir / "tar_protocol0.pt");
+  FileFacts good = ReadFile(data, pickle::Vm());
+  ASSERT_TRUE(good.errors.empty());
+  // The last 8 bytes of the tensors member are the second tensor's storage offset (2).
+  const std::string two("\x02\0\0\0\0\0\0\0", 8);
+  size_t at = data.rfind(two, 2048 + 512 + 200);
+  ASSERT_NE(at, std::string::npos);
+  data[at] = 3;
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("past its storage"), std::string::npos)
+      << f.errors[0].message();
 }
 
 }  // namespace

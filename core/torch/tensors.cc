@@ -137,9 +137,21 @@ std::string Join(const std::string& prefix, std::string_view part) {
 
 class Extractor {
  public:
-  explicit Extractor(const pickle::PickleFacts& p) : p_(p), g_(p.graph) {}
+  Extractor(const pickle::PickleFacts& p, const KeyedObjects* keyed)
+      : p_(p), g_(p.graph), keyed_(keyed) {}
 
   TensorExtraction Run() && {
+    if (keyed_ != nullptr) {
+      out_.storages = keyed_->storages;
+      if (p_.root != kNoNode) Walk();
+      // torch's persistent_load runs for every persistent id, reached or not.
+      for (NodeId id = 0; id < g_.nodes.size(); ++id) {
+        if (g_.nodes[id].kind != Kind::kPersistent) continue;
+        std::string why;
+        if (Resolve(id, &why) == nullptr && !why.empty()) out_.problems.push_back(why);
+      }
+      return std::move(out_);
+    }
     if (p_.root != kNoNode) Walk();
     // Storages referenced anywhere else too (inside sparse or subclass tensors, or objects the
     // walk does not enter): torch loads every one of them.
@@ -247,6 +259,80 @@ class Extractor {
     }
   }
 
+  uint64_t PidOffset(NodeId id) const {
+    return g_.nodes[id].ref < g_.calls.size() ? g_.calls[g_.nodes[id].ref].offset : 0;
+  }
+
+  // int(pid) for the pid kinds we model exactly: int, bool, and a str of ASCII decimal digits
+  // (optional surrounding whitespace, sign, single underscores between digits).
+  static bool PlainKey(const Node& pid, int64_t* key) {
+    if (pid.kind == Kind::kBool) {
+      *key = pid.b ? 1 : 0;
+      return true;
+    }
+    if (pid.kind == Kind::kInt) {
+      if (!pid.fits || pid.i < absl::int128(INT64_MIN) || pid.i > absl::int128(INT64_MAX)) {
+        return false;
+      }
+      *key = static_cast<int64_t>(pid.i);
+      return true;
+    }
+    if (pid.kind != Kind::kStr || pid.truncated) return false;
+    std::string_view s = pid.text;
+    auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    bool negative = false;
+    if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+      negative = s[0] == '-';
+      s.remove_prefix(1);
+    }
+    if (s.empty() || s.front() == '_' || s.back() == '_') return false;
+    absl::int128 v = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '_') {
+        if (s[i + 1] == '_') return false;
+        continue;
+      }
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+      if (v > absl::int128(INT64_MAX) + 1) return false;
+    }
+    if (negative) v = -v;
+    if (v < absl::int128(INT64_MIN) || v > absl::int128(INT64_MAX)) return false;
+    *key = static_cast<int64_t>(v);
+    return true;
+  }
+
+  // Keyed mode: what persistent id `id` names; nullptr for a module-class tuple (no `why`) or
+  // when it cannot be resolved (`why` says so, as torch would fail).
+  const KeyedObjects::Entry* Resolve(NodeId id, std::string* why) {
+    const Node& n = g_.nodes[id];
+    const uint64_t at = PidOffset(id);
+    if (n.items.empty() || n.items[0] >= g_.nodes.size()) {
+      *why = absl::StrFormat("persistent id at offset %d has no value", at);
+      return nullptr;
+    }
+    const Node& pid = g_.nodes[n.items[0]];
+    if (pid.kind == Kind::kTuple) return nullptr;  // (module class, source file, source)
+    int64_t key;
+    if (!PlainKey(pid, &key)) {
+      *why = absl::StrFormat(
+          "persistent id at offset %d is not a key we can look up exactly (int or decimal str)",
+          at);
+      return nullptr;
+    }
+    auto it = keyed_->by_key.find(key);
+    if (it == keyed_->by_key.end()) {
+      *why = absl::StrFormat(
+          "persistent id at offset %d names key %d, which no tensor or storage has (torch: "
+          "KeyError)",
+          at, key);
+      return nullptr;
+    }
+    return &it->second;
+  }
+
   // Storage from a persistent id; returns its index or -1 (with a problem recorded).
   int32_t Storage(NodeId id, uint64_t* view_offset) {
     *view_offset = 0;
@@ -255,7 +341,17 @@ class Extractor {
       return -1;
     }
     NodeId pid = g_.nodes[id].items[0];
-    uint64_t at = g_.nodes[id].ref < g_.calls.size() ? g_.calls[g_.nodes[id].ref].offset : 0;
+    uint64_t at = PidOffset(id);
+    if (keyed_ != nullptr) {
+      std::string why;
+      const KeyedObjects::Entry* e = Resolve(id, &why);
+      if (e == nullptr || e->tensor) {
+        out_.problems.push_back(
+            absl::StrFormat("persistent id at offset %d does not name a storage", at));
+        return -1;
+      }
+      return static_cast<int32_t>(e->index);
+    }
     if (pid >= g_.nodes.size() || g_.nodes[pid].kind != Kind::kTuple) {
       out_.problems.push_back(absl::StrFormat("persistent id at offset %d is not a tuple", at));
       return -1;
@@ -316,8 +412,20 @@ class Extractor {
     return static_cast<int32_t>(out_.storages.size() - 1);
   }
 
-  // If `id` is a tensor rebuild call, records it under `name` and returns true.
+  // If `id` is a tensor rebuild call (or, keyed, a persistent id), records it under `name`
+  // and returns true.
   bool TryTensor(NodeId id, const std::string& name) {
+    if (keyed_ != nullptr && g_.nodes[id].kind == Kind::kPersistent) {
+      std::string unused;  // unresolvable ids are reported once, by Run
+      const KeyedObjects::Entry* e = Resolve(id, &unused);
+      if (e != nullptr && e->tensor) {
+        TensorFact t = keyed_->tensors[e->index];
+        t.name = name;
+        t.node = id;
+        out_.tensors.push_back(std::move(t));
+      }
+      return true;  // a tensor, a storage, or a module class: nothing to walk into
+    }
     const CallSite* c = CallOf(g_, id);
     if (c == nullptr || c->op != CallOp::kReduce) return false;
     const GlobalRef* f = GlobalOf(g_, c->callee);
@@ -459,6 +567,7 @@ class Extractor {
 
   const pickle::PickleFacts& p_;
   const Graph& g_;
+  const KeyedObjects* keyed_;
   TensorExtraction out_;
 };
 
@@ -530,6 +639,8 @@ absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
   return absl::OkStatus();
 }
 
-TensorExtraction ExtractTensors(const pickle::PickleFacts& p) { return Extractor(p).Run(); }
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p, const KeyedObjects* keyed) {
+  return Extractor(p, keyed).Run();
+}
 
 }  // namespace ckptscan::torch

@@ -15,6 +15,7 @@
 #define CKPTSCAN_CORE_TORCH_TENSORS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,9 +71,26 @@ struct TensorExtraction {
   std::vector<std::string> problems;
 };
 
+// torch <= 0.3 tar checkpoints: the object pickle's persistent ids are plain keys. torch looks
+// up int(pid) among the tensors and storages that its other members describe (a tuple pid is
+// a module class with its source, not data).
+struct KeyedObjects {
+  struct Entry {
+    bool tensor = false;  // true: index into `tensors`; false: into `storages`
+    size_t index = 0;
+  };
+  std::map<int64_t, Entry> by_key;
+  std::vector<TensorFact> tensors;  // unnamed; `storage` indexes `storages`
+  std::vector<StorageRef> storages;
+};
+
 // Walks `p` from its root. Containers reached twice are walked once (the first path wins);
 // a tensor object reached by several paths is listed under each name (tied weights).
-TensorExtraction ExtractTensors(const pickle::PickleFacts& p);
+// With `keyed`, persistent ids are resolved as plain keys into it (every one must resolve,
+// as torch's persistent_load would), the result's storages are `keyed->storages`, and a
+// persistent id that names a tensor is that tensor.
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p,
+                                const KeyedObjects* keyed = nullptr);
 
 // Checks that the tensor's elements lie inside its storage of `storage_numel` elements:
 // offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides
