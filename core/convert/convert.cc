@@ -1,0 +1,163 @@
+#include "core/convert/convert.h"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/checked.h"
+#include "core/base/escape.h"
+#include "core/base/strings.h"
+
+namespace ckptscan::convert {
+namespace {
+
+using torch::TensorFact;
+
+absl::Status Refuse(const TensorFact& t, std::string_view why) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "tensor '%s' cannot be converted: %s", base::AbslView(base::Escaped(t.name)),
+      base::AbslView(why)));
+}
+
+// The output name under --select, or nullopt when the tensor is not selected.
+std::optional<std::string> SelectedName(const std::string& name, const std::string& select) {
+  if (select.empty()) return name;
+  if (name.size() > select.size() + 1 && name.compare(0, select.size(), select) == 0 &&
+      name[select.size()] == '.') {
+    return name.substr(select.size() + 1);
+  }
+  return std::nullopt;
+}
+
+bool IsRowMajorContiguous(const TensorFact& t) {
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options) {
+  for (const torch::ContainerAnomaly& a : facts.anomalies) {
+    if (a.kind == "byteorder") {
+      return absl::FailedPreconditionError("big-endian storages are not converted");
+    }
+  }
+  Plan plan;
+  std::vector<safetensors::TensorSpec> specs;
+  // Identical views of one storage (tied weights): the first name in byte order is kept.
+  using ViewKey = std::tuple<int32_t, uint64_t, std::vector<int64_t>, std::vector<int64_t>,
+                             const torch::DTypeInfo*>;
+  std::map<ViewKey, std::string> kept;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < facts.tensors.size(); ++i) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return facts.tensors[a].name < facts.tensors[b].name;
+  });
+  for (size_t i : order) {
+    const TensorFact& t = facts.tensors[i];
+    std::optional<std::string> name = SelectedName(t.name, options.select);
+    if (!name.has_value()) continue;
+    if (!t.problem.empty()) return Refuse(t, t.problem);
+    if (t.dtype == nullptr || t.dtype->safetensors.empty()) {
+      return Refuse(t, absl::StrCat("safetensors has no dtype for ",
+                                    t.dtype ? base::AbslView(t.dtype->name) : "an unknown dtype"));
+    }
+    if (t.storage < 0 || static_cast<size_t>(t.storage) >= facts.storage_data.size()) {
+      return Refuse(t, "no storage");
+    }
+    const torch::StorageData& sd = facts.storage_data[static_cast<size_t>(t.storage)];
+    if (!sd.stored) return Refuse(t, "its storage is compressed in the container");
+    const torch::StorageRef& s = facts.storages[static_cast<size_t>(t.storage)];
+    absl::Status bounds = torch::CheckBounds(t, s.numel);
+    if (!bounds.ok()) return Refuse(t, base::StdView(bounds.message()));
+    ViewKey key{t.storage, t.storage_offset, t.shape, t.stride, t.dtype};
+    auto [it, inserted] = kept.emplace(key, *name);
+    if (!inserted) {
+      plan.aliases[*name] = it->second;
+      continue;
+    }
+    std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(t.dtype->safetensors);
+    if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
+    safetensors::TensorSpec spec;
+    spec.name = *name;
+    spec.dtype = *dtype;
+    for (int64_t d : t.shape) spec.shape.push_back(static_cast<uint64_t>(d));
+    uint64_t numel = t.numel();
+    if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, t.dtype->size, &spec.byte_size)) {
+      return Refuse(t, "its size overflows");
+    }
+    specs.push_back(std::move(spec));
+    plan.entries.push_back(Plan::Entry{i, *name});
+  }
+  std::map<std::string, std::string> metadata = plan.aliases;
+  metadata["format"] = "pt";
+  if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
+  if (!options.source_format.empty()) metadata["ckptscan.source_format"] = options.source_format;
+  if (!options.scanner_version.empty()) metadata["ckptscan.version"] = options.scanner_version;
+  metadata["ckptscan.dtype_policy"] = "keep";
+  absl::StatusOr<safetensors::SerializedHeader> header =
+      safetensors::SerializeHeader(specs, metadata);
+  if (!header.ok()) return header.status();
+  plan.header = *std::move(header);
+  return plan;
+}
+
+absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
+                              const Plan& plan, ByteSink& out, size_t buffer_bytes) {
+  if (buffer_bytes < 64) buffer_bytes = 64;
+  if (absl::Status s = out.Write(plan.header.bytes); !s.ok()) return s;
+  std::string buffer;
+  buffer.reserve(buffer_bytes);
+  auto flush = [&]() -> absl::Status {
+    absl::Status s = out.Write(buffer);
+    buffer.clear();
+    return s;
+  };
+  for (const safetensors::Placement& p : plan.header.placements) {
+    const TensorFact& t = facts.tensors[plan.entries[p.spec_index].tensor];
+    const torch::StorageData& sd = facts.storage_data[static_cast<size_t>(t.storage)];
+    const uint64_t es = t.dtype->size;
+    const uint64_t numel = t.numel();
+    if (!base::RangeWithin(sd.offset, sd.nbytes, file.size())) {
+      return Refuse(t, "its storage lies outside the file");
+    }
+    std::string_view storage = file.substr(sd.offset, sd.nbytes);
+    if (numel == 0) continue;
+    if (IsRowMajorContiguous(t)) {
+      // One range; bounds were checked when planning (CheckBounds).
+      std::string_view bytes = storage.substr(t.storage_offset * es, numel * es);
+      for (size_t off = 0; off < bytes.size(); off += buffer_bytes) {
+        if (absl::Status s = out.Write(bytes.substr(off, buffer_bytes)); !s.ok()) return s;
+      }
+      continue;
+    }
+    // Gather element by element in row-major order (an odometer over the shape).
+    std::vector<int64_t> index(t.shape.size(), 0);
+    for (uint64_t k = 0; k < numel; ++k) {
+      uint64_t e = t.storage_offset;
+      for (size_t d = 0; d < index.size(); ++d) {
+        e += static_cast<uint64_t>(index[d]) * static_cast<uint64_t>(t.stride[d]);
+      }
+      buffer.append(storage.substr(e * es, es));
+      if (buffer.size() + es > buffer_bytes) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+      for (size_t d = index.size(); d-- > 0;) {
+        if (++index[d] < t.shape[d]) break;
+        index[d] = 0;
+      }
+    }
+    if (absl::Status s = flush(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckptscan::convert

@@ -1,0 +1,80 @@
+// Conversion of a verified checkpoint's tensors to safetensors, from the facts alone.
+//
+// Nothing is loaded or unpickled: the tensors' names, dtypes, shapes, strides and where their
+// bytes are come from the worker's FileFacts (core/torch), and the bytes are gathered from the
+// file itself into row-major order, a bounded buffer at a time, whatever the model's size.
+// Views and storage offsets are written contiguous; tensors that are the same view of the same
+// storage (tied weights) are stored once, the other names recorded in `__metadata__` as
+// removed name -> kept name (Hugging Face's convention). A tensor safetensors cannot hold
+// (quantized, sparse, meta, complex128, a compressed or big-endian storage) is an error naming
+// it. Output bytes are deterministic (core/safetensors/writer.h).
+//
+// Thread-compatible; the sink is written from the calling thread only.
+//
+//   CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanConversion(facts, options));
+//   CKPT_RETURN_IF_ERROR(convert::WriteSafetensors(file_bytes, facts, plan, sink));
+#ifndef CKPTSCAN_CORE_CONVERT_CONVERT_H_
+#define CKPTSCAN_CORE_CONVERT_CONVERT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/safetensors/writer.h"
+#include "core/torch/file_facts.h"
+
+namespace ckptscan::convert {
+
+// Where output bytes go (a file descriptor in the worker, a string in tests).
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  [[nodiscard]] virtual absl::Status Write(std::string_view bytes) = 0;
+};
+
+class StringSink final : public ByteSink {
+ public:
+  absl::Status Write(std::string_view bytes) override {
+    out_.append(bytes);
+    return absl::OkStatus();
+  }
+  const std::string& str() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+struct Options {
+  // Provenance recorded in __metadata__ (besides "format": "pt").
+  std::string source_sha256;
+  std::string source_format;
+  std::string scanner_version;
+  // Write only the tensors under this dotted key, with the prefix dropped ("" = all).
+  std::string select;
+  // Bytes gathered per write (memory stays bounded by this whatever the model size).
+  size_t buffer_bytes = 1 << 20;
+};
+
+struct Plan {
+  struct Entry {
+    size_t tensor;      // index into FileFacts::tensors
+    std::string name;   // output name
+  };
+  std::vector<Entry> entries;                  // parallel to the header's specs
+  std::map<std::string, std::string> aliases;  // removed name -> kept name
+  safetensors::SerializedHeader header;
+};
+
+absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);
+
+// Writes the header and every stored tensor's bytes, gathered from `file` (the whole input).
+absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
+                              const Plan& plan, ByteSink& out, size_t buffer_bytes = 1 << 20);
+
+}  // namespace ckptscan::convert
+
+#endif  // CKPTSCAN_CORE_CONVERT_CONVERT_H_
