@@ -133,7 +133,12 @@ class Reader {
     }
     // zipfile.is_zipfile finds an end record anywhere: a zip after the pickle is what
     // zipfile-based tools (and picklescan) would read instead.
-    if (data.find("PK\x05\x06") != std::string_view::npos) {
+    // zipfile (like miniz) looks for the end record only in the last 64 KiB + 22 bytes, so
+    // only that tail is searched: scan time must not grow with the tensor bytes before it.
+    constexpr size_t kEndRecordWindow = (64 << 10) + 22;
+    const std::string_view tail =
+        data.size() > kEndRecordWindow ? data.substr(data.size() - kEndRecordWindow) : data;
+    if (tail.find("PK\x05\x06") != std::string_view::npos) {
       absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
       if (ar.ok() && !ar->entries().empty()) {
         Anomaly("polyglot", "", 0,
