@@ -1,5 +1,5 @@
 // ckptscan: decides whether Python pickle / PyTorch checkpoint files are safe
-// to load. Commands: scan, disasm, rules show|check, version (docs/cli.md).
+// to load. Commands: scan, convert, disasm, rules show|check, version (docs/cli.md).
 // Exit codes: clients/verdict.h.
 //
 // CLI11 reports parse errors by exception; they are caught around parse() and
@@ -262,6 +262,72 @@ int RunScan(const ScanOptions& opt) {
   return ExitCodeFor(report.verdict());
 }
 
+struct ConvertOptions {
+  std::string input;
+  std::string output;
+  std::string select;
+  bool force = false;
+  std::string format = "text";
+  std::string rules;
+  std::vector<std::string> limits;
+  SandboxFlags sandbox;
+};
+
+// `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
+// converted, to an unlinked file next to OUT that is validated, then linked as OUT.
+int RunConvert(const ConvertOptions& opt) {
+  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
+  if (!engine) return kExitUsage;
+  const rules::RuleSet& ruleset = *engine->rules;
+  int setup_exit = 0;
+  const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
+  if (setup_exit != 0) return setup_exit;
+  struct stat st;
+  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0) {
+    PrintError(absl::StrCat(TerminalSafe(opt.output),
+                            ": exists; not converting (--force replaces it)"));
+    return kExitError;
+  }
+
+  pipeline::ConvertRequest request;
+  request.input = opt.input;
+  request.output = opt.output;
+  request.select = opt.select;
+  request.scanner_version = std::string(kVersion);
+  request.replace = opt.force;
+  absl::StatusOr<pipeline::ConvertResult> result =
+      jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
+                       : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
+  v1::Report report;
+  report.set_schema(std::string(kReportSchema));
+  report.set_scanner_version(std::string(kVersion));
+  report.set_rules_version(ruleset.version());
+  *report.add_files() = result.ok() ? result->report
+                                    : pipeline::UnreadableFileReport(opt.input, result.status());
+  report.set_verdict(report.files(0).verdict());
+  const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
+  if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
+    PrintError(absl::StrCat("cannot write the report: ", s.message()));
+    return kExitError;
+  }
+  const int scan_exit = ExitCodeFor(report.verdict());
+  if (scan_exit != kExitSafe) {
+    PrintError(absl::StrCat("not converted: ", TerminalSafe(opt.input), " is ",
+                            base::AbslView(VerdictName(report.verdict())),
+                            "; nothing was written"));
+    return scan_exit;
+  }
+  if (!result->status.ok()) {
+    PrintError(absl::StrCat("conversion failed, nothing was written: ",
+                            TerminalSafe(base::StdView(result->status.message()))));
+    return kExitError;
+  }
+  PrintError(absl::StrCat("converted: ", TerminalSafe(opt.input), " -> ",
+                          TerminalSafe(opt.output), " (", result->tensors, " tensors, ",
+                          result->output_size, " bytes)"));
+  return kExitSafe;
+}
+
 struct DisasmOptions {
   std::string file;
   std::string rules;
@@ -443,6 +509,36 @@ int Main(int argc, char** argv) {
       "a note past that); --no-sandbox streams it from this process.\n\n",
       "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
 
+  ConvertOptions convert_opt;
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Scan a checkpoint; if it is SAFE, write its tensors as safetensors");
+  convert->add_option("IN", convert_opt.input, "The checkpoint to convert")->required();
+  convert->add_option("--output,-o", convert_opt.output, "The .safetensors file to write")
+      ->type_name("OUT")
+      ->required();
+  convert->add_option("--select", convert_opt.select,
+                      "Convert only the tensors under this dotted key (e.g. model), the "
+                      "prefix dropped")
+      ->type_name("KEY");
+  convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
+  convert->add_option("--format,-f", convert_opt.format, "Report format: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  convert->add_option("--rules", convert_opt.rules, "Rules file instead of the built-in rules")
+      ->type_name("FILE");
+  convert->add_option("--limit", convert_opt.limits, "Set a VM limit (as for scan)")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  AddSandboxFlags(convert, &convert_opt.sandbox);
+  convert->footer(
+      "IN is scanned exactly as `scan` does (the report goes to stdout). Only a SAFE\n"
+      "file is converted: the jailed worker writes the safetensors bytes to an unlinked\n"
+      "file in OUT's directory; this process judges the facts, checks that the output\n"
+      "has exactly the header planned from them and passes the strict validator, then\n"
+      "links it as OUT. Anything else writes nothing.\n\n"
+      "Exit codes: as for scan (1 SUSPICIOUS/DANGEROUS, 2 ERROR); also 2 when OUT\n"
+      "exists without --force or the conversion fails (nothing is written).\n");
+
   CLI::App* rules_cmd = app.add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);
   std::string show_rules;
@@ -473,6 +569,7 @@ int Main(int argc, char** argv) {
 
   if (scan->parsed()) return RunScan(scan_opt);
   if (disasm->parsed()) return RunDisasm(disasm_opt);
+  if (convert->parsed()) return RunConvert(convert_opt);
   if (show->parsed()) return RunRulesShow(show_rules);
   if (check->parsed()) return RunRulesCheck(check_file);
   if (version->parsed()) return RunVersion();

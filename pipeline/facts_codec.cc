@@ -515,6 +515,8 @@ absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload) {
   out.layers = msg->layers();
   out.trace = msg->trace();
   out.trace_truncated = msg->trace_truncated();
+  // Bounded by the frame cap; shown escaped by the caller's report text.
+  out.convert_error = msg->convert_error().substr(0, 4096);
   return out;
 }
 

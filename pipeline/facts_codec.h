@@ -39,6 +39,7 @@ struct DecodedResult {
   worker::v1::JailLayers layers;
   std::string trace;  // disasm listing as the worker wrote it (untrusted text)
   bool trace_truncated = false;
+  std::string convert_error;  // MODE_CONVERT: why the worker wrote no output (untrusted text)
 };
 
 // Parses a frame payload (a serialized worker.v1.Result) and decodes it. InvalidArgument for

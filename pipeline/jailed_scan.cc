@@ -18,6 +18,7 @@
 
 #include <cerrno>
 #include <thread>
+#include "core/convert/convert.h"
 #include "sandbox/job.h"
 #include "sandbox/spawner.h"
 
@@ -52,15 +53,25 @@ v1::ScanError Error(std::string code, std::string message) {
 
 }  // namespace
 
-JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
-                       const pickle::Limits& limits, const JailOptions& options) {
-  worker::v1::Job job;
-  job.set_mode(mode);
+namespace {
+
+JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
+                 worker::v1::Job job, const pickle::Limits& limits, const JailOptions& options) {
   sandbox::LimitsToProto(limits, job.mutable_vm_limits());
   const uint64_t mapped = SaturatingAdd(input_size, kPage - 1) / kPage * kPage;
   job.mutable_jail()->set_address_space_bytes(SaturatingAdd(options.worker_memory, mapped));
   job.mutable_jail()->set_cpu_seconds(CpuSeconds(options));
   job.mutable_jail()->set_parent_pid(static_cast<int32_t>(::getpid()));
+  if (output.valid()) {
+    job.mutable_jail()->set_output(true);
+    job.mutable_jail()->set_output_bytes(
+        options.max_output_bytes != 0
+            ? options.max_output_bytes
+            : SaturatingAdd(input_size > std::numeric_limits<uint64_t>::max() / 4
+                                ? std::numeric_limits<uint64_t>::max()
+                                : input_size * 4,
+                            1ull << 30));
+  }
 
   sandbox::SpawnOptions spawn;
   spawn.worker_path = options.worker_path;
@@ -70,7 +81,7 @@ JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Jo
   spawn.max_frame_bytes = options.max_frame_bytes;
 
   JailedRun run;
-  run.result = sandbox::RunWorker(spawn, std::move(input), base::UniqueFd());
+  run.result = sandbox::RunWorker(spawn, std::move(input), std::move(output));
   if (!run.result.ok()) return run;
   absl::StatusOr<DecodedResult> decoded = DecodeResult(run.result.payload);
   run.result.payload.clear();
@@ -89,7 +100,26 @@ JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Jo
   run.layers = std::move(decoded->layers);
   run.trace = std::move(decoded->trace);
   run.trace_truncated = decoded->trace_truncated;
+  run.convert_error = std::move(decoded->convert_error);
   return run;
+}
+
+}  // namespace
+
+JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
+                       const pickle::Limits& limits, const JailOptions& options) {
+  worker::v1::Job job;
+  job.set_mode(mode);
+  return RunJob(std::move(input), input_size, base::UniqueFd(), std::move(job), limits, options);
+}
+
+JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
+                              const worker::v1::ConvertSpec& spec, const pickle::Limits& limits,
+                              const JailOptions& options) {
+  worker::v1::Job job;
+  job.set_mode(worker::v1::Job::MODE_CONVERT);
+  *job.mutable_convert() = spec;
+  return RunJob(std::move(input), input_size, std::move(output), std::move(job), limits, options);
 }
 
 v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
@@ -161,6 +191,73 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
   report.set_sha256(*std::move(sha256));
   report.set_size(size);
   return report;
+}
+
+absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
+                                                const rules::RuleSet& rules,
+                                                const pickle::Limits& limits,
+                                                const JailOptions& options) {
+  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(request.input));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("stat ", request.input));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // The digest goes into the output's provenance, so it is needed before the worker starts.
+  CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256HexOfFd(fd.get(), size));
+
+  ConvertResult result;
+  absl::StatusOr<OutputFile> out = OutputFile::Create(request.output);
+  absl::StatusOr<base::UniqueFd> worker_out =
+      out.ok() ? out->DupForWorker() : absl::StatusOr<base::UniqueFd>(out.status());
+  if (!worker_out.ok()) {
+    // No output to hand: scan only, so that the report is still the scan's.
+    const JailedRun run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits,
+                                       options);
+    result.report = ReportForRun(run, options, rules);
+    result.status = worker_out.status();
+  } else {
+    worker::v1::ConvertSpec spec;
+    spec.set_select(request.select);
+    spec.set_source_sha256(sha256);
+    spec.set_scanner_version(request.scanner_version);
+    const JailedRun run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), spec,
+                                              limits, options);
+    result.report = ReportForRun(run, options, rules);
+    result.status = [&]() -> absl::Status {
+      if (result.report.verdict() != v1::VERDICT_SAFE) {
+        return absl::FailedPreconditionError("not converted: the verdict is not SAFE");
+      }
+      if (!run.convert_error.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("conversion failed in the worker: ", run.convert_error));
+      }
+      // Plan again here, from the judged facts: the output must carry exactly this header.
+      convert::Options convert_options;
+      convert_options.source_sha256 = sha256;
+      convert_options.source_format = run.facts.format;
+      convert_options.scanner_version = request.scanner_version;
+      convert_options.select = request.select;
+      CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
+                            convert::PlanConversion(run.facts, convert_options));
+      if (plan.entries.empty() && !request.select.empty()) {
+        return absl::NotFoundError(absl::StrCat("no tensor under --select ", request.select));
+      }
+      CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out->Validate(plan.header.bytes));
+      if (layout.file_size != plan.header.file_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the output is ", layout.file_size, " bytes, the plan ", plan.header.file_size));
+      }
+      CKPT_RETURN_IF_ERROR(out->Publish(request.replace));
+      result.tensors = layout.tensors.size();
+      result.output_size = layout.file_size;
+      return absl::OkStatus();
+    }();
+  }
+  result.report.set_path(request.input);
+  result.report.set_sha256(std::move(sha256));
+  result.report.set_size(size);
+  return result;
 }
 
 }  // namespace ckptscan::pipeline

@@ -29,6 +29,7 @@
 #include "core/base/unique_fd.h"
 #include "core/pickle/vm.h"
 #include "pipeline/file_facts.h"
+#include "pipeline/output_file.h"
 #include "rules/rule_set.h"
 #include "sandbox/protocol.h"
 #include "sandbox/result.h"
@@ -49,6 +50,9 @@ struct JailOptions {
   // Compute the file's SHA-256 for the report (--digest), on another thread while the worker
   // parses, reading with a bounded buffer. Off: the report's sha256 is empty.
   bool sha256 = true;
+  // RLIMIT_FSIZE of a converting worker: the largest output it may write. 0 = four times the
+  // input plus 1 GiB (views and expanded tensors may be larger than their storage).
+  uint64_t max_output_bytes = 0;
   // Test only: arguments after the job (the probe's --probe=MODE). The real worker refuses any.
   std::vector<std::string> extra_args;
 };
@@ -61,12 +65,19 @@ struct JailedRun {
   worker::v1::JailLayers layers;  // result.ok() only: the layers the worker reported
   std::string trace;              // disasm: the listing as the worker wrote it (untrusted)
   bool trace_truncated = false;
+  std::string convert_error;      // MODE_CONVERT: the worker's reason for writing no output
 };
 
 // Runs one job on the open input (`input_size` bytes). The job's mode decides whether a
 // listing comes back.
 JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
                        const pickle::Limits& limits, const JailOptions& options);
+
+// A MODE_CONVERT job: as RunJailedJob, the worker also writes the safetensors bytes to
+// `output` (its descriptor 3). The bytes are untrusted: the caller validates them.
+JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
+                              const worker::v1::ConvertSpec& spec, const pickle::Limits& limits,
+                              const JailOptions& options);
 
 // The report for a run (format, findings, errors, verdict); path, sha256 and size are the
 // caller's to fill.
@@ -78,6 +89,16 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
 absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rules::RuleSet& rules,
                                               const pickle::Limits& limits,
                                               const JailOptions& options);
+
+// `ckptscan convert` (the default, jailed): hashes the input, then a worker scans it and writes
+// the conversion to an unlinked file next to `request.output`. The trusted side judges the facts
+// (only SAFE keeps the output), plans the conversion from the facts itself and requires the
+// output to carry exactly that header and size and to pass the strict validator, then links it.
+// A non-OK status means the input could not be read at all.
+absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
+                                                const rules::RuleSet& rules,
+                                                const pickle::Limits& limits,
+                                                const JailOptions& options);
 
 }  // namespace ckptscan::pipeline
 

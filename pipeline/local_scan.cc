@@ -1,9 +1,16 @@
 #include "pipeline/local_scan.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <string>
+#include <string_view>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/convert/convert.h"
+#include "rules/rule_set.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
 
@@ -24,6 +31,77 @@ absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
   report.set_sha256(std::move(sha256));
   report.set_size(file.bytes().size());
   return report;
+}
+
+namespace {
+
+// Writes to the output's descriptor, retrying short writes and EINTR.
+class FdSink final : public convert::ByteSink {
+ public:
+  explicit FdSink(int fd) : fd_(fd) {}
+  absl::Status Write(std::string_view bytes) override {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return absl::ErrnoToStatus(errno, "write the output");
+      }
+      if (n == 0) return absl::DataLossError("write the output: no progress");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
+                             const ConvertRequest& request, const std::string& sha256,
+                             ConvertResult* result) {
+  convert::Options options;
+  options.source_sha256 = sha256;
+  options.source_format = facts.format;
+  options.scanner_version = request.scanner_version;
+  options.select = request.select;
+  CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanConversion(facts, options));
+  if (plan.entries.empty() && !request.select.empty()) {
+    return absl::NotFoundError(absl::StrCat("no tensor under --select ", request.select));
+  }
+  CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
+  FdSink sink(out.fd());
+  CKPT_RETURN_IF_ERROR(
+      convert::WriteSafetensors(input, facts, plan, sink, options.buffer_bytes));
+  CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out.Validate(plan.header.bytes));
+  if (layout.file_size != plan.header.file_size) {
+    return absl::InternalError("the output's size is not the planned size");
+  }
+  CKPT_RETURN_IF_ERROR(out.Publish(request.replace));
+  result->tensors = layout.tensors.size();
+  result->output_size = layout.file_size;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
+                                                   const rules::RuleSet& rules,
+                                                   const pickle::Limits& limits) {
+  CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(request.input));
+  CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256Hex(file.bytes()));
+  const FileFacts facts = ExtractFacts(file.bytes(), limits);
+  ConvertResult result;
+  result.report = JudgeFacts(facts, rules);
+  result.report.set_path(request.input);
+  result.report.set_sha256(sha256);
+  result.report.set_size(file.bytes().size());
+  if (result.report.verdict() != v1::VERDICT_SAFE) {
+    result.status = absl::FailedPreconditionError(
+        absl::StrCat("not converted: the verdict is not SAFE"));
+    return result;
+  }
+  result.status = WriteConversion(file.bytes(), facts, request, sha256, &result);
+  return result;
 }
 
 }  // namespace ckptscan::pipeline

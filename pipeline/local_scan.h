@@ -29,6 +29,7 @@
 #include "pipeline/extract_facts.h"
 #include "pipeline/file_facts.h"
 #include "pipeline/judge_facts.h"
+#include "pipeline/output_file.h"
 #include "rules/rule_set.h"
 
 namespace ckptscan::pipeline {
@@ -40,6 +41,13 @@ namespace ckptscan::pipeline {
 absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
                                                  const rules::RuleSet& rules,
                                                  const pickle::Limits& limits, bool sha256 = true);
+
+// `ckptscan convert --no-sandbox`: scans `request.input` as ScanFileInProcess does and, if it
+// is SAFE, writes the safetensors conversion to an unlinked file next to `request.output`,
+// validates it and links it there. A non-OK status means the input could not be read at all.
+absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
+                                                   const rules::RuleSet& rules,
+                                                   const pickle::Limits& limits);
 
 }  // namespace ckptscan::pipeline
 

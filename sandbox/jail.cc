@@ -68,9 +68,10 @@ absl::Status SetRlimits(const JailConfig& c) {
   if (absl::Status s = SetLimit(RLIMIT_AS, "AS", as, as); !s.ok()) return s;
   const rlim_t cpu = std::max<uint64_t>(c.cpu_seconds, 1);
   if (absl::Status s = SetLimit(RLIMIT_CPU, "CPU", cpu, cpu + 1); !s.ok()) return s;
-  // The result goes to a pipe, which RLIMIT_FSIZE does not cover; no file may grow. (When
-  // conversion lands, the output file gets its own bound here.)
-  if (absl::Status s = SetLimit(RLIMIT_FSIZE, "FSIZE", 0, 0); !s.ok()) return s;
+  // The result goes to a pipe, which RLIMIT_FSIZE does not cover; no file may grow, except
+  // the conversion output (descriptor 3), up to its bound.
+  const rlim_t fsize = c.output ? c.output_bytes : 0;
+  if (absl::Status s = SetLimit(RLIMIT_FSIZE, "FSIZE", fsize, fsize); !s.ok()) return s;
   if (absl::Status s = SetLimit(RLIMIT_CORE, "CORE", 0, 0); !s.ok()) return s;
   if (absl::Status s = SetLimit(RLIMIT_NPROC, "NPROC", 0, 0); !s.ok()) return s;
   const rlim_t nofile = c.output ? kOutputFd + 1 : kResultFd + 1;
@@ -136,7 +137,7 @@ const std::vector<Entry>& Entries() {
          return 0;
        }},
       {{"write", "fd == 1 (the result pipe); fd == 3 too when converting",
-        "the result frame (and, later, the converted output)"},
+        "the result frame (and, when converting, the safetensors output on fd 3)"},
        [](scmp_filter_ctx ctx, const JailConfig& c) {
          int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(write), 1,
                                    SCMP_A0(SCMP_CMP_EQ, kResultFd));

@@ -34,7 +34,8 @@ struct JailConfig {
   uint64_t address_space_bytes = 8ull << 30;  // RLIMIT_AS, the input mapping included
   uint64_t cpu_seconds = 61;                  // RLIMIT_CPU soft limit (SIGXCPU); hard = soft + 1
   pid_t parent_pid = 0;  // the spawner's pid; 0 skips the parent check (tests only)
-  bool output = false;   // kOutputFd is handed and writable (conversion; reserved)
+  bool output = false;   // kOutputFd is handed and writable (conversion)
+  uint64_t output_bytes = 0;  // RLIMIT_FSIZE when `output` (0 otherwise: no file may grow)
 };
 
 // Which layers are in force. Namespaces may be unavailable (containers, hardened sysctls).

@@ -48,8 +48,13 @@ absl::StatusOr<worker::v1::Job> DecodeJobArg(std::string_view arg) {
   }
   worker::v1::Job job;
   if (!job.ParseFromString(bytes)) return absl::InvalidArgumentError("--job: not a Job");
-  if (job.mode() != worker::v1::Job::MODE_SCAN && job.mode() != worker::v1::Job::MODE_DISASM) {
+  if (job.mode() != worker::v1::Job::MODE_SCAN && job.mode() != worker::v1::Job::MODE_DISASM &&
+      job.mode() != worker::v1::Job::MODE_CONVERT) {
     return absl::InvalidArgumentError("--job: unknown mode");
+  }
+  // An output descriptor is handed for a conversion, and only then.
+  if ((job.mode() == worker::v1::Job::MODE_CONVERT) != job.jail().output()) {
+    return absl::InvalidArgumentError("--job: an output descriptor goes with MODE_CONVERT only");
   }
   return job;
 }
@@ -96,6 +101,7 @@ JailConfig JailConfigFromJob(const worker::v1::Job& job) {
   c.cpu_seconds = job.jail().cpu_seconds();
   c.parent_pid = job.jail().parent_pid();
   c.output = job.jail().output();
+  c.output_bytes = c.output ? job.jail().output_bytes() : 0;
   return c;
 }
 

@@ -5,7 +5,7 @@
 // it has no other (the spawner closes the rest, the worker closes them again):
 //   0  kInputFd   the job's input, read-only (a regular file or a sealed memfd)
 //   1  kResultFd  the write end of the result pipe: exactly one frame, then EOF
-//   3  kOutputFd  the output file when converting (reserved: conversion comes later)
+//   3  kOutputFd  the output file when converting (MODE_CONVERT; an unlinked file)
 // Descriptor 2 is deliberately not handed: nothing in the jail may log.
 //
 // Frame: 8-byte little-endian payload length, then the payload (a serialized

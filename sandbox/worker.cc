@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/convert/convert.h"
+#include "core/base/strings.h"
 #include "pipeline/extract_facts.h"
 #include "pipeline/facts_codec.h"
 #include "pipeline/trace_listing.h"
@@ -19,6 +21,39 @@
 
 namespace ckptscan::sandbox {
 namespace {
+
+// The conversion output: write(2) to descriptor 3, retrying short writes and EINTR.
+class OutputFdSink final : public convert::ByteSink {
+ public:
+  absl::Status Write(std::string_view bytes) override {
+    while (!bytes.empty()) {
+      const ssize_t n = ::write(kOutputFd, bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return absl::ErrnoToStatus(errno, "write to the output descriptor");
+      }
+      if (n == 0) return absl::DataLossError("write to the output descriptor wrote nothing");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+};
+
+// MODE_CONVERT: plans and writes the safetensors bytes to descriptor 3. The trusted side
+// decides whether they are kept (the verdict) and re-validates them; an error is returned
+// for the result frame.
+absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
+                     const worker::v1::ConvertSpec& spec) {
+  convert::Options options;
+  options.source_sha256 = spec.source_sha256();
+  options.source_format = facts.format;
+  options.scanner_version = spec.scanner_version();
+  options.select = spec.select();
+  absl::StatusOr<convert::Plan> plan = convert::PlanConversion(facts, options);
+  if (!plan.ok()) return plan.status();
+  OutputFdSink sink;
+  return convert::WriteSafetensors(input, facts, *plan, sink, options.buffer_bytes);
+}
 
 // Nothing in the jail may write to stderr (descriptor 2 is not handed; write(2) is a
 // violation), so the default terminate handler, which prints, is replaced.
@@ -50,6 +85,12 @@ int RunJob(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_
     result.set_trace_truncated(truncated);
   } else {
     facts = pipeline::ExtractFacts(input, limits);
+  }
+  if (job.mode() == worker::v1::Job::MODE_CONVERT) {
+    if (!job.jail().output()) return kExitUsage;
+    if (absl::Status s = Convert(input, facts, job.convert()); !s.ok()) {
+      result.set_convert_error(std::string(s.message()));
+    }
   }
   if (pipeline::CountFrameValues(facts) > kMaxFrameValues) return kExitFrameTooLarge;
   pipeline::EncodeFacts(facts, result.mutable_facts());

@@ -4,7 +4,8 @@
 //
 // It reads its Job (sandbox/job.h), notes the input's size, enters the jail (sandbox/jail.h),
 // maps the input read-only, extracts facts (pipeline/extract_facts.h; plus the opcode listing
-// for a disasm job), writes one result frame (sandbox/frame.h) to descriptor 1 and exits 0.
+// for a disasm job; for a convert job, the safetensors bytes on descriptor 3, see
+// core/convert/convert.h), writes one result frame (sandbox/frame.h) to descriptor 1 and exits 0.
 // Every other ending is an exit code of sandbox/protocol.h or a signal. It never sees the
 // rules and decides no verdict.
 #ifndef CKPTSCAN_SANDBOX_WORKER_H_

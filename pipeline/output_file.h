@@ -1,0 +1,88 @@
+// The conversion output on the trusted side (docs/DESIGN §1): an unlinked file in the
+// destination directory, published under its final name only after it was validated.
+//
+// Create() opens the file with O_TMPFILE in the final path's directory (no name: a crash or a
+// refusal leaves nothing behind). Where the file system does not support O_TMPFILE it falls
+// back to a named temporary file (".NAME.ckptscan-XXXXXX", created O_EXCL) that the destructor
+// unlinks unless it was published. The bytes are written by the caller (in-process) or by the
+// jailed worker (descriptor 3; see DupForWorker). Validate() maps the file read-only and runs
+// the strict safetensors validator on it; Publish() fsyncs it and gives it its final name:
+// linkat(/proc/self/fd/N, AT_SYMLINK_FOLLOW), which fails if the name exists, or with
+// `replace`, a link under a temporary name renamed over the final one.
+//
+// Thread-compatible. Move-only.
+//
+//   CKPT_ASSIGN_OR_RETURN(pipeline::OutputFile out, pipeline::OutputFile::Create(path));
+//   ... write to out.fd() ...
+//   CKPT_RETURN_IF_ERROR(out.Validate().status());
+//   CKPT_RETURN_IF_ERROR(out.Publish(/*replace=*/false));
+#ifndef CKPTSCAN_PIPELINE_OUTPUT_FILE_H_
+#define CKPTSCAN_PIPELINE_OUTPUT_FILE_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckptscan/v1/report.pb.h"
+#include "core/base/unique_fd.h"
+#include "core/safetensors/validator.h"
+
+namespace ckptscan::pipeline {
+
+// `ckptscan convert`: what to convert, and where.
+struct ConvertRequest {
+  std::string input;
+  std::string output;           // the final path of the .safetensors file
+  std::string select;           // convert::Options::select
+  std::string scanner_version;  // recorded in __metadata__
+  bool replace = false;         // --force: an existing output is replaced
+};
+
+// What a conversion did. `report` is the scan's report, exactly as `scan` makes it; `status`
+// is OK when the output was written and published, FailedPrecondition when the verdict was not
+// SAFE (nothing written), another error when the conversion or its validation failed.
+struct ConvertResult {
+  v1::FileReport report;
+  absl::Status status;
+  uint64_t tensors = 0;      // tensors in the published output
+  uint64_t output_size = 0;  // bytes of the published output
+};
+
+class OutputFile final {
+ public:
+  static absl::StatusOr<OutputFile> Create(const std::string& final_path);
+
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&&) = delete;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();  // unlinks a named temporary that was not published
+
+  int fd() const { return fd_.get(); }
+  bool is_tmpfile() const { return temp_path_.empty(); }
+
+  // A close-on-exec duplicate of the descriptor, to hand to a worker as its descriptor 3.
+  absl::StatusOr<base::UniqueFd> DupForWorker() const;
+
+  // Maps the whole file read-only and validates it (strict profile). When `expected_header`
+  // is not empty the file must begin with exactly those bytes (8-byte length + header JSON).
+  absl::StatusOr<safetensors::Layout> Validate(std::string_view expected_header = {}) const;
+
+  // fsync, then link under the final name (fails with AlreadyExists if it exists, unless
+  // `replace`). After a failure nothing is left under any name.
+  absl::Status Publish(bool replace);
+
+ private:
+  OutputFile(std::string final_path, std::string temp_path, base::UniqueFd fd)
+      : final_path_(std::move(final_path)), temp_path_(std::move(temp_path)), fd_(std::move(fd)) {}
+
+  std::string final_path_;
+  std::string temp_path_;  // empty for an O_TMPFILE file
+  base::UniqueFd fd_;
+  bool published_ = false;
+};
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_PIPELINE_OUTPUT_FILE_H_
