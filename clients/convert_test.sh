@@ -106,6 +106,18 @@ rm -rf out && mkdir out
 if cmp -s out/a.safetensors out/b.safetensors; then pass "$name"
 else fail "$name" "outputs differ or are missing"; fi
 
+name="--dtype bf16: float tensors become BF16, jailed and in-process outputs identical"
+"$bin" convert --dtype bf16 "$seq" -o out/bf_a.safetensors >/dev/null 2>&1
+"$bin" convert --no-sandbox --dtype bf16 "$seq" -o out/bf_b.safetensors >/dev/null 2>&1
+if cmp -s out/bf_a.safetensors out/bf_b.safetensors \
+    && head -c 2000 out/bf_a.safetensors | grep -q '"BF16"' \
+    && ! head -c 2000 out/bf_a.safetensors | grep -q '"F32"' \
+    && head -c 2000 out/bf_a.safetensors | grep -q '"I64"'; then
+  pass "$name"
+else
+  fail "$name" "outputs differ or dtypes unexpected"
+fi
+
 name="--select KEY keeps only that subtree; an unknown KEY fails (exit 2), nothing written"
 rm -rf out && mkdir out
 train="$fixtures/torch/train_checkpoint.pt"

@@ -266,6 +266,7 @@ struct ConvertOptions {
   std::string input;
   std::string output;
   std::string select;
+  std::string dtype = "keep";
   bool force = false;
   std::string format = "text";
   std::string rules;
@@ -293,6 +294,7 @@ int RunConvert(const ConvertOptions& opt) {
   request.input = opt.input;
   request.output = opt.output;
   request.select = opt.select;
+  request.to_bf16 = opt.dtype == "bf16";
   request.scanner_version = std::string(kVersion);
   request.replace = opt.force;
   absl::StatusOr<pipeline::ConvertResult> result =
@@ -520,6 +522,11 @@ int Main(int argc, char** argv) {
                       "Convert only the tensors under this dotted key (e.g. model), the "
                       "prefix dropped")
       ->type_name("KEY");
+  convert->add_option("--dtype", convert_opt.dtype,
+                      "keep: every tensor keeps its dtype; bf16: float32 and float16 tensors "
+                      "become bfloat16 (round to nearest even), other dtypes are kept")
+      ->check(CLI::IsMember({"keep", "bf16"}))
+      ->capture_default_str();
   convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
   convert->add_option("--format,-f", convert_opt.format, "Report format: text or json")
       ->check(CLI::IsMember({"text", "json"}))

@@ -219,6 +219,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   } else {
     worker::v1::ConvertSpec spec;
     spec.set_select(request.select);
+    spec.set_to_bf16(request.to_bf16);
     spec.set_source_sha256(sha256);
     spec.set_scanner_version(request.scanner_version);
     const JailedRun run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), spec,
@@ -238,6 +239,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
       convert_options.source_format = run.facts.format;
       convert_options.scanner_version = request.scanner_version;
       convert_options.select = request.select;
+      convert_options.to_bf16 = request.to_bf16;
       CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
                             convert::PlanConversion(run.facts, convert_options));
       if (plan.entries.empty() && !request.select.empty()) {

@@ -64,6 +64,7 @@ absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
   options.source_format = facts.format;
   options.scanner_version = request.scanner_version;
   options.select = request.select;
+  options.to_bf16 = request.to_bf16;
   CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanConversion(facts, options));
   if (plan.entries.empty() && !request.select.empty()) {
     return absl::NotFoundError(absl::StrCat("no tensor under --select ", request.select));

@@ -37,6 +37,7 @@ struct ConvertRequest {
   std::string select;           // convert::Options::select
   std::string scanner_version;  // recorded in __metadata__
   bool replace = false;         // --force: an existing output is replaced
+  bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
 };
 
 // What a conversion did. `report` is the scan's report, exactly as `scan` makes it; `status`

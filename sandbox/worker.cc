@@ -49,6 +49,7 @@ absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
   options.source_format = facts.format;
   options.scanner_version = spec.scanner_version();
   options.select = spec.select();
+  options.to_bf16 = spec.to_bf16();
   absl::StatusOr<convert::Plan> plan = convert::PlanConversion(facts, options);
   if (!plan.ok()) return plan.status();
   OutputFdSink sink;

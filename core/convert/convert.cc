@@ -1,6 +1,7 @@
 #include "core/convert/convert.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
+#include "core/bf16/bf16.h"
 #include "core/base/escape.h"
 #include "core/base/strings.h"
 
@@ -84,25 +86,29 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
       plan.aliases[*name] = it->second;
       continue;
     }
-    std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(t.dtype->safetensors);
+    const bool to_bf16 =
+        options.to_bf16 && (t.dtype->name == "float32" || t.dtype->name == "float16");
+    std::optional<safetensors::Dtype> dtype =
+        safetensors::ParseDtype(to_bf16 ? "BF16" : t.dtype->safetensors);
     if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
     safetensors::TensorSpec spec;
     spec.name = *name;
     spec.dtype = *dtype;
     for (int64_t d : t.shape) spec.shape.push_back(static_cast<uint64_t>(d));
     uint64_t numel = t.numel();
-    if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, t.dtype->size, &spec.byte_size)) {
+    const uint64_t out_size = to_bf16 ? 2 : t.dtype->size;
+    if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, out_size, &spec.byte_size)) {
       return Refuse(t, "its size overflows");
     }
     specs.push_back(std::move(spec));
-    plan.entries.push_back(Plan::Entry{i, *name});
+    plan.entries.push_back(Plan::Entry{i, *name, to_bf16});
   }
   std::map<std::string, std::string> metadata = plan.aliases;
   metadata["format"] = "pt";
   if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
   if (!options.source_format.empty()) metadata["ckptscan.source_format"] = options.source_format;
   if (!options.scanner_version.empty()) metadata["ckptscan.version"] = options.scanner_version;
-  metadata["ckptscan.dtype_policy"] = "keep";
+  metadata["ckptscan.dtype_policy"] = options.to_bf16 ? "bf16" : "keep";
   absl::StatusOr<safetensors::SerializedHeader> header =
       safetensors::SerializeHeader(specs, metadata);
   if (!header.ok()) return header.status();
@@ -114,48 +120,64 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
                               const Plan& plan, ByteSink& out, size_t buffer_bytes) {
   if (buffer_bytes < 64) buffer_bytes = 64;
   if (absl::Status s = out.Write(plan.header.bytes); !s.ok()) return s;
-  std::string buffer;
-  buffer.reserve(buffer_bytes);
-  auto flush = [&]() -> absl::Status {
-    absl::Status s = out.Write(buffer);
-    buffer.clear();
-    return s;
-  };
+  std::string raw;              // source elements of one chunk, row-major
+  std::vector<float> f32;       // aligned copies for the bf16 kernels
+  std::vector<uint16_t> f16;
+  std::vector<uint16_t> bf16;
   for (const safetensors::Placement& p : plan.header.placements) {
-    const TensorFact& t = facts.tensors[plan.entries[p.spec_index].tensor];
+    const Plan::Entry& entry = plan.entries[p.spec_index];
+    const TensorFact& t = facts.tensors[entry.tensor];
     const torch::StorageData& sd = facts.storage_data[static_cast<size_t>(t.storage)];
     const uint64_t es = t.dtype->size;
     const uint64_t numel = t.numel();
     if (!base::RangeWithin(sd.offset, sd.nbytes, file.size())) {
       return Refuse(t, "its storage lies outside the file");
     }
-    std::string_view storage = file.substr(sd.offset, sd.nbytes);
-    if (numel == 0) continue;
-    if (IsRowMajorContiguous(t)) {
-      // One range; bounds were checked when planning (CheckBounds).
-      std::string_view bytes = storage.substr(t.storage_offset * es, numel * es);
-      for (size_t off = 0; off < bytes.size(); off += buffer_bytes) {
-        if (absl::Status s = out.Write(bytes.substr(off, buffer_bytes)); !s.ok()) return s;
+    const std::string_view storage = file.substr(sd.offset, sd.nbytes);
+    const uint64_t chunk = std::max<uint64_t>(1, buffer_bytes / es);
+    const bool contiguous = IsRowMajorContiguous(t);
+    std::vector<int64_t> index(t.shape.size(), 0);  // the odometer for strided views
+    for (uint64_t k = 0; k < numel; k += chunk) {
+      const uint64_t n = std::min(chunk, numel - k);
+      // Bounds were checked when planning (CheckBounds), for every element reached here.
+      if (contiguous) {
+        raw.assign(storage.substr((t.storage_offset + k) * es, n * es));
+      } else {
+        raw.clear();
+        for (uint64_t j = 0; j < n; ++j) {
+          uint64_t e = t.storage_offset;
+          for (size_t d = 0; d < index.size(); ++d) {
+            e += static_cast<uint64_t>(index[d]) * static_cast<uint64_t>(t.stride[d]);
+          }
+          raw.append(storage.substr(e * es, es));
+          for (size_t d = index.size(); d-- > 0;) {
+            if (++index[d] < t.shape[d]) break;
+            index[d] = 0;
+          }
+        }
       }
-      continue;
+      if (!entry.to_bf16) {
+        if (absl::Status s = out.Write(raw); !s.ok()) return s;
+        continue;
+      }
+      bf16.resize(n);
+      if (es == 4) {
+        f32.resize(n);
+        std::memcpy(f32.data(), raw.data(), n * 4);
+        bf16::Fp32ToBf16(f32.data(), bf16.data(), n);
+      } else {
+        f16.resize(n);
+        std::memcpy(f16.data(), raw.data(), n * 2);
+        bf16::Fp16ToBf16(f16.data(), bf16.data(), n);
+      }
+      // Little-endian output, as every safetensors file.
+      std::string le(n * 2, '\0');
+      for (uint64_t j = 0; j < n; ++j) {
+        le[2 * j] = static_cast<char>(bf16[j] & 0xff);
+        le[2 * j + 1] = static_cast<char>(bf16[j] >> 8);
+      }
+      if (absl::Status s = out.Write(le); !s.ok()) return s;
     }
-    // Gather element by element in row-major order (an odometer over the shape).
-    std::vector<int64_t> index(t.shape.size(), 0);
-    for (uint64_t k = 0; k < numel; ++k) {
-      uint64_t e = t.storage_offset;
-      for (size_t d = 0; d < index.size(); ++d) {
-        e += static_cast<uint64_t>(index[d]) * static_cast<uint64_t>(t.stride[d]);
-      }
-      buffer.append(storage.substr(e * es, es));
-      if (buffer.size() + es > buffer_bytes) {
-        if (absl::Status s = flush(); !s.ok()) return s;
-      }
-      for (size_t d = index.size(); d-- > 0;) {
-        if (++index[d] < t.shape[d]) break;
-        index[d] = 0;
-      }
-    }
-    if (absl::Status s = flush(); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

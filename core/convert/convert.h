@@ -57,12 +57,16 @@ struct Options {
   std::string select;
   // Bytes gathered per write (memory stays bounded by this whatever the model size).
   size_t buffer_bytes = 1 << 20;
+  // --dtype bf16: float32 and float16 tensors are written as bfloat16 (round to nearest even,
+  // core/bf16); other dtypes are kept.
+  bool to_bf16 = false;
 };
 
 struct Plan {
   struct Entry {
-    size_t tensor;      // index into FileFacts::tensors
-    std::string name;   // output name
+    size_t tensor;         // index into FileFacts::tensors
+    std::string name;      // output name
+    bool to_bf16 = false;  // written as bfloat16 (from float32 or float16)
   };
   std::vector<Entry> entries;                  // parallel to the header's specs
   std::map<std::string, std::string> aliases;  // removed name -> kept name

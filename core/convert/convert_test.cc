@@ -5,6 +5,8 @@
 // validator; tensors safetensors cannot hold are refused by name.
 #include "core/convert/convert.h"
 
+#include <cstring>
+
 #include <openssl/evp.h>
 
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <map>
 #include <string>
 
+#include "core/bf16/bf16.h"
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/detect.h"
@@ -147,6 +150,60 @@ TEST(ConvertTest, ProvenanceIsRecordedInTheMetadata) {
   EXPECT_EQ(layout->metadata.at("ckptscan.source_sha256"), std::string(64, 'a'));
   EXPECT_EQ(layout->metadata.at("ckptscan.source_format"), "torch-zip");
   EXPECT_EQ(layout->metadata.at("ckptscan.dtype_policy"), "keep");
+}
+
+TEST(ConvertTest, Bf16PolicyRoundsFloatTensorsToNearestEvenAndKeepsTheRest) {
+  for (const char* rel :
+       {"sequential.pt", "views.pt", "shapes.pt", "legacy_views.pt", "train_checkpoint.pt"}) {
+    SCOPED_TRACE(rel);
+    const std::string file = Read(kDir / rel);
+    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    absl::StatusOr<Plan> keep_plan = PlanConversion(facts, Options{});
+    ASSERT_TRUE(keep_plan.ok()) << keep_plan.status();
+    StringSink keep;
+    ASSERT_TRUE(WriteSafetensors(file, facts, *keep_plan, keep).ok());
+    Options bf16_options;
+    bf16_options.to_bf16 = true;
+    absl::StatusOr<Plan> bf16_plan = PlanConversion(facts, bf16_options);
+    ASSERT_TRUE(bf16_plan.ok()) << bf16_plan.status();
+    StringSink bf;
+    ASSERT_TRUE(WriteSafetensors(file, facts, *bf16_plan, bf, 100).ok());
+    absl::StatusOr<safetensors::Layout> kl = safetensors::Validate(keep.str(), {});
+    absl::StatusOr<safetensors::Layout> bl = safetensors::Validate(bf.str(), {});
+    ASSERT_TRUE(kl.ok() && bl.ok());
+    EXPECT_EQ(bl->metadata.at("ckptscan.dtype_policy"), "bf16");
+    std::map<std::string, const safetensors::TensorLayout*> bf_by_name;
+    for (const auto& t : bl->tensors) bf_by_name[t.name] = &t;
+    for (const safetensors::TensorLayout& k : kl->tensors) {
+      SCOPED_TRACE(k.name);
+      const safetensors::TensorLayout& b = *bf_by_name.at(k.name);
+      std::string_view kb = std::string_view(keep.str()).substr(k.begin, k.end - k.begin);
+      std::string_view bb = std::string_view(bf.str()).substr(b.begin, b.end - b.begin);
+      EXPECT_EQ(b.shape, k.shape);
+      if (k.dtype == safetensors::Dtype::kF32 || k.dtype == safetensors::Dtype::kF16) {
+        ASSERT_EQ(b.dtype, safetensors::Dtype::kBF16);
+        const size_t es = k.dtype == safetensors::Dtype::kF32 ? 4 : 2;
+        ASSERT_EQ(bb.size() * es, kb.size() * 2);
+        for (size_t i = 0; i < bb.size() / 2; ++i) {
+          float x;
+          if (es == 4) {
+            std::memcpy(&x, kb.data() + 4 * i, 4);
+          } else {
+            uint16_t h;
+            std::memcpy(&h, kb.data() + 2 * i, 2);
+            x = bf16::Fp16ToFp32Scalar(h);
+          }
+          uint16_t want = bf16::Fp32ToBf16Scalar(x);
+          uint16_t got = static_cast<uint16_t>(static_cast<unsigned char>(bb[2 * i]) |
+                                               static_cast<unsigned char>(bb[2 * i + 1]) << 8);
+          ASSERT_EQ(got, want) << "element " << i;
+        }
+      } else {
+        EXPECT_EQ(b.dtype, k.dtype);
+        EXPECT_EQ(bb, kb);
+      }
+    }
+  }
 }
 
 }  // namespace
