@@ -217,11 +217,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     result.report = ReportForRun(run, options, rules);
     result.status = worker_out.status();
   } else {
-    worker::v1::ConvertSpec spec;
-    spec.set_select(request.select);
-    spec.set_to_bf16(request.to_bf16);
-    spec.set_source_sha256(sha256);
-    spec.set_scanner_version(request.scanner_version);
+    const worker::v1::ConvertSpec spec = SpecFor(request, sha256);
     const JailedRun run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), spec,
                                               limits, options);
     result.report = ReportForRun(run, options, rules);
@@ -233,18 +229,9 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
         return absl::InvalidArgumentError(
             absl::StrCat("conversion failed in the worker: ", run.convert_error));
       }
-      // Plan again here, from the judged facts: the output must carry exactly this header.
-      convert::Options convert_options;
-      convert_options.source_sha256 = sha256;
-      convert_options.source_format = run.facts.format;
-      convert_options.scanner_version = request.scanner_version;
-      convert_options.select = request.select;
-      convert_options.to_bf16 = request.to_bf16;
-      CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
-                            convert::PlanConversion(run.facts, convert_options));
-      if (plan.entries.empty() && !request.select.empty()) {
-        return absl::NotFoundError(absl::StrCat("no tensor under --select ", request.select));
-      }
+      // Plan again here, from the judged facts and the same spec: the output must carry
+      // exactly this header.
+      CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanFromSpec(run.facts, spec));
       CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out->Validate(plan.header.bytes));
       if (layout.file_size != plan.header.file_size) {
         return absl::InvalidArgumentError(absl::StrCat(

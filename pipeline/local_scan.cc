@@ -59,20 +59,11 @@ class FdSink final : public convert::ByteSink {
 absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
                              const ConvertRequest& request, const std::string& sha256,
                              ConvertResult* result) {
-  convert::Options options;
-  options.source_sha256 = sha256;
-  options.source_format = facts.format;
-  options.scanner_version = request.scanner_version;
-  options.select = request.select;
-  options.to_bf16 = request.to_bf16;
-  CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanConversion(facts, options));
-  if (plan.entries.empty() && !request.select.empty()) {
-    return absl::NotFoundError(absl::StrCat("no tensor under --select ", request.select));
-  }
+  CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
+                        convert::PlanFromSpec(facts, SpecFor(request, sha256)));
   CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
   FdSink sink(out.fd());
-  CKPT_RETURN_IF_ERROR(
-      convert::WriteSafetensors(input, facts, plan, sink, options.buffer_bytes));
+  CKPT_RETURN_IF_ERROR(convert::WriteSafetensors(input, facts, plan, sink));
   CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out.Validate(plan.header.bytes));
   if (layout.file_size != plan.header.file_size) {
     return absl::InternalError("the output's size is not the planned size");

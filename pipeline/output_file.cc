@@ -15,6 +15,15 @@
 #include "core/base/strings.h"
 
 namespace ckptscan::pipeline {
+
+worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string& sha256) {
+  worker::v1::ConvertSpec spec;
+  spec.set_select(request.select);
+  spec.set_to_bf16(request.to_bf16);
+  spec.set_source_sha256(sha256);
+  spec.set_scanner_version(request.scanner_version);
+  return spec;
+}
 namespace {
 
 absl::Status Errno(int err, std::string_view what, std::string_view path) {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckptscan/v1/report.pb.h"
+#include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
 #include "core/safetensors/validator.h"
 
@@ -39,6 +40,10 @@ struct ConvertRequest {
   bool replace = false;         // --force: an existing output is replaced
   bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
 };
+
+// The spec both sides plan from (convert::PlanFromSpec): the request's selection and dtype
+// policy, the input's digest, the scanner version.
+worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string& sha256);
 
 // What a conversion did. `report` is the scan's report, exactly as `scan` makes it; `status`
 // is OK when the output was written and published, FailedPrecondition when the verdict was not

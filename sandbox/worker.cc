@@ -44,16 +44,10 @@ class OutputFdSink final : public convert::ByteSink {
 // for the result frame.
 absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
                      const worker::v1::ConvertSpec& spec) {
-  convert::Options options;
-  options.source_sha256 = spec.source_sha256();
-  options.source_format = facts.format;
-  options.scanner_version = spec.scanner_version();
-  options.select = spec.select();
-  options.to_bf16 = spec.to_bf16();
-  absl::StatusOr<convert::Plan> plan = convert::PlanConversion(facts, options);
+  absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, spec);
   if (!plan.ok()) return plan.status();
   OutputFdSink sink;
-  return convert::WriteSafetensors(input, facts, *plan, sink, options.buffer_bytes);
+  return convert::WriteSafetensors(input, facts, *plan, sink);
 }
 
 // Nothing in the jail may write to stderr (descriptor 2 is not handed; write(2) is a

@@ -116,6 +116,26 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   return plan;
 }
 
+Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view source_format) {
+  Options options;
+  options.source_sha256 = spec.source_sha256();
+  options.source_format = std::string(source_format);
+  options.scanner_version = spec.scanner_version();
+  options.select = spec.select();
+  options.to_bf16 = spec.to_bf16();
+  return options;
+}
+
+absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
+                                  const worker::v1::ConvertSpec& spec) {
+  absl::StatusOr<Plan> plan = PlanConversion(facts, OptionsFromSpec(spec, facts.format));
+  if (plan.ok() && plan->entries.empty() && !spec.select().empty()) {
+    return absl::NotFoundError(absl::StrCat("no tensor under --select ",
+                                            base::AbslView(base::Escaped(spec.select()))));
+  }
+  return plan;
+}
+
 absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
                               const Plan& plan, ByteSink& out, size_t buffer_bytes) {
   if (buffer_bytes < 64) buffer_bytes = 64;

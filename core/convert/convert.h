@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckptscan/worker/v1/worker.pb.h"
 #include "core/safetensors/writer.h"
 #include "core/torch/file_facts.h"
 
@@ -74,6 +75,15 @@ struct Plan {
 };
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);
+
+// The options a conversion request carries (select, dtype policy, provenance), for facts of a
+// file of `source_format`.
+Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view source_format);
+// PlanConversion with OptionsFromSpec, and a --select that matches no tensor is NotFound. The
+// worker plans with it and the trusted side re-plans with it from the same spec, so the header
+// it requires of the worker's output is the worker's plan by construction.
+absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
+                                  const worker::v1::ConvertSpec& spec);
 
 // Writes the header and every stored tensor's bytes, gathered from `file` (the whole input).
 absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
