@@ -6,32 +6,15 @@ set -uo pipefail
 
 bin="${1:?usage: cli_test.sh path/to/ckptscan [path/to/without_seccomp]}"
 without_seccomp="${2:-}"
+bin="$(realpath "$bin")"
+[[ -z "$without_seccomp" ]] || without_seccomp="$(realpath "$without_seccomp")"
 py=/usr/bin/python3
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 
-failures=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-
-# run NAME EXPECTED_RC CMD...: runs CMD, keeps stdout in out.txt and stderr in err.txt.
-run() {
-  local name="$1" want="$2"
-  shift 2
-  "$@" >out.txt 2>err.txt
-  local rc=$?
-  if [[ $rc -ge 128 ]]; then
-    fail "$name" "killed by signal $((rc - 128)) (crash)"
-    return 1
-  fi
-  if [[ $rc -ne $want ]]; then
-    fail "$name" "exit $rc, want $want; stdout: $(head -c 600 out.txt); stderr: $(head -c 600 err.txt)"
-    return 1
-  fi
-  return 0
-}
-contains() { grep -qF -- "$2" "$1"; }
+source "$here/test_lib.sh"
 
 printf '\x80\x02}q\x00.' >safe.pkl                      # {} (protocol 2)
 printf "cposix\nsystem\n(S'id'\ntR." >evil.pkl           # posix.system('id')
@@ -249,8 +232,4 @@ if run "$name" 0 "$bin" version; then
   contains out.txt "ckptscan " && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures case(s) failed"
-  exit 1
-fi
-echo "all cases passed"
+finish

@@ -9,30 +9,12 @@ fixtures="${2:?fixtures folder}"
 check="${3:?check_safetensors.py}"
 bin="$(realpath "$bin")"; fixtures="$(realpath "$fixtures")"; check="$(realpath "$check")"
 py=/usr/bin/python3
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 
-failures=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
-
-# run NAME EXPECTED_RC CMD...: runs CMD, keeps stdout in out.txt and stderr in err.txt.
-run() {
-  local name="$1" want="$2"
-  shift 2
-  "$@" >out.txt 2>err.txt
-  local rc=$?
-  if [[ $rc -ge 128 ]]; then
-    fail "$name" "killed by signal $((rc - 128)) (crash)"
-    return 1
-  fi
-  if [[ $rc -ne $want ]]; then
-    fail "$name" "exit $rc, want $want; stdout: $(head -c 600 out.txt); stderr: $(head -c 600 err.txt)"
-    return 1
-  fi
-  return 0
-}
+source "$here/test_lib.sh"
 # Nothing but the expected files in the output folder (no temporary left behind).
 only() {
   local want="$1" got
@@ -132,8 +114,4 @@ fi
 name="a missing OUT folder fails (exit 2) before anything is written"
 if run "$name" 2 "$bin" convert "$seq" -o nowhere/x.safetensors; then pass "$name"; fi
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures case(s) failed"
-  exit 1
-fi
-echo "all cases passed"
+finish

@@ -1,0 +1,32 @@
+# Shared by the CLI's end-to-end test scripts (source it after setting `bin`).
+# Each case names the scenario it proves; call `finish` last: it exits 1 if any case failed.
+
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# run NAME EXPECTED_RC CMD...: runs CMD, keeps stdout in out.txt and stderr in err.txt.
+run() {
+  local name="$1" want="$2"
+  shift 2
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  if [[ $rc -ge 128 ]]; then
+    fail "$name" "killed by signal $((rc - 128)) (crash)"
+    return 1
+  fi
+  if [[ $rc -ne $want ]]; then
+    fail "$name" "exit $rc, want $want; stdout: $(head -c 600 out.txt); stderr: $(head -c 600 err.txt)"
+    return 1
+  fi
+  return 0
+}
+contains() { grep -qF -- "$2" "$1"; }
+
+finish() {
+  if [[ $failures -ne 0 ]]; then
+    echo "$failures case(s) failed"
+    exit 1
+  fi
+  echo "all cases passed"
+}
