@@ -160,6 +160,14 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
     for (uint64_t k = 0; k < numel; k += chunk) {
       const uint64_t n = std::min(chunk, numel - k);
       // Bounds were checked when planning (CheckBounds), for every element reached here.
+      if (contiguous && !entry.to_bf16) {
+        // Straight from the mapped input, no copy.
+        if (absl::Status s = out.Write(storage.substr((t.storage_offset + k) * es, n * es));
+            !s.ok()) {
+          return s;
+        }
+        continue;
+      }
       if (contiguous) {
         raw.assign(storage.substr((t.storage_offset + k) * es, n * es));
       } else {
