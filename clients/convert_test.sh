@@ -114,4 +114,132 @@ fi
 name="a missing OUT folder fails (exit 2) before anything is written"
 if run "$name" 2 "$bin" convert "$seq" -o nowhere/x.safetensors; then pass "$name"; fi
 
+name="values that are not tensors are listed as not written (JSON report)"
+rm -rf out && mkdir out
+if run "$name" 0 "$bin" convert -f json "$train" -o out/all.safetensors; then
+  if "$py" - out.txt <<'PY' >chk.txt 2>&1; then pass "$name"; else fail "$name" "$(cat chk.txt)"; fi
+import json, sys
+c = json.load(open(sys.argv[1]))["files"][0]["conversion"]
+paths = {n["path"]: n["type"] for n in c["not_written"]}
+want = {"epoch": "int", "best_loss": "float", "args": "argparse.Namespace",
+        "when": "datetime.datetime", "dtype": "global torch.float16",
+        "optimizer.param_groups.0.lr": "float", "history.1": "float"}
+for k, v in want.items():
+    assert paths.get(k) == v, (k, paths.get(k))
+assert c["not_written_total"] == len(c["not_written"]), c["not_written_total"]
+assert c["tensors"] >= 9 and c["dtype"] == "keep", c
+PY
+fi
+
+name="--strict refuses a checkpoint with non-tensor values (exit 2), nothing written"
+if run "$name" 2 "$bin" convert --strict "$train" -o out/strict.safetensors; then
+  if [[ -e out/strict.safetensors ]]; then fail "$name" "output written"
+  elif ! contains err.txt "--strict"; then fail "$name" "no reason: $(cat err.txt)"
+  else pass "$name"; fi
+fi
+
+name="--strict with --select of a pure state dict converts"
+if run "$name" 0 "$bin" convert --strict --select model "$train" -o out/strict.safetensors; then
+  pass "$name"
+fi
+
+# ------------------------------------------------------------------ sharded sets
+index="$fixtures/torch/sharded/pytorch_model.bin.index.json"
+# A copy of the sharded fixture that a case may break.
+copy_set() {
+  rm -rf set && mkdir set && cp "$fixtures"/torch/sharded/* set/
+}
+# OUT's parent holds nothing but OUT (no staging directory left behind).
+only_out() {
+  local got
+  got="$(ls -A . | grep -v -e '^out.txt$' -e '^err.txt$' -e '^chk.txt$' -e '^set$' \
+        -e '^out$' -e '^a$' -e '^b$' | tr '\n' ' ')"
+  [[ -z "$got" ]] || { echo "left behind: $got"; return 1; }
+}
+check_set() {  # check_set DIR: every shard valid and against its source; the index covers all
+  "$py" - "$1" "$fixtures/torch/sharded" "$check" <<'PY'
+import json, os, subprocess, sys
+out, src, check = sys.argv[1:4]
+idx = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+files = sorted(set(idx["weight_map"].values()))
+assert files == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"], files
+assert sorted(os.listdir(out)) == files + ["model.safetensors.index.json"], os.listdir(out)
+old = json.load(open(os.path.join(src, "pytorch_model.bin.index.json")))
+assert set(idx["weight_map"]) == set(old["weight_map"]), "names differ"
+assert idx["metadata"]["total_size"] == old["metadata"]["total_size"]
+for i, f in enumerate(files):
+    shard = os.path.join(src, "pytorch_model-%05d-of-00002.bin" % (i + 1))
+    n = sum(1 for v in idx["weight_map"].values() if v == f)
+    subprocess.run([sys.executable, check, os.path.join(out, f), shard, "--tensors", str(n)],
+                   check=True)
+PY
+}
+
+for mode in jailed in-process; do
+  flags=()
+  [[ $mode == in-process ]] && flags=(--no-sandbox)
+  rm -rf out a b set
+
+  name="$mode: a sharded checkpoint converts as a set with its new index"
+  if run "$name" 0 "$bin" convert "${flags[@]}" "$index" -o out; then
+    if ! check_set out >chk.txt 2>&1; then fail "$name" "$(cat chk.txt)"
+    elif ! only_out >chk.txt; then fail "$name" "$(cat chk.txt)"
+    else pass "$name"; fi
+  fi
+
+  name="$mode: an empty OUT directory is filled; a non-empty one is refused (exit 2)"
+  rm -rf out && mkdir out
+  if run "$name" 0 "$bin" convert "${flags[@]}" "$index" -o out && check_set out >chk.txt 2>&1; then
+    if run "$name" 2 "$bin" convert "${flags[@]}" --force "$index" -o out; then
+      if ! contains err.txt "not empty"; then fail "$name" "no reason: $(cat err.txt)"
+      elif ! check_set out >chk.txt 2>&1; then fail "$name" "OUT changed: $(cat chk.txt)"
+      else pass "$name"; fi
+    fi
+  else fail "$name" "empty OUT not filled: $(cat err.txt chk.txt 2>/dev/null)"; fi
+
+  name="$mode: a missing shard fails the set (exit 2), nothing left"
+  rm -rf out && copy_set && rm set/pytorch_model-00002-of-00002.bin
+  if run "$name" 2 "$bin" convert "${flags[@]}" set/pytorch_model.bin.index.json -o out; then
+    if [[ -e out ]]; then fail "$name" "OUT exists"
+    elif ! only_out >chk.txt; then fail "$name" "$(cat chk.txt)"
+    else pass "$name"; fi
+  fi
+
+  name="$mode: an index that maps a tensor to the wrong shard fails the set, nothing left"
+  rm -rf out && copy_set
+  sed -i 's/"3.bias": "pytorch_model-00002/"3.bias": "pytorch_model-00001/' \
+    set/pytorch_model.bin.index.json
+  if run "$name" 2 "$bin" convert "${flags[@]}" set/pytorch_model.bin.index.json -o out; then
+    if [[ -e out ]]; then fail "$name" "OUT exists"
+    elif ! contains err.txt "3.bias"; then fail "$name" "no reason: $(cat err.txt)"
+    elif ! only_out >chk.txt; then fail "$name" "$(cat chk.txt)"
+    else pass "$name"; fi
+  fi
+
+  name="$mode: a malicious shard makes the set DANGEROUS (exit 1), nothing left"
+  rm -rf out && copy_set && cp "$evil" set/pytorch_model-00002-of-00002.bin
+  if run "$name" 1 "$bin" convert "${flags[@]}" set/pytorch_model.bin.index.json -o out; then
+    if [[ -e out ]]; then fail "$name" "OUT exists"
+    elif ! contains out.txt "DANGEROUS"; then fail "$name" "no report: $(cat out.txt)"
+    elif ! only_out >chk.txt; then fail "$name" "$(cat chk.txt)"
+    else pass "$name"; fi
+  fi
+
+  name="$mode: an index naming a shard outside its directory is an ERROR (exit 2)"
+  rm -rf out && copy_set
+  sed -i 's#"3.bias": "pytorch_model#"3.bias": "../pytorch_model#' set/pytorch_model.bin.index.json
+  if run "$name" 2 "$bin" convert "${flags[@]}" set/pytorch_model.bin.index.json -o out; then
+    if [[ -e out ]]; then fail "$name" "OUT exists"
+    elif ! contains out.txt "not a plain file name"; then fail "$name" "$(cat out.txt)"
+    else pass "$name"; fi
+  fi
+done
+
+name="sharded sets: jailed and in-process outputs are byte-identical"
+rm -rf a b
+"$bin" convert "$index" -o a >/dev/null 2>&1
+"$bin" convert --no-sandbox "$index" -o b >/dev/null 2>&1
+if [[ -d a && -d b ]] && diff -r a b >/dev/null; then pass "$name"
+else fail "$name" "outputs differ or are missing"; fi
+
 finish

@@ -268,6 +268,7 @@ struct ConvertOptions {
   std::string select;
   std::string dtype = "keep";
   bool force = false;
+  bool strict = false;
   std::string format = "text";
   std::string rules;
   std::vector<std::string> limits;
@@ -283,8 +284,10 @@ int RunConvert(const ConvertOptions& opt) {
   int setup_exit = 0;
   const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
   if (setup_exit != 0) return setup_exit;
+  // A file OUT is checked here (fail fast); a directory OUT is for a sharded set, which
+  // checks it itself (it must be empty).
   struct stat st;
-  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0) {
+  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     PrintError(absl::StrCat(TerminalSafe(opt.output),
                             ": exists; not converting (--force replaces it)"));
     return kExitError;
@@ -297,6 +300,7 @@ int RunConvert(const ConvertOptions& opt) {
   request.to_bf16 = opt.dtype == "bf16";
   request.scanner_version = std::string(kVersion);
   request.replace = opt.force;
+  request.strict = opt.strict;
   absl::StatusOr<pipeline::ConvertResult> result =
       jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
                        : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
@@ -306,7 +310,12 @@ int RunConvert(const ConvertOptions& opt) {
   report.set_rules_version(ruleset.version());
   *report.add_files() = result.ok() ? result->report
                                     : pipeline::UnreadableFileReport(opt.input, result.status());
-  report.set_verdict(report.files(0).verdict());
+  if (result.ok()) {
+    for (const v1::FileReport& shard : result->shard_reports) *report.add_files() = shard;
+  }
+  v1::Verdict worst = v1::VERDICT_SAFE;
+  for (const v1::FileReport& f : report.files()) worst = rules::WorseVerdict(worst, f.verdict());
+  report.set_verdict(worst);
   const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
   if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
     PrintError(absl::StrCat("cannot write the report: ", s.message()));
@@ -324,9 +333,20 @@ int RunConvert(const ConvertOptions& opt) {
                             TerminalSafe(base::StdView(result->status.message()))));
     return kExitError;
   }
-  PrintError(absl::StrCat("converted: ", TerminalSafe(opt.input), " -> ",
-                          TerminalSafe(opt.output), " (", result->tensors, " tensors, ",
-                          result->output_size, " bytes)"));
+  const v1::Conversion& c = result->report.conversion();
+  uint64_t not_written = c.not_written_total();
+  for (const v1::FileReport& shard : result->shard_reports) {
+    not_written += shard.conversion().not_written_total();
+  }
+  PrintError(absl::StrCat(
+      "converted: ", TerminalSafe(opt.input), " -> ", TerminalSafe(opt.output), " (",
+      result->shard_reports.empty()
+          ? absl::StrCat(c.bytes(), " bytes, ")
+          : absl::StrCat(result->shard_reports.size(), " shards and ",
+                         pipeline::kOutputIndexName, ", "),
+      c.tensors(), " tensors",
+      not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
+      ")"));
   return kExitSafe;
 }
 
@@ -514,8 +534,13 @@ int Main(int argc, char** argv) {
   ConvertOptions convert_opt;
   CLI::App* convert = app.add_subcommand(
       "convert", "Scan a checkpoint; if it is SAFE, write its tensors as safetensors");
-  convert->add_option("IN", convert_opt.input, "The checkpoint to convert")->required();
-  convert->add_option("--output,-o", convert_opt.output, "The .safetensors file to write")
+  convert->add_option("IN", convert_opt.input,
+                      "The checkpoint to convert, or a sharded checkpoint's index "
+                      "(pytorch_model.bin.index.json)")
+      ->required();
+  convert->add_option("--output,-o", convert_opt.output,
+                      "The .safetensors file to write; for an index, the directory to create "
+                      "(absent or empty)")
       ->type_name("OUT")
       ->required();
   convert->add_option("--select", convert_opt.select,
@@ -528,6 +553,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
   convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
+  convert->add_flag("--strict", convert_opt.strict,
+                    "Refuse to convert when (the selected part of) IN holds any value that is "
+                    "not a tensor (by default such values are listed in the report as not "
+                    "written)");
   convert->add_option("--format,-f", convert_opt.format, "Report format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -543,6 +572,17 @@ int Main(int argc, char** argv) {
       "file in OUT's directory; this process judges the facts, checks that the output\n"
       "has exactly the header planned from them and passes the strict validator, then\n"
       "links it as OUT. Anything else writes nothing.\n\n"
+      "Every tensor is written under its dotted path (state_dict.fc.weight); values\n"
+      "that are not tensors (epochs, hyperparameters, RNG state) are not written and\n"
+      "are listed in the report. Tied weights are stored once; the other names are\n"
+      "recorded in __metadata__ as aliases (removed name -> kept name).\n\n"
+      "Sharded checkpoints: IN is the index (pytorch_model.bin.index.json, read in a\n"
+      "worker like any input); every shard it names in its directory is scanned and\n"
+      "converted in its own worker, and must hold exactly the tensors the index maps\n"
+      "to it. OUT is a directory that must be absent or empty: the set\n"
+      "(model-00001-of-0000M.safetensors ... and model.safetensors.index.json) is\n"
+      "written into a hidden staging directory beside it and renamed to OUT only when\n"
+      "every shard converted; otherwise nothing is left.\n\n"
       "Exit codes: as for scan (1 SUSPICIOUS/DANGEROUS, 2 ERROR); also 2 when OUT\n"
       "exists without --force or the conversion fails (nothing is written).\n");
 

@@ -89,6 +89,20 @@ Json FileJson(const v1::FileReport& f) {
                       {"unsupported", f.tensors().unsupported()}};
   j["pickles"] = f.pickles();
   j["globals"] = f.globals();
+  if (f.has_conversion()) {
+    const v1::Conversion& c = f.conversion();
+    Json not_written = Json::array();
+    for (const v1::NotWritten& n : c.not_written()) {
+      not_written.push_back(Json{{"path", n.path()}, {"type", n.type()}});
+    }
+    j["conversion"] = Json{{"output", c.output()},
+                           {"tensors", c.tensors()},
+                           {"aliases", c.aliases()},
+                           {"bytes", c.bytes()},
+                           {"dtype", c.dtype()},
+                           {"not_written", std::move(not_written)},
+                           {"not_written_total", c.not_written_total()}};
+  }
   return j;
 }
 
@@ -308,6 +322,26 @@ std::string FileReportToText(const v1::FileReport& f) {
                       e.limit_value(), "]");
     }
     out += "\n";
+  }
+  if (f.has_conversion()) {
+    const v1::Conversion& c = f.conversion();
+    absl::StrAppend(&out, "  converted to ", TerminalSafe(c.output()), ": ",
+                    Plural(c.tensors(), "tensor"));
+    if (c.aliases() != 0) absl::StrAppend(&out, " (+", Plural(c.aliases(), "alias"), ")");
+    absl::StrAppend(&out, ", ", Plural(c.bytes(), "byte"), ", dtype ", TerminalSafe(c.dtype()),
+                    "\n");
+    if (c.not_written_total() != 0) {
+      absl::StrAppend(&out, "  not written (not tensors): ",
+                      Plural(c.not_written_total(), "value"), "\n");
+      constexpr int kShown = 20;
+      for (int i = 0; i < c.not_written_size() && i < kShown; ++i) {
+        absl::StrAppend(&out, "    ", TerminalSafe(c.not_written(i).path()), " (",
+                        TerminalSafe(c.not_written(i).type()), ")\n");
+      }
+      if (c.not_written_total() > static_cast<uint64_t>(kShown)) {
+        absl::StrAppend(&out, "    ... (--format json lists up to 1000)\n");
+      }
+    }
   }
   return out;
 }

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/strings.h"
@@ -277,15 +279,16 @@ v1::ScanError DecodeScanError(const wv1::ScanError& p) {
 // on this side, from as little as 2 bytes on the wire).
 struct Level {
   int descend;     // field number to walk into; 0 = none
-  int counted[6];  // field numbers counted (0 = unused)
+  int counted[8];  // field numbers counted (0 = unused)
 };
 constexpr Level kLevels[] = {
-    {1, {0, 0, 0, 0, 0, 0}},  // Result: facts
-    {3, {2, 3, 4, 5, 6, 7}},  // FileFacts: errors, members (walked), anomalies, tensors, storages
-    {2, {0, 0, 0, 0, 0, 0}},  // MemberFacts: stream
-    {1, {1, 0, 0, 0, 0, 0}},  // StreamFacts: pickles (walked)
-    {5, {0, 0, 0, 0, 0, 0}},  // PickleFacts: graph
-    {0, {1, 2, 3, 0, 0, 0}},  // Graph: nodes, globals, calls
+    {1, {0, 0, 0, 0, 0, 0, 0, 0}},    // Result: facts
+    {3, {2, 3, 4, 5, 6, 7, 8, 10}},   // FileFacts: errors, members (walked), anomalies, tensors,
+                                      // storages, storage data, other values, weight map
+    {2, {0, 0, 0, 0, 0, 0, 0, 0}},    // MemberFacts: stream
+    {1, {1, 0, 0, 0, 0, 0, 0, 0}},    // StreamFacts: pickles (walked)
+    {5, {0, 0, 0, 0, 0, 0, 0, 0}},    // PickleFacts: graph
+    {0, {1, 2, 3, 0, 0, 0, 0, 0}},    // Graph: nodes, globals, calls
 };
 constexpr int kDepth = sizeof(kLevels) / sizeof(kLevels[0]);
 
@@ -380,6 +383,31 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     t.problem = p.problem();
     facts->tensors.push_back(std::move(t));
   }
+  if (static_cast<size_t>(in.other_values_size()) > torch::kMaxListedOtherValues ||
+      static_cast<uint64_t>(in.other_values_size()) > in.other_values_total()) {
+    return absl::InvalidArgumentError(absl::StrCat("other values: ", in.other_values_size(),
+                                                   " listed of ", in.other_values_total()));
+  }
+  for (const wv1::OtherValue& p : in.other_values()) {
+    facts->other_values.listed.push_back(torch::OtherValue{p.name(), p.type(), p.offset()});
+  }
+  facts->other_values.total = in.other_values_total();
+  if (!in.shard_index() && (in.weight_map_size() != 0 || in.has_total_size())) {
+    return absl::InvalidArgumentError("a weight map without a shard index");
+  }
+  facts->shard_index.present = in.shard_index();
+  facts->shard_index.has_total_size = in.has_total_size();
+  facts->shard_index.total_size = in.total_size();
+  absl::flat_hash_set<std::string_view> names;
+  for (const wv1::ShardEntry& e : in.weight_map()) {
+    if (!names.insert(e.name()).second) {
+      return absl::InvalidArgumentError("weight map: a name twice");
+    }
+    if (absl::Status s = torch::CheckShardFileName(e.file()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("weight map: ", s.message()));
+    }
+    facts->shard_index.weight_map.emplace_back(e.name(), e.file());
+  }
   return absl::OkStatus();
 }
 
@@ -443,6 +471,21 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     p->set_numel(s.numel);
     p->set_pid_offset(s.pid_offset);
   }
+  for (const torch::OtherValue& v : facts.other_values.listed) {
+    wv1::OtherValue* p = out->add_other_values();
+    p->set_name(v.name);
+    p->set_type(v.type);
+    p->set_offset(v.offset);
+  }
+  out->set_other_values_total(facts.other_values.total);
+  out->set_shard_index(facts.shard_index.present);
+  out->set_has_total_size(facts.shard_index.has_total_size);
+  out->set_total_size(facts.shard_index.total_size);
+  for (const auto& [name, file] : facts.shard_index.weight_map) {
+    wv1::ShardEntry* e = out->add_weight_map();
+    e->set_name(name);
+    e->set_file(file);
+  }
   for (const torch::StorageData& d : facts.storage_data) {
     wv1::StorageData* p = out->add_storage_data();
     p->set_key(d.key);
@@ -455,7 +498,8 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
 
 uint64_t CountFrameValues(const FileFacts& facts) {
   uint64_t n = facts.errors.size() + facts.members.size() + facts.anomalies.size() +
-               facts.tensors.size() + facts.storages.size() + facts.storage_data.size();
+               facts.tensors.size() + facts.storages.size() + facts.storage_data.size() +
+               facts.other_values.listed.size() + facts.shard_index.weight_map.size();
   for (const MemberFacts& m : facts.members) {
     n += m.stream.pickles.size();
     for (const pickle::PickleFacts& p : m.stream.pickles) {

@@ -118,6 +118,14 @@ FileFacts EveryFieldFacts() {
   se.message = "too many pickles";
   m.stream.stream_error = se;
   f.members.push_back(m);
+  f.other_values.listed.push_back(torch::OtherValue{"epoch", "int", 12});
+  f.other_values.listed.push_back(torch::OtherValue{"args", "argparse.Namespace", 40});
+  f.other_values.total = 5;
+  f.shard_index.present = true;
+  f.shard_index.has_total_size = true;
+  f.shard_index.total_size = 132;
+  f.shard_index.weight_map = {{"0.weight", "pytorch_model-00001-of-00002.bin"},
+                              {"3.bias", "pytorch_model-00002-of-00002.bin"}};
   return f;
 }
 
@@ -133,6 +141,17 @@ void ExpectSameError(const pickle::VmError& a, const pickle::VmError& b) {
 
 void ExpectSameFacts(const FileFacts& a, const FileFacts& b) {
   EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.other_values.total, b.other_values.total);
+  EXPECT_EQ(a.shard_index.present, b.shard_index.present);
+  EXPECT_EQ(a.shard_index.has_total_size, b.shard_index.has_total_size);
+  EXPECT_EQ(a.shard_index.total_size, b.shard_index.total_size);
+  EXPECT_EQ(a.shard_index.weight_map, b.shard_index.weight_map);
+  ASSERT_EQ(a.other_values.listed.size(), b.other_values.listed.size());
+  for (size_t i = 0; i < a.other_values.listed.size(); ++i) {
+    EXPECT_EQ(a.other_values.listed[i].name, b.other_values.listed[i].name);
+    EXPECT_EQ(a.other_values.listed[i].type, b.other_values.listed[i].type);
+    EXPECT_EQ(a.other_values.listed[i].offset, b.other_values.listed[i].offset);
+  }
   ASSERT_EQ(a.errors.size(), b.errors.size());
   for (size_t i = 0; i < a.errors.size(); ++i) {
     EXPECT_EQ(a.errors[i].SerializeAsString(), b.errors[i].SerializeAsString());
@@ -254,6 +273,32 @@ absl::Status DecodeEdited(Edit edit) {
 void ExpectRejected(const absl::Status& s, std::string_view mentions) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), base::AbslView(mentions))) << s;
+}
+
+TEST(FactsCodecTest, MoreOtherValuesListedThanCountedIsRejected) {
+  FileFacts facts = EveryFieldFacts();
+  wv1::Result r;
+  EncodeFacts(facts, r.mutable_facts());
+  r.mutable_facts()->set_other_values_total(1);
+  ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "other values");
+}
+
+TEST(FactsCodecTest, ShardFileNameOutsideTheIndexDirectoryIsRejected) {
+  for (const char* file : {"../secret.bin", "/etc/passwd", "a/b.bin", "..", ""}) {
+    FileFacts facts = EveryFieldFacts();
+    wv1::Result r;
+    EncodeFacts(facts, r.mutable_facts());
+    r.mutable_facts()->mutable_weight_map(0)->set_file(file);
+    ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "weight map");
+  }
+}
+
+TEST(FactsCodecTest, DuplicateWeightMapNameIsRejected) {
+  FileFacts facts = EveryFieldFacts();
+  wv1::Result r;
+  EncodeFacts(facts, r.mutable_facts());
+  r.mutable_facts()->mutable_weight_map(1)->set_name("0.weight");
+  ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "a name twice");
 }
 
 TEST(FactsCodecTest, GarbageIsNotAResult) {
@@ -403,8 +448,9 @@ TEST(FactsCodecTest, ValuesAreCountedOnTheWireBeforeAnythingIsBuilt) {
 
 TEST(FactsCodecTest, CountFrameValuesCountsWhatTheDecoderCounts) {
   const FileFacts facts = EveryFieldFacts();
-  // 1 error + 1 member + 2 pickles + 4 nodes + 1 global + 2 calls.
-  EXPECT_EQ(CountFrameValues(facts), 11u);
+  // 1 error + 1 member + 2 pickles + 4 nodes + 1 global + 2 calls + 2 other values + 2
+  // weight map entries.
+  EXPECT_EQ(CountFrameValues(facts), 15u);
 }
 
 TEST(FactsCodecTest, EveryTruncationOfAValidPayloadIsRejectedOrConsistent) {

@@ -196,7 +196,8 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
 absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                                                 const rules::RuleSet& rules,
                                                 const pickle::Limits& limits,
-                                                const JailOptions& options) {
+                                                const JailOptions& options,
+                                                const PlanCheck& check) {
   CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(request.input));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
@@ -210,42 +211,47 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   absl::StatusOr<OutputFile> out = OutputFile::Create(request.output);
   absl::StatusOr<base::UniqueFd> worker_out =
       out.ok() ? out->DupForWorker() : absl::StatusOr<base::UniqueFd>(out.status());
+  JailedRun run;
   if (!worker_out.ok()) {
     // No output to hand: scan only, so that the report is still the scan's.
-    const JailedRun run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits,
-                                       options);
-    result.report = ReportForRun(run, options, rules);
-    result.status = worker_out.status();
+    run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
   } else {
-    const worker::v1::ConvertSpec spec = SpecFor(request, sha256);
-    const JailedRun run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), spec,
-                                              limits, options);
-    result.report = ReportForRun(run, options, rules);
-    result.status = [&]() -> absl::Status {
-      if (result.report.verdict() != v1::VERDICT_SAFE) {
-        return absl::FailedPreconditionError("not converted: the verdict is not SAFE");
-      }
-      if (!run.convert_error.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("conversion failed in the worker: ", run.convert_error));
-      }
-      // Plan again here, from the judged facts and the same spec: the output must carry
-      // exactly this header.
-      CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanFromSpec(run.facts, spec));
-      CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out->Validate(plan.header.bytes));
-      if (layout.file_size != plan.header.file_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the output is ", layout.file_size, " bytes, the plan ", plan.header.file_size));
-      }
-      CKPT_RETURN_IF_ERROR(out->Publish(request.replace));
-      result.tensors = layout.tensors.size();
-      result.output_size = layout.file_size;
-      return absl::OkStatus();
-    }();
+    run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out),
+                              SpecFor(request, sha256), limits, options);
   }
+  result.report = ReportForRun(run, options, rules);
   result.report.set_path(request.input);
-  result.report.set_sha256(std::move(sha256));
+  result.report.set_sha256(sha256);
   result.report.set_size(size);
+  const bool index = run.result.ok() && run.facts.shard_index.present;
+  if (index && request.allow_index && result.report.verdict() == v1::VERDICT_SAFE) {
+    // A sharded checkpoint: the output named the set's directory, not a file.
+    ConvertShardSet(request, result.report, run.facts.shard_index,
+                    [&](const ConvertRequest& r, const PlanCheck& c) {
+                      return ConvertFileJailed(r, rules, limits, options, c);
+                    },
+                    &result);
+    return result;
+  }
+  result.status = [&]() -> absl::Status {
+    if (result.report.verdict() != v1::VERDICT_SAFE) {
+      return absl::FailedPreconditionError("not converted: the verdict is not SAFE");
+    }
+    if (!worker_out.ok()) return worker_out.status();
+    if (index) return absl::FailedPreconditionError("a shard is itself an index");
+    if (!run.convert_error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("conversion failed in the worker: ", run.convert_error));
+    }
+    // Plan again here, from the judged facts and the same spec: the output must carry
+    // exactly this header.
+    CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
+                          convert::PlanFromSpec(run.facts, SpecFor(request, sha256)));
+    if (check) CKPT_RETURN_IF_ERROR(check(plan));
+    CKPT_ASSIGN_OR_RETURN(*result.report.mutable_conversion(),
+                          ValidateAndPublish(*out, plan, request));
+    return absl::OkStatus();
+  }();
   return result;
 }
 

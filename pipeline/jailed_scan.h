@@ -30,6 +30,7 @@
 #include "core/pickle/vm.h"
 #include "pipeline/file_facts.h"
 #include "pipeline/output_file.h"
+#include "pipeline/shard_set.h"
 #include "rules/rule_set.h"
 #include "sandbox/protocol.h"
 #include "sandbox/result.h"
@@ -95,10 +96,13 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
 // (only SAFE keeps the output), plans the conversion from the facts itself and requires the
 // output to carry exactly that header and size and to pass the strict validator, then links it.
 // A non-OK status means the input could not be read at all.
+// An input that is a sharded checkpoint's index converts as a set (pipeline/shard_set.h),
+// each shard in its own worker. `check` (may be empty) runs on the plan before publishing.
 absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                                                 const rules::RuleSet& rules,
                                                 const pickle::Limits& limits,
-                                                const JailOptions& options);
+                                                const JailOptions& options,
+                                                const PlanCheck& check = nullptr);
 
 }  // namespace ckptscan::pipeline
 

@@ -120,8 +120,9 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     *report.add_findings() = std::move(f);
   }
   // Fail closed: facts that scanned nothing and explain nothing cannot be SAFE (numeric
-  // .npy/.npz files have tensors and no pickle).
-  if (facts.members.empty() && facts.tensors.empty() && report.errors_size() == 0) {
+  // .npy/.npz files have tensors and no pickle; a sharded checkpoint's JSON index is data).
+  if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
+      report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code("internal");
     e.set_message("nothing was scanned");

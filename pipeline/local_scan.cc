@@ -58,19 +58,15 @@ class FdSink final : public convert::ByteSink {
 
 absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
                              const ConvertRequest& request, const std::string& sha256,
-                             ConvertResult* result) {
+                             const PlanCheck& check, ConvertResult* result) {
   CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
                         convert::PlanFromSpec(facts, SpecFor(request, sha256)));
+  if (check) CKPT_RETURN_IF_ERROR(check(plan));
   CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
   FdSink sink(out.fd());
   CKPT_RETURN_IF_ERROR(convert::WriteSafetensors(input, facts, plan, sink));
-  CKPT_ASSIGN_OR_RETURN(safetensors::Layout layout, out.Validate(plan.header.bytes));
-  if (layout.file_size != plan.header.file_size) {
-    return absl::InternalError("the output's size is not the planned size");
-  }
-  CKPT_RETURN_IF_ERROR(out.Publish(request.replace));
-  result->tensors = layout.tensors.size();
-  result->output_size = layout.file_size;
+  CKPT_ASSIGN_OR_RETURN(*result->report.mutable_conversion(),
+                        ValidateAndPublish(out, plan, request));
   return absl::OkStatus();
 }
 
@@ -78,7 +74,8 @@ absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
 
 absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
                                                    const rules::RuleSet& rules,
-                                                   const pickle::Limits& limits) {
+                                                   const pickle::Limits& limits,
+                                                   const PlanCheck& check) {
   CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(request.input));
   CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256Hex(file.bytes()));
   const FileFacts facts = ExtractFacts(file.bytes(), limits);
@@ -92,7 +89,19 @@ absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request
         absl::StrCat("not converted: the verdict is not SAFE"));
     return result;
   }
-  result.status = WriteConversion(file.bytes(), facts, request, sha256, &result);
+  if (facts.shard_index.present) {
+    if (!request.allow_index) {
+      result.status = absl::FailedPreconditionError("a shard is itself an index");
+      return result;
+    }
+    ConvertShardSet(request, result.report, facts.shard_index,
+                    [&](const ConvertRequest& r, const PlanCheck& c) {
+                      return ConvertFileInProcess(r, rules, limits, c);
+                    },
+                    &result);
+    return result;
+  }
+  result.status = WriteConversion(file.bytes(), facts, request, sha256, check, &result);
   return result;
 }
 

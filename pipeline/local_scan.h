@@ -30,6 +30,7 @@
 #include "pipeline/file_facts.h"
 #include "pipeline/judge_facts.h"
 #include "pipeline/output_file.h"
+#include "pipeline/shard_set.h"
 #include "rules/rule_set.h"
 
 namespace ckptscan::pipeline {
@@ -44,10 +45,13 @@ absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
 
 // `ckptscan convert --no-sandbox`: scans `request.input` as ScanFileInProcess does and, if it
 // is SAFE, writes the safetensors conversion to an unlinked file next to `request.output`,
-// validates it and links it there. A non-OK status means the input could not be read at all.
+// validates it and links it there. A sharded checkpoint's index converts as a set
+// (pipeline/shard_set.h). `check` (may be empty) runs on the plan before publishing. A non-OK
+// status means the input could not be read at all.
 absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
                                                    const rules::RuleSet& rules,
-                                                   const pickle::Limits& limits);
+                                                   const pickle::Limits& limits,
+                                                   const PlanCheck& check = nullptr);
 
 }  // namespace ckptscan::pipeline
 

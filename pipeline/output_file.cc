@@ -22,6 +22,7 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_to_bf16(request.to_bf16);
   spec.set_source_sha256(sha256);
   spec.set_scanner_version(request.scanner_version);
+  spec.set_strict(request.strict);
   return spec;
 }
 namespace {
@@ -167,6 +168,30 @@ absl::Status OutputFile::Publish(bool replace) {
     return absl::OkStatus();
   }
   return absl::AlreadyExistsError("no free temporary name next to the output");
+}
+
+absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert::Plan& plan,
+                                                  const ConvertRequest& request) {
+  absl::StatusOr<safetensors::Layout> layout = out.Validate(plan.header.bytes);
+  if (!layout.ok()) return layout.status();
+  if (layout->file_size != plan.header.file_size) {
+    return absl::InvalidArgumentError(absl::StrCat("the output is ", layout->file_size,
+                                                   " bytes, the plan ", plan.header.file_size));
+  }
+  if (absl::Status s = out.Publish(request.replace); !s.ok()) return s;
+  v1::Conversion c;
+  c.set_output(request.output);
+  c.set_tensors(layout->tensors.size());
+  c.set_aliases(plan.aliases.size());
+  c.set_bytes(layout->file_size);
+  c.set_dtype(request.to_bf16 ? "bf16" : "keep");
+  for (const torch::OtherValue& v : plan.not_written) {
+    v1::NotWritten* n = c.add_not_written();
+    n->set_path(v.name);
+    n->set_type(v.type);
+  }
+  c.set_not_written_total(plan.not_written_total);
+  return c;
 }
 
 }  // namespace ckptscan::pipeline

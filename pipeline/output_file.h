@@ -21,12 +21,14 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckptscan/v1/report.pb.h"
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
+#include "core/convert/convert.h"
 #include "core/safetensors/validator.h"
 
 namespace ckptscan::pipeline {
@@ -39,20 +41,25 @@ struct ConvertRequest {
   std::string scanner_version;  // recorded in __metadata__
   bool replace = false;         // --force: an existing output is replaced
   bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
+  bool strict = false;          // --strict (convert::Options::strict)
+  // An input that is a sharded checkpoint's index converts as a set into the directory
+  // `output` (pipeline/shard_set.h). False for the shards themselves.
+  bool allow_index = true;
 };
 
 // The spec both sides plan from (convert::PlanFromSpec): the request's selection and dtype
 // policy, the input's digest, the scanner version.
 worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string& sha256);
 
-// What a conversion did. `report` is the scan's report, exactly as `scan` makes it; `status`
-// is OK when the output was written and published, FailedPrecondition when the verdict was not
-// SAFE (nothing written), another error when the conversion or its validation failed.
+// What a conversion did. `report` is the scan's report, exactly as `scan` makes it, plus
+// `conversion` when the output was published; `status` is OK when the output was written and
+// published, FailedPrecondition when the verdict was not SAFE (nothing written), another error
+// when the conversion or its validation failed.
 struct ConvertResult {
   v1::FileReport report;
   absl::Status status;
-  uint64_t tensors = 0;      // tensors in the published output
-  uint64_t output_size = 0;  // bytes of the published output
+  // A sharded set (the input was an index): every shard's report, in shard order.
+  std::vector<v1::FileReport> shard_reports;
 };
 
 class OutputFile final {
@@ -88,6 +95,12 @@ class OutputFile final {
   base::UniqueFd fd_;
   bool published_ = false;
 };
+
+// The trusted side's last step, for both paths: the output written by the worker (or in
+// process) must begin with exactly `plan`'s header, be exactly the planned size and pass the
+// strict validator; then it is published (`request.replace`) and described for the report.
+absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert::Plan& plan,
+                                                  const ConvertRequest& request);
 
 }  // namespace ckptscan::pipeline
 

@@ -322,6 +322,68 @@ TEST(JailTest, ProbeOkModeIsTheRealWorker) {
   EXPECT_EQ(run.facts.format, "pickle");
 }
 
+// ------------------------------------------------------------ conversions
+
+// A real torch.save checkpoint, converted by the probe with one of its bad-output modes.
+absl::StatusOr<pipeline::ConvertResult> ProbeConvert(std::string_view mode,
+                                                     const std::string& output) {
+  pipeline::ConvertRequest request;
+  request.input = std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/torch/sequential.pt";
+  request.output = output;
+  request.scanner_version = "test";
+  return pipeline::ConvertFileJailed(request, *rules::RuleSet::Default(), {},
+                                     ProbeOptions(mode));
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+class BadConversionTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(BadConversionTest, OutputThatIsNotThePlanIsNeverPublished) {
+  SKIP_UNDER_SANITIZERS();
+  const std::string out = absl::StrCat(testing::TempDir(), "/bad_", GetParam(), ".safetensors");
+  ::unlink(out.c_str());
+  absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert(GetParam(), out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.verdict(), v1::VERDICT_SAFE);  // the facts were the real ones
+  EXPECT_FALSE(r->status.ok());
+  EXPECT_FALSE(r->report.has_conversion());
+  EXPECT_FALSE(Exists(out)) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Jail, BadConversionTest,
+                         testing::Values("convert_bad_header", "convert_short", "convert_long",
+                                         "convert_nothing"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+// The trusted side fixes the structure (header, sizes, order) but cannot check tensor values
+// without parsing the input itself, which it never does: a worker that writes other values
+// in the planned places is indistinguishable from an input that held them (docs/sandbox.md).
+TEST(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
+  SKIP_UNDER_SANITIZERS();
+  const std::string out = testing::TempDir() + "/other_data.safetensors";
+  ::unlink(out.c_str());
+  absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("convert_other_data", out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status;
+  EXPECT_TRUE(Exists(out));
+  ::unlink(out.c_str());
+}
+
+TEST(JailTest, ProbeOkModeConvertsLikeTheRealWorker) {
+  SKIP_UNDER_SANITIZERS();
+  const std::string out = testing::TempDir() + "/ok.safetensors";
+  ::unlink(out.c_str());
+  absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("ok", out);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.ok()) << r->status;
+  EXPECT_EQ(r->report.conversion().tensors(), 9u);
+  EXPECT_TRUE(Exists(out));
+  ::unlink(out.c_str());
+}
+
 // ------------------------------------------------------------ descriptors and children
 
 TEST(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {

@@ -44,6 +44,9 @@ class OutputFdSink final : public convert::ByteSink {
 // for the result frame.
 absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
                      const worker::v1::ConvertSpec& spec) {
+  if (facts.shard_index.present) {
+    return absl::FailedPreconditionError("a sharded checkpoint's index: its shards convert");
+  }
   absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, spec);
   if (!plan.ok()) return plan.status();
   OutputFdSink sink;

@@ -103,6 +103,26 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     specs.push_back(std::move(spec));
     plan.entries.push_back(Plan::Entry{i, *name, to_bf16});
   }
+  for (const torch::OtherValue& v : facts.other_values.listed) {
+    std::optional<std::string> name = SelectedName(v.name, options.select);
+    if (!name.has_value()) continue;
+    plan.not_written.push_back(torch::OtherValue{*std::move(name), v.type, v.offset});
+  }
+  plan.not_written_total =
+      options.select.empty() ? facts.other_values.total : plan.not_written.size();
+  if (options.strict && plan.not_written_total > 0) {
+    std::string examples;
+    for (size_t i = 0; i < plan.not_written.size() && i < 5; ++i) {
+      absl::StrAppend(&examples, i == 0 ? "" : ", ", "'",
+                      base::AbslView(base::Escaped(plan.not_written[i].name)), "' (",
+                      base::AbslView(base::Escaped(plan.not_written[i].type)), ")");
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--strict: ", plan.not_written_total,
+        plan.not_written_total == 1 ? " value is" : " values are",
+        " not a tensor and would not be written: ", examples,
+        plan.not_written_total > 5 ? ", ..." : ""));
+  }
   std::map<std::string, std::string> metadata = plan.aliases;
   metadata["format"] = "pt";
   if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
@@ -123,6 +143,7 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.scanner_version = spec.scanner_version();
   options.select = spec.select();
   options.to_bf16 = spec.to_bf16();
+  options.strict = spec.strict();
   return options;
 }
 

@@ -61,6 +61,8 @@ struct Options {
   // --dtype bf16: float32 and float16 tensors are written as bfloat16 (round to nearest even,
   // core/bf16); other dtypes are kept.
   bool to_bf16 = false;
+  // --strict: a value beside the selected tensors (one the output would not hold) is an error.
+  bool strict = false;
 };
 
 struct Plan {
@@ -72,6 +74,11 @@ struct Plan {
   std::vector<Entry> entries;                  // parallel to the header's specs
   std::map<std::string, std::string> aliases;  // removed name -> kept name
   safetensors::SerializedHeader header;
+  // Values beside the selected tensors, which the output does not hold (named as in the
+  // output, i.e. without the --select prefix). At most torch::kMaxListedOtherValues listed;
+  // the total is exact without --select, else a lower bound when the facts' list was cut.
+  std::vector<torch::OtherValue> not_written;
+  uint64_t not_written_total = 0;
 };
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);

@@ -15,6 +15,7 @@
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
 #include "core/base/escape.h"
+#include "core/base/json_cursor.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
 #include "core/safetensors/text.h"
@@ -56,36 +57,6 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
 }
 
 bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-// An input iterator over the header that publishes how far the JSON lexer has read, so that
-// SAX callbacks can report byte offsets.
-class CountingIterator final {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-
-  CountingIterator(const char* p, const char** cursor) : p_(p), cursor_(cursor) {}
-  reference operator*() const { return *p_; }
-  CountingIterator& operator++() {
-    ++p_;
-    *cursor_ = p_;
-    return *this;
-  }
-  CountingIterator operator++(int) {
-    CountingIterator old = *this;
-    ++*this;
-    return old;
-  }
-  bool operator==(const CountingIterator& o) const { return p_ == o.p_; }
-  bool operator!=(const CountingIterator& o) const { return p_ != o.p_; }
-
- private:
-  const char* p_;
-  const char** cursor_;
-};
 
 struct ParsedTensor {
   TensorLayout t;             // begin/end relative to the data buffer until the walk
@@ -538,8 +509,8 @@ absl::StatusOr<Layout> ValidateHeader(std::string_view prefix, uint64_t file_siz
   std::vector<ParsedTensor> tensors;
   const char* cursor = header.data();
   HeaderHandler handler(limits, kLengthBytes, header.data(), &cursor, &layout, &tensors);
-  const bool ok = Json::sax_parse(CountingIterator(header.data(), &cursor),
-                                  CountingIterator(header.data() + header.size(), &cursor),
+  const bool ok = Json::sax_parse(base::JsonCursor(header.data(), &cursor),
+                                  base::JsonCursor(header.data() + header.size(), &cursor),
                                   &handler, nlohmann::detail::input_format_t::json,
                                   /*strict=*/false, /*ignore_comments=*/false);
   if (!ok) {

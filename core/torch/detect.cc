@@ -113,6 +113,10 @@ class Reader {
       Tar(data);
       return;
     }
+    if (LooksLikeJson(data)) {
+      ReadShardIndex(data, options_.index, out_);
+      return;
+    }
     pickle::PickleFacts first = vm_.RunOne(data, 0);
     if (IsLegacyMagic(first)) {
       ReadLegacy(data, vm_, out_);
@@ -310,6 +314,7 @@ class Reader {
     if (top && data_pkl != nullptr) {
       Storages(*ar, tensors, outer, base, &storage_records);
       out_->tensors = std::move(tensors.tensors);
+      out_->other_values = std::move(tensors.other_values);
       out_->storages = std::move(tensors.storages);
     }
 

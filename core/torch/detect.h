@@ -4,7 +4,8 @@
 // order (convert_sign.md §2.1): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
 // .npz, or another zip); "\x93NUMPY" → .npy; known compressed or archive magics (gzip, bzip2,
 // xz, zstd, lz4, 7z, rar) → unsupported, fail closed; a valid tar header → torch <= 0.3's tar
-// checkpoint (tar.h), or, without torch's members, unsupported; otherwise a pickle stream,
+// checkpoint (tar.h), or, without torch's members, unsupported; '{' after optional whitespace
+// → a JSON sharded-checkpoint index (hf_index.h; no pickle starts so); otherwise a pickle stream,
 // which is torch's legacy format when its first pickle is the legacy magic literal. A tar is
 // also read as a pickle from offset 0 (torch.load's fallback when tarfile fails).
 //
@@ -22,6 +23,7 @@
 
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
+#include "core/torch/hf_index.h"
 #include "core/torch/tar.h"
 #include "core/zip/zip_reader.h"
 
@@ -30,6 +32,7 @@ namespace ckptscan::torch {
 struct ReadOptions {
   zip::Limits zip;
   TarLimits tar;
+  IndexLimits index;
   uint32_t max_container_depth = 2;  // archives inside archives (0: no nested archive is read)
   const pickle::TraceSink* trace = nullptr;
 };

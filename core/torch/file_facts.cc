@@ -2,7 +2,21 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "core/base/escape.h"
+#include "core/base/strings.h"
+
 namespace ckptscan::torch {
+
+absl::Status CheckShardFileName(std::string_view name) {
+  const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
+                     name.find('/') == std::string_view::npos &&
+                     name.find('\0') == std::string_view::npos;
+  if (plain) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "shard file name \"", base::AbslView(base::Escaped(name)),
+      "\" is not a plain file name in the index's directory"));
+}
 
 v1::ScanError ContainerError(std::string_view code, std::string message, std::string_view member,
                              uint64_t offset) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "ckptscan/v1/report.pb.h"
 #include "core/pickle/facts.h"
 #include "core/torch/tensors.h"
@@ -40,6 +42,19 @@ struct StorageData {
   bool stored = true;   // false: compressed in the container (not mappable)
 };
 
+// A sharded checkpoint's index (format "hf-index", core/torch/hf_index.h).
+struct ShardIndex {
+  bool present = false;
+  bool has_total_size = false;
+  uint64_t total_size = 0;  // metadata.total_size
+  // weight_map: tensor name -> shard file name, in the file's order (keys are unique).
+  std::vector<std::pair<std::string, std::string>> weight_map;
+};
+
+// A shard file name must name a file in the index's own directory: not empty, at most 255
+// bytes, no '/' or NUL, not "." or "..".
+absl::Status CheckShardFileName(std::string_view name);
+
 struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "gzip", "bzip2", "xz", "zstd",
@@ -53,6 +68,9 @@ struct FileFacts {
   std::vector<TensorFact> tensors;
   std::vector<StorageRef> storages;
   std::vector<StorageData> storage_data;  // parallel to `storages`
+  // Values beside the tensors (torch formats), which a conversion does not write.
+  OtherValues other_values;
+  ShardIndex shard_index;  // format "hf-index" only
 };
 
 // A report error found while reading a container ("malformed", "unsupported", "limit").

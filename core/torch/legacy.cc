@@ -67,6 +67,7 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
       out->errors.push_back(ContainerError("malformed", problem, "", m.stream.pickles[3].start));
     }
     out->tensors = std::move(t.tensors);
+    out->other_values = std::move(t.other_values);
     out->storages = std::move(t.storages);
   }
   out->storage_data.assign(out->storages.size(), StorageData{});

@@ -590,6 +590,7 @@ void ReadTorchTar(std::string_view data, const TarArchive& ar, const pickle::Vm&
                                              m.stream.pickles[0].start));
       }
       out->tensors = std::move(t.tensors);
+      out->other_values = std::move(t.other_values);
       out->storages = std::move(t.storages);
       out->storage_data = std::move(reader.storage_data());
     } else if (ok && m.stream.pickles.empty()) {

@@ -135,6 +135,44 @@ std::string Join(const std::string& prefix, std::string_view part) {
   return out;
 }
 
+// What a value that is not walked into is, for the list of values a conversion leaves out.
+OtherValue DescribeOther(const Graph& g, NodeId id, bool container, std::string name) {
+  OtherValue v;
+  v.name = std::move(name);
+  const Node& n = g.nodes[id];
+  if (const GlobalRef* f = GlobalOf(g, id); f != nullptr) {
+    v.type = absl::StrCat("global ", base::AbslView(f->resolved_module), ".",
+                          base::AbslView(f->resolved_name));
+    v.offset = f->offset;
+    return v;
+  }
+  if (const CallSite* c = CallOf(g, id); c != nullptr) {
+    const GlobalRef* f = GlobalOf(g, c->callee);
+    v.type = f == nullptr ? "object" : absl::StrCat(base::AbslView(f->resolved_module), ".",
+                                                   base::AbslView(f->resolved_name));
+    if (container) v.type += " (empty)";
+    v.offset = c->offset;
+    return v;
+  }
+  switch (n.kind) {
+    case Kind::kNone: v.type = "None"; break;
+    case Kind::kBool: v.type = "bool"; break;
+    case Kind::kInt: v.type = "int"; break;
+    case Kind::kFloat: v.type = "float"; break;
+    case Kind::kStr: v.type = "str"; break;
+    case Kind::kBytes: v.type = "bytes"; break;
+    case Kind::kByteArray: v.type = "bytearray"; break;
+    case Kind::kTuple: v.type = "tuple (empty)"; break;
+    case Kind::kList: v.type = "list (empty)"; break;
+    case Kind::kDict: v.type = "dict (empty)"; break;
+    case Kind::kSet: v.type = "set"; break;
+    case Kind::kFrozenSet: v.type = "frozenset"; break;
+    case Kind::kPersistent: v.type = "persistent id"; break;
+    default: v.type = pickle::KindName(n.kind); break;
+  }
+  return v;
+}
+
 class Extractor {
  public:
   Extractor(const pickle::PickleFacts& p, const KeyedObjects* keyed)
@@ -243,7 +281,10 @@ class Extractor {
       const Node& n = g_.nodes[f.node];
       bool dict = IsDictLike(f.node);
       bool seq = n.kind == Kind::kList || n.kind == Kind::kTuple;
-      if (!dict && !seq) continue;
+      if (!dict && !seq) {
+        Other(f.node, /*container=*/false, std::move(f.name));
+        continue;
+      }
       if (!seen_containers.insert(f.node).second) continue;
       size_t first = stack.size();
       if (dict) {
@@ -255,7 +296,18 @@ class Extractor {
           stack.push_back({n.items[i], Join(f.name, absl::StrCat(i))});
         }
       }
+      if (stack.size() == first) {
+        Other(f.node, /*container=*/true, std::move(f.name));
+        continue;
+      }
       std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());
+    }
+  }
+
+  void Other(NodeId id, bool container, std::string name) {
+    ++out_.other_values.total;
+    if (out_.other_values.listed.size() < kMaxListedOtherValues) {
+      out_.other_values.listed.push_back(DescribeOther(g_, id, container, std::move(name)));
     }
   }
 

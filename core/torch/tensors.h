@@ -64,8 +64,25 @@ struct TensorFact {
   uint64_t numel() const;  // 0 for empty shapes; saturates at UINT64_MAX
 };
 
+// A value the walk reached that is neither a tensor nor a container it descends into (an
+// epoch number, a hyperparameter, RNG state, an empty dict): what a conversion leaves out.
+struct OtherValue {
+  std::string name;     // dotted path, as tensors are named ("" for the root itself)
+  std::string type;     // "int", "str", "dict (empty)", "argparse.Namespace", ...
+  uint64_t offset = 0;  // byte offset in the stream where the value was made (0 if unknown)
+};
+
+// At most this many OtherValues are listed per file; OtherValues::total counts them all.
+inline constexpr size_t kMaxListedOtherValues = 1000;
+
+struct OtherValues {
+  std::vector<OtherValue> listed;  // in walk order, at most kMaxListedOtherValues
+  uint64_t total = 0;
+};
+
 struct TensorExtraction {
   std::vector<TensorFact> tensors;
+  OtherValues other_values;
   std::vector<StorageRef> storages;
   // Rebuild calls or storage references that could not be described (with offsets).
   std::vector<std::string> problems;

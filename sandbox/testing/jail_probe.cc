@@ -12,6 +12,9 @@
 //   jail, so the parent can die first)
 // Bad frames: garbage huge_length truncated trailing no_frame inconsistent bad_enum
 //   incomplete_jail
+// Bad conversions (MODE_CONVERT; the facts are the real ones, the output descriptor gets
+//   something else than the plan): convert_bad_header convert_short convert_long
+//   convert_nothing convert_other_data
 // Never built into anything but tests.
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,6 +35,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckptscan/worker/v1/worker.pb.h"
+#include "core/convert/convert.h"
+#include "pipeline/extract_facts.h"
+#include "pipeline/facts_codec.h"
 #include "sandbox/frame.h"
 #include "sandbox/jail.h"
 #include "sandbox/job.h"
@@ -74,6 +81,50 @@ std::string MmapOutcome(int fd) {
   void* p = ::mmap(nullptr, 1, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p != MAP_FAILED) return absl::StrCat("fd ", fd, ": open");
   return absl::StrCat("fd ", fd, ": ", errno == EBADF ? "EBADF" : std::to_string(errno));
+}
+
+// The real facts, and an output that is not what they plan (the trusted side must refuse it).
+// The input's size, taken before the jail (fstat is not allowed in it).
+uint64_t input_size = 0;
+
+int BadConversion(std::string_view mode, const worker::v1::Job& job, const JailLayers& layers) {
+  if (input_size == 0) return kExitProbeUsage;
+  void* addr = ::mmap(nullptr, input_size, PROT_READ, MAP_PRIVATE, kInputFd, 0);
+  if (addr == MAP_FAILED) return kExitProbeUsage;
+  const std::string_view input(static_cast<const char*>(addr), input_size);
+  const pipeline::FileFacts facts = pipeline::ExtractFacts(input, {});
+  absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, job.convert());
+  if (!plan.ok()) return kExitProbeUsage;
+  convert::StringSink sink;
+  if (!convert::WriteSafetensors(input, facts, *plan, sink).ok()) return kExitProbeUsage;
+  std::string out = sink.str();
+  const size_t header = plan->header.bytes.size();
+  if (mode == "convert_bad_header") {
+    const size_t at = out.find("\"pt\"", 8);
+    if (at == std::string::npos || at >= header) return kExitProbeUsage;
+    out[at + 1] = 'q';  // same length, still valid JSON and safetensors: not the plan
+  } else if (mode == "convert_short") {
+    out.pop_back();
+  } else if (mode == "convert_long") {
+    out.append(8, '\0');
+  } else if (mode == "convert_nothing") {
+    out.clear();
+  } else if (mode == "convert_other_data") {
+    if (out.size() == header) return kExitProbeUsage;
+    out[header] = static_cast<char>(out[header] ^ 0x40);  // same structure, other values
+  } else {
+    return kExitProbeUsage;
+  }
+  std::string_view rest = out;
+  while (!rest.empty()) {
+    const ssize_t n = ::write(kOutputFd, rest.data(), rest.size());
+    if (n <= 0) return kExitProbeUsage;
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  worker::v1::Result r;
+  pipeline::EncodeFacts(facts, r.mutable_facts());
+  *r.mutable_layers() = LayersToProto(layers);
+  return WriteResult(r);
 }
 
 int Probe(std::string_view mode, const worker::v1::Job& job, const JailLayers& layers) {
@@ -199,6 +250,7 @@ int Probe(std::string_view mode, const worker::v1::Job& job, const JailLayers& l
     if (mode == "inconsistent") n->add_items(999);
     return WriteResult(r);
   }
+  if (mode.starts_with("convert_")) return BadConversion(mode, job, layers);
   if (mode == "incomplete_jail") {
     worker::v1::Result r = BaseResult(layers);
     r.mutable_layers()->set_seccomp(false);
@@ -222,6 +274,10 @@ int ProbeMain(int argc, char** argv) {
     if (::dup(kInputFd) != 2 || ::dup2(kInputFd, 17) != 17) return kExitProbeUsage;
   }
   if (mode == "late_jail") ::usleep(1'000'000);  // long enough for the test's parent to exit
+  struct stat st;
+  if (::fstat(kInputFd, &st) == 0 && S_ISREG(st.st_mode)) {
+    input_size = static_cast<uint64_t>(st.st_size);
+  }
   absl::StatusOr<JailLayers> layers = EnterJail(JailConfigFromJob(*job));
   if (!layers.ok()) {
     return absl::IsUnavailable(layers.status()) ? kExitParentGone : kExitJailSetup;

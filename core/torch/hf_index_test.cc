@@ -1,0 +1,137 @@
+#include "core/torch/hf_index.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/strings.h"
+#include "gtest/gtest.h"
+
+namespace ckptscan::torch {
+namespace {
+
+FileFacts Read(std::string_view json, const IndexLimits& limits = {}) {
+  FileFacts f;
+  ReadShardIndex(json, limits, &f);
+  return f;
+}
+
+// The only error, its code, and whether its message mentions `text`.
+void ExpectError(const FileFacts& f, std::string_view code, std::string_view text) {
+  ASSERT_EQ(f.errors.size(), 1u) << f.format;
+  EXPECT_EQ(f.errors[0].code(), code) << f.errors[0].message();
+  EXPECT_TRUE(absl::StrContains(f.errors[0].message(), base::AbslView(text)))
+      << f.errors[0].message();
+  EXPECT_FALSE(f.shard_index.present);
+}
+
+TEST(HfIndexTest, TheTransformersFixtureIsRead) {
+  std::ifstream in(std::string(CKPT_SOURCE_DIR) +
+                   "/tests/fixtures/torch/sharded/pytorch_model.bin.index.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ASSERT_TRUE(LooksLikeJson(ss.str()));
+  const FileFacts f = Read(ss.str());
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.format, "hf-index");
+  ASSERT_TRUE(f.shard_index.present);
+  EXPECT_TRUE(f.shard_index.has_total_size);
+  EXPECT_EQ(f.shard_index.total_size, 132u);
+  ASSERT_EQ(f.shard_index.weight_map.size(), 9u);
+  EXPECT_EQ(f.shard_index.weight_map[0],
+            std::make_pair(std::string("0.bias"), std::string("pytorch_model-00001-of-00002.bin")));
+}
+
+TEST(HfIndexTest, ExtraMembersAreSkippedWhateverTheirShape) {
+  const FileFacts f = Read(
+      R"( {"metadata": {"total_size": 8, "format": ["pt", {"x": null}]}, "extra": [1, [2]],)"
+      R"( "weight_map": {"a": "s.bin"}} )"
+      "\n");
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  EXPECT_EQ(f.shard_index.weight_map.size(), 1u);
+}
+
+TEST(HfIndexTest, ATotalSizeThatIsNotACountIsNotRead) {
+  const FileFacts f = Read(R"({"metadata": {"total_size": 1.5e3}, "weight_map": {}})");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_FALSE(f.shard_index.has_total_size);
+}
+
+TEST(HfIndexTest, DuplicateKeysAreErrorsAtEveryLevel) {
+  ExpectError(Read(R"({"weight_map": {}, "weight_map": {}})"), "malformed", "duplicate key");
+  ExpectError(Read(R"({"weight_map": {"a": "s.bin", "a": "t.bin"}})"), "malformed",
+              "duplicate key \"a\" in weight_map");
+  ExpectError(Read(R"({"metadata": {"k": 1, "k": 2}, "weight_map": {}})"), "malformed",
+              "in metadata");
+  ExpectError(Read(R"({"x": [{"k": 1, "k": 2}], "weight_map": {}})"), "malformed",
+              "in a nested object");
+}
+
+TEST(HfIndexTest, ShardFileNamesMustStayInTheIndexDirectory) {
+  for (const char* bad : {"../x.bin", "/etc/passwd", "sub/x.bin", "..", "."}) {
+    ExpectError(Read(absl::StrCat(R"({"weight_map": {"w": ")", bad, R"("}})")), "malformed",
+                "not a plain file name");
+  }
+  ExpectError(Read(R"({"weight_map": {"w": "a\u0000b"}})"), "malformed", "not a plain file");
+}
+
+TEST(HfIndexTest, WrongTypesAreErrors) {
+  ExpectError(Read(R"({"weight_map": {"w": 3}})"), "malformed", "must be a file name");
+  ExpectError(Read(R"({"weight_map": {"w": ["a"]}})"), "malformed", "must be a file name");
+  ExpectError(Read(R"({"weight_map": ["a"]})"), "malformed", "weight_map must be an object");
+  ExpectError(Read(R"({"metadata": 3, "weight_map": {}})"), "malformed",
+              "metadata must be an object");
+}
+
+TEST(HfIndexTest, OnlyStrictJsonIsAccepted) {
+  const FileFacts trailing = Read(R"({"weight_map": {}} x)");
+  ExpectError(trailing, "malformed", "not valid JSON");
+  EXPECT_EQ(trailing.errors[0].location().offset(), 19u);
+  ExpectError(Read(R"({"weight_map": {}, /* c */ })"), "malformed", "not valid JSON");
+  ExpectError(Read(R"({"weight_map": {},})"), "malformed", "not valid JSON");
+  ExpectError(Read("{\"weight_map\": {\"\xff\": \"a\"}}"), "malformed", "not valid JSON");
+  ExpectError(Read(R"({"weight_map": {})"), "malformed", "not valid JSON");
+}
+
+TEST(HfIndexTest, JsonWithoutAWeightMapIsUnsupported) {
+  const FileFacts f = Read(R"({"architectures": ["Bert"]})");
+  EXPECT_EQ(f.format, "json");
+  ExpectError(f, "unsupported", "not a sharded checkpoint index");
+}
+
+TEST(HfIndexTest, LimitsAreNamed) {
+  IndexLimits small;
+  small.max_entries = 2;
+  ExpectError(Read(R"({"weight_map": {"a": "s", "b": "s", "c": "s"}})", small), "limit",
+              "IndexLimits::max_entries");
+  small = IndexLimits{};
+  small.max_name_bytes = 3;
+  ExpectError(Read(R"({"weight_map": {"abcd": "s"}})", small), "limit", "max_name_bytes");
+  small = IndexLimits{};
+  small.max_depth = 3;
+  ExpectError(Read(R"({"x": [[[[1]]]], "weight_map": {}})", small), "limit", "max_depth");
+  small = IndexLimits{};
+  small.max_bytes = 10;
+  ExpectError(Read(R"({"weight_map": {}})", small), "limit", "max_bytes");
+}
+
+TEST(HfIndexTest, DeepNestingCostsNoStack) {
+  std::string deep = R"({"x": )" + std::string(100000, '[') + std::string(100000, ']') +
+                     R"(, "weight_map": {}})";
+  IndexLimits unlimited;
+  unlimited.max_depth = 200000;
+  EXPECT_TRUE(Read(deep, unlimited).errors.empty());
+  ExpectError(Read(deep), "limit", "max_depth");
+}
+
+TEST(HfIndexTest, OnlyAnObjectLooksLikeJson) {
+  EXPECT_TRUE(LooksLikeJson(" \n\t{"));
+  EXPECT_FALSE(LooksLikeJson("[1]"));
+  EXPECT_FALSE(LooksLikeJson("\x80\x02}q\x00."));
+  EXPECT_FALSE(LooksLikeJson("   "));
+}
+
+}  // namespace
+}  // namespace ckptscan::torch
