@@ -18,6 +18,7 @@
 #include "core/base/json_cursor.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
+#include "core/base/json_text.h"
 #include "core/safetensors/text.h"
 #include "nlohmann/json.hpp"
 
@@ -484,7 +485,7 @@ absl::StatusOr<Layout> ValidateHeader(std::string_view prefix, uint64_t file_siz
   CKPT_ASSIGN_OR_RETURN(const std::string_view header, reader.ReadBytes(n));
 
   // Rule 3.
-  if (std::optional<size_t> bad = internal::FirstInvalidUtf8(header)) {
+  if (std::optional<size_t> bad = base::FirstInvalidUtf8(header)) {
     return Malformed(kLengthBytes + *bad,
                      absl::StrFormat("header is not valid UTF-8 (byte 0x%02x)",
                                      static_cast<unsigned char>(header[*bad])));

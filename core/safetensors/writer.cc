@@ -12,6 +12,7 @@
 #include "core/base/checked.h"
 #include "core/base/escape.h"
 #include "core/base/strings.h"
+#include "core/base/json_text.h"
 #include "core/safetensors/text.h"
 #include "core/safetensors/validator.h"
 
@@ -34,7 +35,7 @@ absl::Status BadSpec(size_t index, std::string_view name, std::string_view what)
 }
 
 absl::Status CheckMetadataText(std::string_view role, std::string_view s) {
-  if (std::optional<size_t> bad = internal::FirstInvalidUtf8(s)) {
+  if (std::optional<size_t> bad = base::FirstInvalidUtf8(s)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("safetensors writer: metadata %s \"%s\" is not valid UTF-8 (byte %d)",
                         AbslView(role), AbslView(Esc(s)), *bad));
@@ -126,9 +127,9 @@ absl::StatusOr<SerializedHeader> SerializeHeader(
   for (const auto& [k, v] : meta) {
     if (!first) json.push_back(',');
     first = false;
-    internal::AppendJsonString(&json, k);
+    base::AppendJsonString(&json, k);
     json.push_back(':');
-    internal::AppendJsonString(&json, v);
+    base::AppendJsonString(&json, v);
   }
   json.push_back('}');
   uint64_t offset = 0;
@@ -139,7 +140,7 @@ absl::StatusOr<SerializedHeader> SerializeHeader(
       return absl::InvalidArgumentError("safetensors writer: total tensor bytes overflow 64 bits");
     }
     json.push_back(',');
-    internal::AppendJsonString(&json, t.name);
+    base::AppendJsonString(&json, t.name);
     absl::StrAppend(&json, ":{\"dtype\":\"", AbslView(DtypeName(t.dtype)), "\",\"shape\":[");
     for (size_t d = 0; d < t.shape.size(); ++d) {
       absl::StrAppend(&json, d == 0 ? "" : ",", t.shape[d]);
