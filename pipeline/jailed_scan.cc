@@ -1,24 +1,25 @@
 #include "pipeline/jailed_scan.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/convert/convert.h"
 #include "pipeline/facts_codec.h"
 #include "pipeline/judge_facts.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <thread>
-#include "core/convert/convert.h"
 #include "sandbox/job.h"
 #include "sandbox/spawner.h"
 
@@ -193,6 +194,39 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
   return report;
 }
 
+namespace {
+
+// While a worker writes the output, starts writeback of what it has written so far, so that
+// the fsync before publishing finds little left to do (the copy and the disk overlap).
+class WritebackKicker {
+ public:
+  explicit WritebackKicker(int fd) : fd_(fd), thread_([this] { Run(); }) {}
+  ~WritebackKicker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; })) {
+      (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    }
+  }
+
+  const int fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                                                 const rules::RuleSet& rules,
                                                 const pickle::Limits& limits,
@@ -204,8 +238,14 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     return absl::ErrnoToStatus(errno, absl::StrCat("stat ", request.input));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  // The digest goes into the output's provenance, so it is needed before the worker starts.
-  CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256HexOfFd(fd.get(), size));
+  // The digest goes into the output's provenance, but the worker need not wait for it: it
+  // plans with a placeholder of the same length (so the same header size), and the header
+  // with the real digest is written here afterwards. Hashing runs on another core meanwhile.
+  base::UniqueFd hash_fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+  if (!hash_fd.valid()) return absl::ErrnoToStatus(errno, "dup");
+  absl::StatusOr<std::string> sha256 = std::string();
+  std::thread hasher([&] { sha256 = Sha256HexOfFd(hash_fd.get(), size); });
+  const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
 
   ConvertResult result;
   absl::StatusOr<OutputFile> out = OutputFile::Create(request.output);
@@ -216,12 +256,15 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     // No output to hand: scan only, so that the report is still the scan's.
     run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
   } else {
-    run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out),
-                              SpecFor(request, sha256), limits, options);
+    WritebackKicker writeback(out->fd());
+    run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), worker_spec, limits,
+                              options);
   }
+  hasher.join();
+  if (!sha256.ok()) return sha256.status();
   result.report = ReportForRun(run, options, rules);
   result.report.set_path(request.input);
-  result.report.set_sha256(sha256);
+  result.report.set_sha256(*sha256);
   result.report.set_size(size);
   const bool index = run.result.ok() && run.facts.shard_index.present;
   if (index && request.allow_index && result.report.verdict() == v1::VERDICT_SAFE) {
@@ -243,11 +286,18 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
       return absl::InvalidArgumentError(
           absl::StrCat("conversion failed in the worker: ", run.convert_error));
     }
-    // Plan again here, from the judged facts and the same spec: the output must carry
-    // exactly this header.
+    // Plan again here, from the judged facts: the worker's output must carry exactly the
+    // placeholder plan's header; then the real header (same length) replaces it.
+    CKPT_ASSIGN_OR_RETURN(convert::Plan worker_plan,
+                          convert::PlanFromSpec(run.facts, worker_spec));
+    CKPT_RETURN_IF_ERROR(out->Validate(worker_plan.header.bytes).status());
     CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
-                          convert::PlanFromSpec(run.facts, SpecFor(request, sha256)));
+                          convert::PlanFromSpec(run.facts, SpecFor(request, *sha256)));
+    if (plan.header.bytes.size() != worker_plan.header.bytes.size()) {
+      return absl::InternalError("the header with the digest changed length");
+    }
     if (check) CKPT_RETURN_IF_ERROR(check(plan));
+    CKPT_RETURN_IF_ERROR(out->WriteAt(0, plan.header.bytes));
     CKPT_ASSIGN_OR_RETURN(*result.report.mutable_conversion(),
                           ValidateAndPublish(*out, plan, request));
     return absl::OkStatus();

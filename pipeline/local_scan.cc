@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/pages.h"
 #include "core/base/status_macros.h"
 #include "core/convert/convert.h"
 #include "rules/rule_set.h"
@@ -64,7 +66,9 @@ absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
   if (check) CKPT_RETURN_IF_ERROR(check(plan));
   CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
   FdSink sink(out.fd());
-  CKPT_RETURN_IF_ERROR(convert::WriteSafetensors(input, facts, plan, sink));
+  // `input` is MappedFile's read-only mapping: what was copied leaves the resident set.
+  CKPT_RETURN_IF_ERROR(
+      convert::WriteSafetensors(input, facts, plan, sink, 1 << 20, base::DropMappedPages));
   CKPT_ASSIGN_OR_RETURN(*result->report.mutable_conversion(),
                         ValidateAndPublish(out, plan, request));
   return absl::OkStatus();
@@ -76,9 +80,16 @@ absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request
                                                    const rules::RuleSet& rules,
                                                    const pickle::Limits& limits,
                                                    const PlanCheck& check) {
-  CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(request.input));
-  CKPT_ASSIGN_OR_RETURN(std::string sha256, Sha256Hex(file.bytes()));
+  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(request.input));
+  CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(fd.get(), request.input));
+  // Hashed by pread (not through the mapping, whose pages would stay resident) on another
+  // thread while the facts are extracted.
+  absl::StatusOr<std::string> digest = std::string();
+  std::thread hasher([&] { digest = Sha256HexOfFd(fd.get(), file.bytes().size()); });
   const FileFacts facts = ExtractFacts(file.bytes(), limits);
+  hasher.join();
+  if (!digest.ok()) return digest.status();
+  const std::string sha256 = *std::move(digest);
   ConvertResult result;
   result.report = JudgeFacts(facts, rules);
   result.report.set_path(request.input);

@@ -75,6 +75,9 @@ class OutputFile final {
   int fd() const { return fd_.get(); }
   bool is_tmpfile() const { return temp_path_.empty(); }
 
+  // Writes `bytes` at `offset` (pwrite, retried until whole): the trusted side's header.
+  absl::Status WriteAt(uint64_t offset, std::string_view bytes);
+
   // A close-on-exec duplicate of the descriptor, to hand to a worker as its descriptor 3.
   absl::StatusOr<base::UniqueFd> DupForWorker() const;
 

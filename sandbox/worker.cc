@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/convert/convert.h"
+#include "core/base/pages.h"
 #include "core/base/strings.h"
 #include "pipeline/extract_facts.h"
 #include "pipeline/facts_codec.h"
@@ -50,7 +51,8 @@ absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
   absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, spec);
   if (!plan.ok()) return plan.status();
   OutputFdSink sink;
-  return convert::WriteSafetensors(input, facts, *plan, sink);
+  // `input` is the read-only mapping of descriptor 0: what was copied leaves the resident set.
+  return convert::WriteSafetensors(input, facts, *plan, sink, 1 << 20, base::DropMappedPages);
 }
 
 // Nothing in the jail may write to stderr (descriptor 2 is not handed; write(2) is a

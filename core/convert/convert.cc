@@ -25,9 +25,13 @@ absl::Status Refuse(const TensorFact& t, std::string_view why) {
       base::AbslView(why)));
 }
 
+// A checkpoint that is one bare tensor (torch.save(t), an .npy file) has no name for it;
+// safetensors needs one.
+constexpr char kRootTensorName[] = "tensor";
+
 // The output name under --select, or nullopt when the tensor is not selected.
 std::optional<std::string> SelectedName(const std::string& name, const std::string& select) {
-  if (select.empty()) return name;
+  if (select.empty()) return name.empty() ? std::string(kRootTensorName) : name;
   if (name.size() > select.size() + 1 && name.compare(0, select.size(), select) == 0 &&
       name[select.size()] == '.') {
     return name.substr(select.size() + 1);
@@ -158,7 +162,8 @@ absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
 }
 
 absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
-                              const Plan& plan, ByteSink& out, size_t buffer_bytes) {
+                              const Plan& plan, ByteSink& out, size_t buffer_bytes,
+                              const InputRelease& release) {
   if (buffer_bytes < 64) buffer_bytes = 64;
   if (absl::Status s = out.Write(plan.header.bytes); !s.ok()) return s;
   std::string raw;              // source elements of one chunk, row-major
@@ -183,14 +188,14 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
       // Bounds were checked when planning (CheckBounds), for every element reached here.
       if (contiguous && !entry.to_bf16) {
         // Straight from the mapped input, no copy.
-        if (absl::Status s = out.Write(storage.substr((t.storage_offset + k) * es, n * es));
-            !s.ok()) {
-          return s;
-        }
+        const std::string_view chunk_bytes = storage.substr((t.storage_offset + k) * es, n * es);
+        if (absl::Status s = out.Write(chunk_bytes); !s.ok()) return s;
+        if (release) release(chunk_bytes);
         continue;
       }
       if (contiguous) {
         raw.assign(storage.substr((t.storage_offset + k) * es, n * es));
+        if (release) release(storage.substr((t.storage_offset + k) * es, n * es));
       } else {
         raw.clear();
         for (uint64_t j = 0; j < n; ++j) {
@@ -227,6 +232,8 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
       }
       if (absl::Status s = out.Write(le); !s.ok()) return s;
     }
+    // A strided view may come back anywhere in its storage: released when it is done.
+    if (release && !IsRowMajorContiguous(t)) release(storage);
   }
   return absl::OkStatus();
 }

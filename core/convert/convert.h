@@ -5,9 +5,10 @@
 // file itself into row-major order, a bounded buffer at a time, whatever the model's size.
 // Views and storage offsets are written contiguous; tensors that are the same view of the same
 // storage (tied weights) are stored once, the other names recorded in `__metadata__` as
-// removed name -> kept name (Hugging Face's convention). A tensor safetensors cannot hold
-// (quantized, sparse, meta, complex128, a compressed or big-endian storage) is an error naming
-// it. Output bytes are deterministic (core/safetensors/writer.h).
+// removed name -> kept name (Hugging Face's convention). A checkpoint that is one bare tensor
+// (torch.save(t), an .npy file) writes it under the name "tensor". A tensor safetensors cannot
+// hold (quantized, sparse, meta, complex128, a compressed or big-endian storage) is an error
+// naming it. Output bytes are deterministic (core/safetensors/writer.h).
 //
 // Thread-compatible; the sink is written from the calling thread only.
 //
@@ -17,6 +18,7 @@
 #define CKPTSCAN_CORE_CONVERT_CONVERT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -92,9 +94,15 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
 absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
                                   const worker::v1::ConvertSpec& spec);
 
+// Called with ranges of `file` that WriteSafetensors has finished reading, so that a caller
+// holding the input as a file mapping can drop those pages (pipeline::ReleaseMappedPages):
+// the touched input then never accumulates in the process's memory, whatever its size.
+using InputRelease = std::function<void(std::string_view)>;
+
 // Writes the header and every stored tensor's bytes, gathered from `file` (the whole input).
 absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& facts,
-                              const Plan& plan, ByteSink& out, size_t buffer_bytes = 1 << 20);
+                              const Plan& plan, ByteSink& out, size_t buffer_bytes = 1 << 20,
+                              const InputRelease& release = nullptr);
 
 }  // namespace ckptscan::convert
 

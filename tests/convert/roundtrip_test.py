@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Round trip against torch: every benign torch/numpy fixture through `ckptscan convert`.
+
+    roundtrip_test.py --ckptscan build/clients/ckptscan --fixtures tests/fixtures/torch
+
+Stdlib only (CI has no torch). For every file in expectations.json / tar_expectations.json
+(what torch.load and numpy returned, recorded by gen_torch_fixtures.py / gen_tar_fixtures.py)
+and roundtrip_expectations.json (torch's own bf16 conversion and the non-tensor values,
+recorded by gen_roundtrip.py):
+
+  --dtype keep  every tensor torch returned is in the output under its name (or, for a tied
+                weight, under the kept name its alias points to), with the same shape, the
+                safetensors dtype of its torch dtype, and the same SHA-256 of its row-major
+                bytes;
+  --dtype bf16  the same, except float32/float16 tensors are BF16 with the SHA-256 of torch's
+                `.to(torch.bfloat16)` (NaN sign kept, docs/bf16.md);
+  both          the report's conversion.not_written lists exactly the values torch returned
+                beside the tensors.
+
+A file holding a tensor safetensors cannot represent (complex128, quantized, sparse) must
+instead fail with exit 2, name that tensor, and write nothing. The sharded set converts
+through its index and each output shard is checked against its source shard the same way.
+The safetensors files are read here by an independent parser (header, offsets tiling the
+data exactly), never by ckptscan.
+"""
+import argparse
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+ST = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int8": "I8",
+      "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "bool": "BOOL",
+      "complex64": "C64"}
+SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4,
+         "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def read_safetensors(path):
+    """Independent reader: returns (metadata, {name: (dtype, shape, bytes)})."""
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {})
+    base = 8 + n
+    spans = []
+    out = {}
+    for name, t in header.items():
+        begin, end = t["data_offsets"]
+        count = 1
+        for d in t["shape"]:
+            count *= d
+        assert end - begin == count * SIZES[t["dtype"]], (name, t)
+        spans.append((begin, end))
+        out[name] = (t["dtype"], t["shape"], data[base + begin:base + end])
+    pos = 0
+    for begin, end in sorted(spans):
+        assert begin == pos, ("gap or overlap at", begin)
+        pos = end
+    assert base + pos == len(data), "data does not end the file"
+    return meta, out
+
+
+def convert(ckptscan, src, out, dtype):
+    r = subprocess.run([ckptscan, "convert", "-f", "json", "--dtype", dtype, src, "-o", out],
+                       capture_output=True, text=True)
+    report = json.loads(r.stdout) if r.stdout.strip() else None
+    return r.returncode, report, r.stderr
+
+
+def unconvertible(tensors):
+    for t in tensors:
+        if t.get("layout") == "sparse_coo" or t["dtype"] not in ST or t["dtype"].startswith("q"):
+            return t["name"]
+    return None
+
+
+def check_file(label, src, out, expected, rt, dtype, not_written):
+    meta, got = read_safetensors(out)
+    for t in expected:
+        name = t["name"] or "tensor"  # a bare tensor is written under this name
+        stored = name if name in got else meta.get(name)
+        if not check(stored in got, f"{label}: tensor {name!r} missing"):
+            continue
+        st_dtype, shape, raw = got[stored]
+        check(shape == t["shape"], f"{label}: {name} shape {shape} != {t['shape']}")
+        if dtype == "bf16" and t["dtype"] in ("float32", "float16"):
+            check(st_dtype == "BF16", f"{label}: {name} is {st_dtype}, want BF16")
+            want = rt["bf16"][t["name"]]
+        else:
+            check(st_dtype == ST[t["dtype"]], f"{label}: {name} is {st_dtype}")
+            want = t["sha256"]
+        check(hashlib.sha256(raw).hexdigest() == want, f"{label}: {name} bytes differ from torch")
+    names = {t["name"] or "tensor" for t in expected}
+    for name in got:
+        check(name in names, f"{label}: output holds {name!r}, which torch did not return")
+    if not_written is not None:
+        check(sorted(not_written) == sorted(rt["other_values"]),
+              f"{label}: not written {sorted(not_written)} != torch's {sorted(rt['other_values'])}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckptscan", required=True)
+    ap.add_argument("--fixtures", required=True, help="tests/fixtures/torch")
+    a = ap.parse_args()
+    fx = a.fixtures
+    files = {}
+    for exp in ("expectations.json", "tar_expectations.json"):
+        files.update(json.load(open(os.path.join(fx, exp)))["files"])
+    rts = json.load(open(os.path.join(fx, "roundtrip_expectations.json")))["files"]
+    converted = refused = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel in sorted(rts):
+            if rel.startswith("sharded/"):
+                continue
+            expected = files[rel]["tensors"]
+            bad = unconvertible(expected)
+            for dtype in ("keep", "bf16"):
+                label = f"{rel} --dtype {dtype}"
+                out = os.path.join(tmp, "out.safetensors")
+                rc, report, err = convert(a.ckptscan, os.path.join(fx, rel), out, dtype)
+                if files[rel].get("format") == "torch-tar" or rel.startswith("tar_"):
+                    # torch <= 0.3 checkpoints are never SAFE (docs/formats.md): refused.
+                    check(rc == 1 and not os.path.exists(out),
+                          f"{label}: a torch-tar file must be refused (exit 1), got {rc}")
+                    refused += 1
+                    continue
+                if bad is not None:
+                    check(rc == 2 and bad in err and not os.path.exists(out),
+                          f"{label}: want exit 2 naming {bad!r}, got {rc}: {err.strip()}")
+                    refused += 1
+                    continue
+                if not check(rc == 0, f"{label}: exit {rc}: {err.strip()}"):
+                    continue
+                conv = report["files"][0]["conversion"]
+                check_file(label, rel, out, expected, rts[rel], dtype,
+                           [n["path"] for n in conv["not_written"]])
+                os.unlink(out)
+                converted += 1
+        index = os.path.join(fx, "sharded", "pytorch_model.bin.index.json")
+        for dtype in ("keep", "bf16"):
+            outdir = os.path.join(tmp, "set-" + dtype)
+            rc, report, err = convert(a.ckptscan, index, outdir, dtype)
+            if not check(rc == 0, f"sharded --dtype {dtype}: exit {rc}: {err.strip()}"):
+                continue
+            new_index = json.load(open(os.path.join(outdir, "model.safetensors.index.json")))
+            for i in (1, 2):
+                rel = "sharded/pytorch_model-%05d-of-00002.bin" % i
+                out = os.path.join(outdir, "model-%05d-of-00002.safetensors" % i)
+                check_file(f"sharded shard {i} --dtype {dtype}", rel, out, files[rel]["tensors"],
+                           rts[rel], dtype, None)
+                for t in files[rel]["tensors"]:
+                    check(new_index["weight_map"].get(t["name"]) == os.path.basename(out),
+                          f"sharded: index maps {t['name']} elsewhere")
+            converted += 2
+    for f in failures:
+        print("FAIL", f)
+    print(f"{converted} conversions compared with torch tensor by tensor, {refused} refusals "
+          f"checked, {len(failures)} failures")
+    return 1 if failures or converted == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
