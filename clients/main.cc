@@ -1,5 +1,6 @@
 // ckptscan: decides whether Python pickle / PyTorch checkpoint files are safe
-// to load. Commands: scan, convert, disasm, rules show|check, version (docs/cli.md).
+// to load. Commands: scan, convert, keygen, verify, disasm, rules show|check, version
+// (docs/cli.md).
 // Exit codes: clients/verdict.h.
 //
 // CLI11 reports parse errors by exception; they are caught around parse() and
@@ -30,10 +31,14 @@
 #include "clients/scan_targets.h"
 #include "clients/verdict.h"
 #include "core/base/strings.h"
+#include "core/signing/bundle.h"
+#include "core/signing/keys.h"
 #include "pipeline/jailed_scan.h"
 #include "pipeline/local_scan.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
+#include "pipeline/shard_set.h"
+#include "pipeline/sign_output.h"
 #include "rules/catalogue.h"
 #include "rules/rule_set.h"
 #include "sandbox/availability.h"
@@ -269,6 +274,7 @@ struct ConvertOptions {
   std::string dtype = "keep";
   bool force = false;
   bool strict = false;
+  std::string key;
   std::string format = "text";
   std::string rules;
   std::vector<std::string> limits;
@@ -284,6 +290,17 @@ int RunConvert(const ConvertOptions& opt) {
   int setup_exit = 0;
   const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
   if (setup_exit != 0) return setup_exit;
+  // The key is loaded here, before anything is scanned (a key file others can read is refused),
+  // and stays in this process: no worker ever sees it.
+  std::optional<signing::PrivateKey> key;
+  if (!opt.key.empty()) {
+    absl::StatusOr<signing::PrivateKey> loaded = signing::PrivateKey::LoadFile(opt.key);
+    if (!loaded.ok()) {
+      PrintError(absl::StrCat("--key ", TerminalSafe(opt.key), ": ", loaded.status().message()));
+      return kExitUsage;
+    }
+    key = *std::move(loaded);
+  }
   // A file OUT is checked here (fail fast); a directory OUT is for a sharded set, which
   // checks it itself (it must be empty).
   struct stat st;
@@ -299,8 +316,10 @@ int RunConvert(const ConvertOptions& opt) {
   request.select = opt.select;
   request.to_bf16 = opt.dtype == "bf16";
   request.scanner_version = std::string(kVersion);
+  request.rules_version = ruleset.version();
   request.replace = opt.force;
   request.strict = opt.strict;
+  request.sign_key = key.has_value() ? &*key : nullptr;
   absl::StatusOr<pipeline::ConvertResult> result =
       jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
                        : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
@@ -347,6 +366,10 @@ int RunConvert(const ConvertOptions& opt) {
       c.tensors(), " tensors",
       not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
       ")"));
+  if (!c.signature().empty()) {
+    PrintError(absl::StrCat("signed: ", TerminalSafe(c.signature()), " (key ",
+                            TerminalSafe(c.signer()).substr(0, 16), "...)"));
+  }
   return kExitSafe;
 }
 
@@ -444,6 +467,85 @@ int RunVersion() {
                  absl::StrCat("ckptscan ", base::AbslView(kVersion), "\nrules ",
                               ruleset->version(), "\nreport schema ",
                               base::AbslView(kReportSchema), "\n"));
+  return 0;
+}
+
+struct KeygenOptions {
+  std::string output;
+  std::string public_output;
+};
+
+// `keygen`: a new ECDSA P-256 key, private PEM created 0600 and never overwritten.
+int RunKeygen(const KeygenOptions& opt) {
+  const std::string pub = opt.public_output.empty()
+                              ? absl::StrCat(opt.output, ".pub")
+                              : opt.public_output;
+  absl::StatusOr<signing::PublicKey> key = signing::GenerateKeyFiles(opt.output, pub);
+  if (!key.ok()) {
+    PrintError(absl::StrCat("keygen: ", key.status().message()));
+    return kExitError;
+  }
+  (void)WriteAll(STDOUT_FILENO,
+                 absl::StrCat("private key: ", TerminalSafe(opt.output), " (mode 0600)\n",
+                              "public key:  ", TerminalSafe(pub), "\nhint:        ",
+                              key->hint(), "\n"));
+  return 0;
+}
+
+struct VerifyCliOptions {
+  std::string model;
+  std::string signature;
+  std::string pubkey;
+  std::vector<std::string> ca_certs;
+  bool ignore_unsigned = false;
+};
+
+// `verify`: the bundle, the signature, and every file of the model against it.
+int RunVerify(const VerifyCliOptions& opt) {
+  struct stat st;
+  if (::stat(opt.model.c_str(), &st) != 0) {
+    PrintError(absl::StrCat("verify: ", TerminalSafe(opt.model), ": ", std::strerror(errno)));
+    return kExitError;
+  }
+  const bool dir = S_ISDIR(st.st_mode);
+  const std::string sig = !opt.signature.empty() ? opt.signature
+                          : dir ? absl::StrCat(opt.model, "/", pipeline::kSignatureName)
+                                : pipeline::SignaturePathFor(opt.model);
+  absl::StatusOr<signing::Trust> trust = [&]() -> absl::StatusOr<signing::Trust> {
+    if (!opt.pubkey.empty()) {
+      absl::StatusOr<signing::PublicKey> pub = signing::PublicKey::LoadFile(opt.pubkey);
+      if (!pub.ok()) return pub.status();
+      return signing::Trust::Key(*std::move(pub));
+    }
+    return signing::Trust::CaCertificateFiles(opt.ca_certs);
+  }();
+  if (!trust.ok()) {
+    PrintError(absl::StrCat("verify: ", trust.status().message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> bundle = signing::ReadSmallFile(sig, signing::Limits{}.max_bundle_bytes,
+                                                              "Limits::max_bundle_bytes");
+  if (!bundle.ok()) {
+    PrintError(absl::StrCat("verify: ", bundle.status().message()));
+    return kExitError;
+  }
+  signing::VerifyOptions options;
+  options.ignore_unsigned_files = opt.ignore_unsigned;
+  if (dir && opt.signature.empty()) options.ignore_paths = {pipeline::kSignatureName};
+  absl::StatusOr<signing::VerifiedBundle> verified =
+      signing::VerifyModel(*bundle, *trust, opt.model, options);
+  if (!verified.ok()) {
+    PrintError(absl::StrCat("verify: FAILED: ", TerminalSafe(opt.model), ": ",
+                            TerminalSafe(base::StdView(verified.status().message()))));
+    return absl::IsInvalidArgument(verified.status()) || absl::IsNotFound(verified.status())
+               ? kExitError
+               : 1;
+  }
+  (void)WriteAll(STDOUT_FILENO,
+                 absl::StrCat(TerminalSafe(opt.model), ": OK (", verified->manifest.resources.size(),
+                              " signed ", verified->manifest.resources.size() == 1 ? "file" : "files",
+                              ", ", verified->method, " method, signer ",
+                              TerminalSafe(verified->signer), ")\n"));
   return 0;
 }
 
@@ -553,6 +655,11 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
   convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
+  convert->add_option("--key", convert_opt.key,
+                      "Sign the output with this private key (from `ckptscan keygen`): an "
+                      "OpenSSF model-signing bundle, OUT.sig beside a file, model.sig inside a "
+                      "sharded set's directory")
+      ->type_name("KEY");
   convert->add_flag("--strict", convert_opt.strict,
                     "Refuse to convert when (the selected part of) IN holds any value that is "
                     "not a tensor (by default such values are listed in the report as not "
@@ -585,6 +692,46 @@ int Main(int argc, char** argv) {
       "every shard converted; otherwise nothing is left.\n\n"
       "Exit codes: as for scan (1 SUSPICIOUS/DANGEROUS, 2 ERROR); also 2 when OUT\n"
       "exists without --force or the conversion fails (nothing is written).\n");
+
+  KeygenOptions keygen_opt;
+  CLI::App* keygen = app.add_subcommand(
+      "keygen", "Create an ECDSA P-256 signing key for convert --key");
+  keygen->add_option("--output,-o", keygen_opt.output,
+                     "The private key file to create (PEM, mode 0600; never overwritten)")
+      ->type_name("KEY")
+      ->required();
+  keygen->add_option("--public", keygen_opt.public_output,
+                     "The public key file to create (default: KEY.pub)")
+      ->type_name("PUB");
+
+  VerifyCliOptions verify_opt;
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Check an OpenSSF model-signing bundle against a model directory or file");
+  verify->add_option("MODEL", verify_opt.model,
+                     "The model: a directory (convert of a sharded set) or one file")
+      ->required();
+  verify->add_option("--signature", verify_opt.signature,
+                     "The bundle (default: MODEL/model.sig for a directory, MODEL.sig for a "
+                     "file)")
+      ->type_name("SIG");
+  CLI::Option* pubkey_opt =
+      verify->add_option("--pubkey", verify_opt.pubkey, "Trust this public key (PEM)")
+          ->type_name("PUB");
+  CLI::Option* ca_opt = verify->add_option(
+      "--cert-chain", verify_opt.ca_certs,
+      "Trust certificates issued under these CA certificates (PEM; repeatable)")
+                            ->type_name("CA");
+  pubkey_opt->excludes(ca_opt);
+  verify->add_flag("--ignore-unsigned-files", verify_opt.ignore_unsigned,
+                   "Accept files present in MODEL that the bundle does not cover");
+  verify->footer(
+      "Checks, in order: the bundle's structure (strict JSON, Sigstore bundle v0.3, DSSE,\n"
+      "in-toto statement), the signature with the given key or certificate chain, then\n"
+      "every file of MODEL: each signed file must be present with its digest, and no\n"
+      "unsigned file may have been added. The first failure is printed.\n\n"
+      "Exit codes: 0 verified; 1 verification failed (wrong key, bad signature, a\n"
+      "file changed, missing or added); 2 the bundle or model could not be read or is\n"
+      "malformed; 64 usage.\n");
 
   CLI::App* rules_cmd = app.add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);
@@ -620,6 +767,14 @@ int Main(int argc, char** argv) {
   if (show->parsed()) return RunRulesShow(show_rules);
   if (check->parsed()) return RunRulesCheck(check_file);
   if (version->parsed()) return RunVersion();
+  if (keygen->parsed()) return RunKeygen(keygen_opt);
+  if (verify->parsed()) {
+    if (verify_opt.pubkey.empty() && verify_opt.ca_certs.empty()) {
+      PrintError("verify: give --pubkey PUB or --cert-chain CA");
+      return kExitUsage;
+    }
+    return RunVerify(verify_opt);
+  }
   return kExitUsage;
 }
 

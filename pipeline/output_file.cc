@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/strings.h"
+#include "pipeline/sign_output.h"
 
 namespace ckptscan::pipeline {
 
@@ -23,6 +24,7 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_source_sha256(sha256);
   spec.set_scanner_version(request.scanner_version);
   spec.set_strict(request.strict);
+  spec.set_rules_version(request.rules_version);
   return spec;
 }
 namespace {
@@ -192,8 +194,38 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
     return absl::InvalidArgumentError(absl::StrCat("the output is ", layout->file_size,
                                                    " bytes, the plan ", plan.header.file_size));
   }
+  // Signed before it is published: the digest is read back here from the validated file.
+  std::string bundle;
+  if (request.sign_key != nullptr) {
+    const size_t slash = request.output.find_last_of('/');
+    absl::StatusOr<std::string> signed_bundle = SignFileModel(
+        out.fd(), layout->file_size,
+        slash == std::string::npos ? request.output : request.output.substr(slash + 1),
+        *request.sign_key);
+    if (!signed_bundle.ok()) return signed_bundle.status();
+    bundle = *std::move(signed_bundle);
+  }
   if (absl::Status s = out.Publish(request.replace); !s.ok()) return s;
   v1::Conversion c;
+  if (request.sign_key != nullptr) {
+    const std::string sig_path = SignaturePathFor(request.output);
+    absl::Status written = [&]() -> absl::Status {
+      absl::StatusOr<OutputFile> sig = OutputFile::Create(sig_path);
+      if (!sig.ok()) return sig.status();
+      if (absl::Status s = sig->WriteAt(0, bundle); !s.ok()) return s;
+      return sig->Publish(request.replace);
+    }();
+    if (!written.ok()) {
+      // A signed output is never left without its signature.
+      (void)::unlink(request.output.c_str());
+      return absl::Status(written.code(), absl::StrCat("the signature ", sig_path,
+                                                       " could not be written (", 
+                                                       written.message(),
+                                                       "); the output was removed"));
+    }
+    c.set_signature(sig_path);
+    c.set_signer(request.sign_key->public_key().hint());
+  }
   c.set_output(request.output);
   c.set_tensors(layout->tensors.size());
   c.set_aliases(plan.aliases.size());

@@ -29,6 +29,7 @@
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
 #include "core/convert/convert.h"
+#include "core/signing/keys.h"
 #include "core/safetensors/validator.h"
 
 namespace ckptscan::pipeline {
@@ -39,9 +40,13 @@ struct ConvertRequest {
   std::string output;           // the final path of the .safetensors file
   std::string select;           // convert::Options::select
   std::string scanner_version;  // recorded in __metadata__
+  std::string rules_version;    // recorded in __metadata__ (with the verdict, SAFE)
   bool replace = false;         // --force: an existing output is replaced
   bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
   bool strict = false;          // --strict (convert::Options::strict)
+  // --key: outputs are signed (pipeline/sign_output.h) with this key, held by the trusted
+  // side only. Not owned; null = unsigned.
+  const signing::PrivateKey* sign_key = nullptr;
   // An input that is a sharded checkpoint's index converts as a set into the directory
   // `output` (pipeline/shard_set.h). False for the shards themselves.
   bool allow_index = true;

@@ -15,7 +15,8 @@
 // directory and everything in it are removed; only a crash can leave it behind (hidden).
 //
 // The new index maps every name, aliases included, to the file that holds it (as Hugging
-// Face's converter does); metadata.total_size is the sum of the stored tensors' bytes.
+// Face's converter does); metadata.total_size is the sum of the stored tensors' bytes. With a
+// signing key, the whole directory is signed in staging (model.sig, pipeline/sign_output.h).
 //
 // Thread-compatible.
 #ifndef CKPTSCAN_PIPELINE_SHARD_SET_H_
@@ -33,6 +34,7 @@
 namespace ckptscan::pipeline {
 
 inline constexpr char kOutputIndexName[] = "model.safetensors.index.json";
+inline constexpr char kSignatureName[] = "model.sig";  // convert --key: the set's OMS bundle
 inline constexpr uint64_t kMaxShards = 99999;  // the five digits of model-NNNNN-of-NNNNN
 
 // Runs before an output is published; an error fails that file's conversion.

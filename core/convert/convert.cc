@@ -132,6 +132,10 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
   if (!options.source_format.empty()) metadata["ckptscan.source_format"] = options.source_format;
   if (!options.scanner_version.empty()) metadata["ckptscan.version"] = options.scanner_version;
+  if (!options.rules_version.empty()) {
+    metadata["ckptscan.rules_version"] = options.rules_version;
+    metadata["ckptscan.verdict"] = "SAFE";  // nothing else is ever converted
+  }
   metadata["ckptscan.dtype_policy"] = options.to_bf16 ? "bf16" : "keep";
   absl::StatusOr<safetensors::SerializedHeader> header =
       safetensors::SerializeHeader(specs, metadata);
@@ -148,6 +152,7 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.select = spec.select();
   options.to_bf16 = spec.to_bf16();
   options.strict = spec.strict();
+  options.rules_version = spec.rules_version();
   return options;
 }
 

@@ -56,6 +56,7 @@ struct Options {
   std::string source_sha256;
   std::string source_format;
   std::string scanner_version;
+  std::string rules_version;  // with "ckptscan.verdict": "SAFE" (only SAFE input converts)
   // Write only the tensors under this dotted key, with the prefix dropped ("" = all).
   std::string select;
   // Bytes gathered per write (memory stays bounded by this whatever the model size).
