@@ -275,6 +275,8 @@ struct ConvertOptions {
   bool force = false;
   bool strict = false;
   std::string key;
+  std::string sign_method = "files";
+  std::string sign_shard_size = "128M";
   std::string format = "text";
   std::string rules;
   std::vector<std::string> limits;
@@ -319,7 +321,16 @@ int RunConvert(const ConvertOptions& opt) {
   request.rules_version = ruleset.version();
   request.replace = opt.force;
   request.strict = opt.strict;
-  request.sign_key = key.has_value() ? &*key : nullptr;
+  request.sign.key = key.has_value() ? &*key : nullptr;
+  request.sign.method =
+      opt.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
+  absl::StatusOr<uint64_t> shard_size = ParseSizeValue(opt.sign_shard_size);
+  if (!shard_size.ok() || *shard_size == 0) {
+    PrintError(absl::StrCat("--sign-shard-size ", TerminalSafe(opt.sign_shard_size),
+                            ": not a positive size"));
+    return kExitUsage;
+  }
+  request.sign.shard_size = *shard_size;
   absl::StatusOr<pipeline::ConvertResult> result =
       jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
                        : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
@@ -543,7 +554,10 @@ int RunVerify(const VerifyCliOptions& opt) {
   }
   (void)WriteAll(STDOUT_FILENO,
                  absl::StrCat(TerminalSafe(opt.model), ": OK (", verified->manifest.resources.size(),
-                              " signed ", verified->manifest.resources.size() == 1 ? "file" : "files",
+                              " signed ",
+                              verified->manifest.serialization.method == signing::Method::kShards
+                                  ? "shards"
+                                  : verified->manifest.resources.size() == 1 ? "file" : "files",
                               ", ", verified->method, " method, signer ",
                               TerminalSafe(verified->signer), ")\n"));
   return 0;
@@ -660,6 +674,16 @@ int Main(int argc, char** argv) {
                       "OpenSSF model-signing bundle, OUT.sig beside a file, model.sig inside a "
                       "sharded set's directory")
       ->type_name("KEY");
+  convert->add_option("--sign-method", convert_opt.sign_method,
+                      "files: one digest per file (what model_signing's own tools write); "
+                      "shards: a digest per 128 MiB range, so that signing overlaps the "
+                      "conversion and verify uses every core")
+      ->check(CLI::IsMember({"files", "shards"}))
+      ->capture_default_str();
+  convert->add_option("--sign-shard-size", convert_opt.sign_shard_size,
+                      "With --sign-method shards: bytes per signed range (suffix K, M, G)")
+      ->type_name("SIZE")
+      ->capture_default_str();
   convert->add_flag("--strict", convert_opt.strict,
                     "Refuse to convert when (the selected part of) IN holds any value that is "
                     "not a tensor (by default such values are listed in the report as not "

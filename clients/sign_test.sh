@@ -64,6 +64,28 @@ for mode in jailed in-process; do
     fi
   fi
 
+  name="$mode: --sign-method shards (small shards, the header's recomputed) verifies"
+  if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem --sign-method shards \
+      --sign-shard-size 256 "$seq" -o m/sh.safetensors; then
+    if run "$name" 0 "$bin" verify m/sh.safetensors --pubkey key.pem.pub; then
+      if ! contains out.txt "4 signed shards"; then fail "$name" "$(cat out.txt)"
+      else
+        flip() { printf '\x01' | dd of="$1" bs=1 seek="$2" conv=notrunc status=none; }
+        flip m/sh.safetensors 900
+        if run "$name" 1 "$bin" verify m/sh.safetensors --pubkey key.pem.pub; then
+          if contains err.txt "768:1012"; then pass "$name"; else fail "$name" "$(cat err.txt)"; fi
+        fi
+      fi
+    fi
+  fi
+
+  name="$mode: a sharded set signed with --sign-method shards verifies"
+  rm -rf set3
+  if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem --sign-method shards \
+      --sign-shard-size 200 "$index" -o set3; then
+    if run "$name" 0 "$bin" verify set3 --pubkey key.pem.pub; then pass "$name"; fi
+  fi
+
   name="$mode: a malicious input is not converted and nothing is signed (exit 1)"
   if run "$name" 1 "$bin" convert "${flags[@]}" --key key.pem "$evil" -o m/evil.safetensors; then
     if [[ -e m/evil.safetensors || -e m/evil.safetensors.sig ]]; then fail "$name" "written"

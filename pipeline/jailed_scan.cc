@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -20,6 +21,7 @@
 #include "pipeline/judge_facts.h"
 #include "pipeline/mapped_file.h"
 #include "pipeline/sha256.h"
+#include "pipeline/sign_output.h"
 #include "sandbox/job.h"
 #include "sandbox/spawner.h"
 
@@ -260,8 +262,26 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), worker_spec, limits,
                               options);
   }
+  // Signing with shards: every shard past the first is final once the worker has exited (it
+  // can only append), so they are hashed on this core while the input's digest is finished
+  // on the other; the header's shard waits for the header (pipeline/sign_output.h).
+  std::optional<ShardWork> early;
+  std::thread early_hasher;
+  struct stat out_st;
+  if (request.sign.key != nullptr && request.sign.method == signing::Method::kShards &&
+      run.result.ok() && run.convert_error.empty() && out.ok() &&
+      ::fstat(out->fd(), &out_st) == 0) {
+    const uint64_t out_size = static_cast<uint64_t>(out_st.st_size);
+    early.emplace(out->fd(), out_size, request.sign.shard_size,
+                  ShardStarts(out_size, request.sign.shard_size, request.sign.shard_size));
+    early_hasher = std::thread([&] { early->Work(); });
+  }
   hasher.join();
+  if (early.has_value()) early->Work();  // this thread helps once the input is hashed
+  if (early_hasher.joinable()) early_hasher.join();
   if (!sha256.ok()) return sha256.status();
+  absl::StatusOr<ShardDigests> early_digests = absl::NotFoundError("none");
+  if (early.has_value()) early_digests = early->Result();
   result.report = ReportForRun(run, options, rules);
   result.report.set_path(request.input);
   result.report.set_sha256(*sha256);
@@ -298,8 +318,10 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     }
     if (check) CKPT_RETURN_IF_ERROR(check(plan));
     CKPT_RETURN_IF_ERROR(out->WriteAt(0, plan.header.bytes));
-    CKPT_ASSIGN_OR_RETURN(*result.report.mutable_conversion(),
-                          ValidateAndPublish(*out, plan, request));
+    const bool early_ok = early_digests.ok() && early->size() == plan.header.file_size;
+    CKPT_ASSIGN_OR_RETURN(
+        *result.report.mutable_conversion(),
+        ValidateAndPublish(*out, plan, request, early_ok ? &*early_digests : nullptr));
     return absl::OkStatus();
   }();
   return result;

@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/strings.h"
-#include "pipeline/sign_output.h"
 
 namespace ckptscan::pipeline {
 
@@ -187,7 +186,8 @@ absl::Status OutputFile::WriteAt(uint64_t offset, std::string_view bytes) {
 }
 
 absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert::Plan& plan,
-                                                  const ConvertRequest& request) {
+                                                  const ConvertRequest& request,
+                                                  const ShardDigests* early) {
   absl::StatusOr<safetensors::Layout> layout = out.Validate(plan.header.bytes);
   if (!layout.ok()) return layout.status();
   if (layout->file_size != plan.header.file_size) {
@@ -196,18 +196,18 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
   }
   // Signed before it is published: the digest is read back here from the validated file.
   std::string bundle;
-  if (request.sign_key != nullptr) {
+  if (request.sign.key != nullptr) {
     const size_t slash = request.output.find_last_of('/');
     absl::StatusOr<std::string> signed_bundle = SignFileModel(
         out.fd(), layout->file_size,
         slash == std::string::npos ? request.output : request.output.substr(slash + 1),
-        *request.sign_key);
+        request.sign, early, plan.header.bytes.size());
     if (!signed_bundle.ok()) return signed_bundle.status();
     bundle = *std::move(signed_bundle);
   }
   if (absl::Status s = out.Publish(request.replace); !s.ok()) return s;
   v1::Conversion c;
-  if (request.sign_key != nullptr) {
+  if (request.sign.key != nullptr) {
     const std::string sig_path = SignaturePathFor(request.output);
     absl::Status written = [&]() -> absl::Status {
       absl::StatusOr<OutputFile> sig = OutputFile::Create(sig_path);
@@ -224,7 +224,7 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
                                                        "); the output was removed"));
     }
     c.set_signature(sig_path);
-    c.set_signer(request.sign_key->public_key().hint());
+    c.set_signer(request.sign.key->public_key().hint());
   }
   c.set_output(request.output);
   c.set_tensors(layout->tensors.size());

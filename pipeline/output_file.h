@@ -29,7 +29,7 @@
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
 #include "core/convert/convert.h"
-#include "core/signing/keys.h"
+#include "pipeline/sign_output.h"
 #include "core/safetensors/validator.h"
 
 namespace ckptscan::pipeline {
@@ -44,9 +44,9 @@ struct ConvertRequest {
   bool replace = false;         // --force: an existing output is replaced
   bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
   bool strict = false;          // --strict (convert::Options::strict)
-  // --key: outputs are signed (pipeline/sign_output.h) with this key, held by the trusted
-  // side only. Not owned; null = unsigned.
-  const signing::PrivateKey* sign_key = nullptr;
+  // --key / --sign-method: outputs are signed (pipeline/sign_output.h) with this key, held by
+  // the trusted side only (not owned; a null key = unsigned).
+  SignOptions sign;
   // An input that is a sharded checkpoint's index converts as a set into the directory
   // `output` (pipeline/shard_set.h). False for the shards themselves.
   bool allow_index = true;
@@ -107,8 +107,11 @@ class OutputFile final {
 // The trusted side's last step, for both paths: the output written by the worker (or in
 // process) must begin with exactly `plan`'s header, be exactly the planned size and pass the
 // strict validator; then it is published (`request.replace`) and described for the report.
+// `early` (may be null): shard digests of the output computed before its header was written
+// (SignFileModel).
 absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert::Plan& plan,
-                                                  const ConvertRequest& request);
+                                                  const ConvertRequest& request,
+                                                  const ShardDigests* early = nullptr);
 
 }  // namespace ckptscan::pipeline
 

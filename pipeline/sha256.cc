@@ -51,10 +51,16 @@ absl::StatusOr<std::string> Sha256Hex(std::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size) {
+  return Sha256HexOfRange(fd, 0, size);
+}
+
+absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t length) {
+  if (length > UINT64_MAX - offset) return absl::InvalidArgumentError("sha256: range overflows");
+  const uint64_t size = offset + length;
   absl::StatusOr<Ctx> ctx = NewSha256();
   if (!ctx.ok()) return ctx.status();
   std::vector<char> buf(kChunk);
-  uint64_t off = 0;
+  uint64_t off = offset;
   while (off < size) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
     const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));

@@ -23,6 +23,9 @@ absl::StatusOr<std::string> Sha256Hex(std::string_view bytes);
 // shorter than `size`.
 absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size);
 
+// The same for the `length` bytes of `fd` from `offset`.
+absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t length);
+
 }  // namespace ckptscan::pipeline
 
 #endif  // CKPTSCAN_PIPELINE_SHA256_H_

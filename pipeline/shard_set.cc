@@ -201,7 +201,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
       r.output = staging->Path(out_name);
       r.replace = false;
       r.allow_index = false;
-      r.sign_key = nullptr;  // the set is signed as one model below
+      r.sign.key = nullptr;  // the set is signed as one model below
       ShardOutcome outcome;
       const std::string shard = file;
       const std::set<std::string>& listed = names;
@@ -243,11 +243,11 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     const std::string index_path = staging->Path(kOutputIndexName);
     staging->Created(kOutputIndexName);
     if (absl::Status s = WriteNewFile(index_path, text); !s.ok()) return s;
-    if (request.sign_key != nullptr) {
+    if (request.sign.key != nullptr) {
       // Signed in place, read back from the staging directory on both cores; the bundle is
       // part of the set, so the set never appears unsigned.
       absl::StatusOr<std::string> bundle = SignDirectoryModel(
-          staging->dir(), BaseName(out_dir), kSignatureName, *request.sign_key);
+          staging->dir(), BaseName(out_dir), kSignatureName, request.sign);
       if (!bundle.ok()) return bundle.status();
       staging->Created(kSignatureName);
       if (absl::Status s = WriteNewFile(staging->Path(kSignatureName), *bundle); !s.ok()) {
@@ -270,9 +270,9 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     c->set_aliases(aliases);
     c->set_bytes(text.size());
     c->set_dtype(request.to_bf16 ? "bf16" : "keep");
-    if (request.sign_key != nullptr) {
+    if (request.sign.key != nullptr) {
       c->set_signature(absl::StrCat(out_dir, "/", kSignatureName));
-      c->set_signer(request.sign_key->public_key().hint());
+      c->set_signer(request.sign.key->public_key().hint());
     }
     return absl::OkStatus();
   }();
