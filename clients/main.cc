@@ -277,6 +277,8 @@ struct ConvertOptions {
   std::string key;
   std::string sign_method = "files";
   std::string sign_shard_size = "128M";
+  std::string cert;
+  std::string cert_chain;
   std::string format = "text";
   std::string rules;
   std::vector<std::string> limits;
@@ -331,6 +333,17 @@ int RunConvert(const ConvertOptions& opt) {
     return kExitUsage;
   }
   request.sign.shard_size = *shard_size;
+  for (const auto& [path, pem] : {std::pair{&opt.cert, &request.sign.cert_pem},
+                                  std::pair{&opt.cert_chain, &request.sign.chain_pem}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text =
+        signing::ReadSmallFile(*path, signing::Limits{}.max_pem_bytes, "Limits::max_pem_bytes");
+    if (!text.ok()) {
+      PrintError(absl::StrCat(TerminalSafe(*path), ": ", text.status().message()));
+      return kExitUsage;
+    }
+    *pem = *std::move(text);
+  }
   absl::StatusOr<pipeline::ConvertResult> result =
       jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
                        : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
@@ -669,17 +682,25 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
   convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
-  convert->add_option("--key", convert_opt.key,
-                      "Sign the output with this private key (from `ckptscan keygen`): an "
-                      "OpenSSF model-signing bundle, OUT.sig beside a file, model.sig inside a "
-                      "sharded set's directory")
-      ->type_name("KEY");
+  CLI::Option* key_opt = convert->add_option(
+      "--key", convert_opt.key,
+      "Sign the output with this private key (from `ckptscan keygen`): an OpenSSF "
+      "model-signing bundle, OUT.sig beside a file, model.sig inside a sharded set's "
+      "directory")->type_name("KEY");
   convert->add_option("--sign-method", convert_opt.sign_method,
                       "files: one digest per file (what model_signing's own tools write); "
                       "shards: a digest per 128 MiB range, so that signing overlaps the "
                       "conversion and verify uses every core")
       ->check(CLI::IsMember({"files", "shards"}))
       ->capture_default_str();
+  CLI::Option* cert_opt = convert->add_option(
+      "--cert", convert_opt.cert,
+      "Sign with the certificate method: this PEM certificate certifies --key's public key "
+      "(verify with --cert-chain CA)")->type_name("LEAF")->needs(key_opt);
+  convert->add_option("--cert-chain", convert_opt.cert_chain,
+                      "With --cert: PEM intermediate certificates to include")
+      ->type_name("CHAIN")
+      ->needs(cert_opt);
   convert->add_option("--sign-shard-size", convert_opt.sign_shard_size,
                       "With --sign-method shards: bytes per signed range (suffix K, M, G)")
       ->type_name("SIZE")

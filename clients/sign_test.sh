@@ -149,6 +149,33 @@ name="a garbled bundle is malformed (exit 2)"
 rm -rf t && cp -r set t && printf '{"mediaType": ' >t/model.sig
 if run "$name" 2 "$bin" verify t --pubkey key.pem.pub; then pass "$name"; fi
 
+# The certificate method: a CA made here with openssl(1) certifies key.pem's public key.
+name="convert --key --cert signs with the certificate method; verify --cert-chain CA accepts it"
+openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+openssl req -x509 -new -key ca.key -subj "/CN=ckptscan test CA" -days 2 -out ca.pem \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+openssl req -new -key key.pem -subj "/CN=ckptscan signer" -out leaf.csr 2>/dev/null
+printf 'keyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n' >leaf.ext
+openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+  -extfile leaf.ext -out leaf.pem 2>/dev/null
+rm -rf cm && mkdir cm
+if run "$name" 0 "$bin" convert --key key.pem --cert leaf.pem "$seq" -o cm/c.safetensors; then
+  if run "$name" 0 "$bin" verify cm/c.safetensors --cert-chain ca.pem; then
+    if contains out.txt "certificate method"; then pass "$name"; else fail "$name" "$(cat out.txt)"; fi
+  fi
+fi
+
+name="a certificate bundle is refused under another CA (exit 1)"
+openssl ecparam -name prime256v1 -genkey -noout -out ca2.key 2>/dev/null
+openssl req -x509 -new -key ca2.key -subj "/CN=other CA" -days 2 -out ca2.pem \
+  -addext "basicConstraints=critical,CA:TRUE" 2>/dev/null
+if run "$name" 1 "$bin" verify cm/c.safetensors --cert-chain ca2.pem; then pass "$name"; fi
+
+name="--cert for another key is refused, nothing written (exit 2)"
+if run "$name" 2 "$bin" convert --key other.pem --cert leaf.pem "$seq" -o cm/d.safetensors; then
+  if [[ -e cm/d.safetensors ]]; then fail "$name" "output written"; else pass "$name"; fi
+fi
+
 name="verify without a trust anchor is a usage error (exit 64)"
 if run "$name" 64 "$bin" verify set; then pass "$name"; fi
 

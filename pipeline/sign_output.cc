@@ -8,6 +8,16 @@
 #include "pipeline/sha256.h"
 
 namespace ckptscan::pipeline {
+namespace {
+
+absl::StatusOr<std::string> SignWith(const signing::Manifest& manifest,
+                                     const SignOptions& options) {
+  if (options.cert_pem.empty()) return signing::Sign(manifest, *options.key);
+  return signing::SignWithCertificate(manifest, *options.key, options.cert_pem,
+                                      options.chain_pem);
+}
+
+}  // namespace
 
 std::vector<uint64_t> ShardStarts(uint64_t size, uint64_t shard_size, uint64_t from) {
   std::vector<uint64_t> starts;
@@ -51,7 +61,7 @@ absl::StatusOr<std::string> SignFileModel(int fd, uint64_t size, const std::stri
     absl::StatusOr<std::string> digest = Sha256HexOfFd(fd, size);
     if (!digest.ok()) return digest.status();
     manifest.AddFile(".", *std::move(digest));
-    return signing::Sign(manifest, *options.key);
+    return SignWith(manifest, options);
   }
   manifest.serialization.method = signing::Method::kShards;
   manifest.serialization.shard_size = options.shard_size;
@@ -77,7 +87,7 @@ absl::StatusOr<std::string> SignFileModel(int fd, uint64_t size, const std::stri
   for (const auto& [start, hex] : digests) {
     manifest.AddShard(".", start, std::min(start + options.shard_size, size), hex);
   }
-  return signing::Sign(manifest, *options.key);
+  return SignWith(manifest, options);
 }
 
 absl::StatusOr<std::string> SignDirectoryModel(const std::string& dir,
@@ -91,7 +101,7 @@ absl::StatusOr<std::string> SignDirectoryModel(const std::string& dir,
   absl::StatusOr<signing::Manifest> manifest = signing::HashModel(dir, hash);
   if (!manifest.ok()) return manifest.status();
   manifest->model_name = model_name;
-  return signing::Sign(*manifest, *options.key);
+  return SignWith(*manifest, options);
 }
 
 std::string SignaturePathFor(const std::string& output) { return absl::StrCat(output, ".sig"); }

@@ -42,6 +42,10 @@ struct SignOptions {
   const signing::PrivateKey* key = nullptr;  // null: not signed
   signing::Method method = signing::Method::kFiles;
   uint64_t shard_size = kSignShardSize;
+  // The certificate method (--cert): a PEM leaf certifying `key`, and PEM intermediates (may
+  // be empty). Empty leaf: the key method.
+  std::string cert_pem;
+  std::string chain_pem;
 };
 
 // Shard digests of one file, by shard start.
