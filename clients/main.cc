@@ -8,9 +8,8 @@
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -18,8 +17,10 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,10 +28,13 @@
 #include "absl/strings/str_cat.h"
 #include "clients/disasm.h"
 #include "clients/limit_flags.h"
+#include "clients/manifest.h"
 #include "clients/report_format.h"
 #include "clients/scan_targets.h"
 #include "clients/verdict.h"
 #include "core/base/strings.h"
+#include "core/convert/convert.h"
+#include "core/safetensors/validator.h"
 #include "core/signing/bundle.h"
 #include "core/signing/keys.h"
 #include "pipeline/jailed_scan.h"
@@ -54,12 +58,13 @@ constexpr std::string_view kVersion = CKPT_VERSION;
 
 constexpr char kExitCodesHelp[] =
     "Exit codes:\n"
-    "  0   every file SAFE\n"
+    "  0   every file SAFE (scan --fail-on dangerous: or SUSPICIOUS)\n"
     "  1   worst verdict SUSPICIOUS or DANGEROUS (findings win over errors)\n"
     "  2   worst verdict ERROR: a file could not be verified (malformed,\n"
-    "      unsupported format, over a limit, unreadable); also when no file\n"
-    "      was found or the report could not be written\n"
-    "  64  usage error: bad command, flag, --limit or rules file\n";
+    "      unsupported format, over a limit, unreadable, missing, or not the\n"
+    "      digest its --manifest lists); also when no file was found or the\n"
+    "      report could not be written\n"
+    "  64  usage error: bad command, flag, --limit, rules or manifest file\n";
 
 // Writes all of `data` to `fd`, retrying short writes.
 absl::Status WriteAll(int fd, std::string_view data) {
@@ -198,11 +203,46 @@ struct ScanOptions {
   std::string output;
   std::string rules;
   std::string digest = "sha256";
+  std::string fail_on = "suspicious";
+  std::vector<std::string> excludes;
+  std::string manifest;
+  std::string sarif_output;
   std::vector<std::string> limits;
   SandboxFlags sandbox;
 };
 
+// The (device, inode) of `path`, symlinks followed; nullopt if it cannot be stat'ed.
+std::optional<std::pair<dev_t, ino_t>> Identity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::pair{st.st_dev, st.st_ino};
+}
+
+void AddError(v1::FileReport* file, std::string_view code, std::string message) {
+  v1::ScanError* e = file->add_errors();
+  e->set_code(std::string(code));
+  e->set_message(std::move(message));
+  file->set_verdict(rules::WorseVerdict(file->verdict(), v1::VERDICT_ERROR));
+}
+
 int RunScan(const ScanOptions& opt) {
+  if (opt.paths.empty() && opt.manifest.empty()) {
+    PrintError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
+    return kExitUsage;
+  }
+  if (!opt.manifest.empty() && opt.digest == "none") {
+    PrintError("scan: --manifest compares digests; it cannot be used with --digest none");
+    return kExitUsage;
+  }
+  std::vector<ManifestEntry> manifest;
+  if (!opt.manifest.empty()) {
+    absl::StatusOr<std::vector<ManifestEntry>> m = ReadManifest(opt.manifest);
+    if (!m.ok()) {
+      PrintError(absl::StrCat("--manifest: ", TerminalSafe(base::StdView(m.status().message()))));
+      return kExitUsage;
+    }
+    manifest = *std::move(m);
+  }
   std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
   if (!engine) return kExitUsage;
   const rules::RuleSet& ruleset = *engine->rules;
@@ -217,28 +257,82 @@ int RunScan(const ScanOptions& opt) {
   report.set_schema(std::string(kReportSchema));
   report.set_scanner_version(std::string(kVersion));
   report.set_rules_version(ruleset.version());
+  // Every file scanned, by identity: a shard an index names is scanned once.
+  std::set<std::pair<dev_t, ino_t>> scanned;
+  auto scan = [&](const std::string& path) -> v1::FileReport* {
+    absl::StatusOr<v1::FileReport> file =
+        jail.has_value() ? pipeline::ScanFileJailed(path, ruleset, limits, *jail)
+                         : pipeline::ScanFileInProcess(path, ruleset, limits, sha256);
+    v1::FileReport* out = report.add_files();
+    *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+    if (std::optional<std::pair<dev_t, ino_t>> id = Identity(path)) scanned.insert(*id);
+    return out;
+  };
+
   std::string skipped;
-  for (const ScanTarget& t : ExpandScanPaths(opt.paths)) {
+  for (const ScanTarget& t : ExpandScanPaths(opt.paths, opt.excludes)) {
     switch (t.kind) {
       case ScanTarget::Kind::kSkipped:
-        absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (",
-                        t.reason, ")\n");
+        absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (", TerminalSafe(t.reason),
+                        ")\n");
         break;
       case ScanTarget::Kind::kUnreadable:
         *report.add_files() = pipeline::UnreadableFileReport(t.path, t.status);
         break;
-      case ScanTarget::Kind::kFile: {
-        absl::StatusOr<v1::FileReport> file =
-            jail.has_value()
-                ? pipeline::ScanFileJailed(t.path, ruleset, limits, *jail)
-                : pipeline::ScanFileInProcess(t.path, ruleset, limits, sha256);
-        *report.add_files() =
-            file.ok() ? *std::move(file)
-                      : pipeline::UnreadableFileReport(t.path, file.status());
+      case ScanTarget::Kind::kFile:
+        scan(t.path);
         break;
+    }
+  }
+
+  // --manifest: every listed file, then its digest against the listed one. A missing file is
+  // an ERROR entry; a mismatch is an error of its own (code digest_mismatch), so that the file
+  // is never SAFE, whatever its content.
+  for (const ManifestEntry& entry : manifest) {
+    v1::FileReport* file;
+    if (!Identity(entry.path).has_value()) {
+      const int err = errno;
+      file = report.add_files();
+      *file = pipeline::UnreadableFileReport(
+          entry.path, absl::NotFoundError(absl::StrCat(
+                          "listed in the manifest but missing: ", TerminalSafe(entry.path), ": ",
+                          std::strerror(err))));
+    } else {
+      file = scan(entry.path);
+    }
+    file->set_expected_sha256(entry.sha256);
+    if (!file->sha256().empty() && file->sha256() != entry.sha256) {
+      AddError(file, kDigestMismatchCode,
+               absl::StrCat("sha256 ", file->sha256(), " is not the ", entry.sha256,
+                            " the manifest lists: the file was changed or replaced"));
+    }
+  }
+
+  // A sharded checkpoint is scanned as a whole: every shard an index names must exist in the
+  // index's directory and is scanned (once: most are already in the folder being scanned). The
+  // loop also visits the files it appends.
+  for (int i = 0; i < report.files_size(); ++i) {
+    if (report.files(i).format() != "hf-index") continue;
+    const std::string index_path = report.files(i).path();
+    const size_t slash = index_path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : index_path.substr(0, slash + 1);
+    const std::vector<std::string> shards(report.files(i).shards().begin(),
+                                          report.files(i).shards().end());
+    for (const std::string& shard : shards) {
+      const std::string path = dir + shard;
+      const std::optional<std::pair<dev_t, ino_t>> id = Identity(path);
+      if (!id.has_value()) {
+        const int err = errno;
+        AddError(report.mutable_files(i), "missing_shard",
+                 absl::StrCat("shard \"", TerminalSafe(shard),
+                              "\" named by the index's weight_map is missing: ", TerminalSafe(path),
+                              ": ", std::strerror(err)));
+      } else if (!scanned.count(*id)) {
+        scan(path);
       }
     }
   }
+
   // Nothing scanned is nothing verified: ERROR, never SAFE.
   v1::Verdict verdict =
       report.files_size() == 0 ? v1::VERDICT_ERROR : v1::VERDICT_SAFE;
@@ -248,23 +342,33 @@ int RunScan(const ScanOptions& opt) {
   if (report.files_size() == 0)
     PrintError("no files to scan under the given paths");
 
+  const FailOn fail_on = opt.fail_on == "dangerous" ? FailOn::kDangerous : FailOn::kSuspicious;
   std::string out;
   if (opt.format == "json") {
     out = ReportToJson(report);
   } else if (opt.format == "sarif") {
     out = ReportToSarif(report, rules::Catalogue());
+  } else if (opt.format == "junit") {
+    out = ReportToJunit(report, fail_on);
   } else {
     out = skipped + ReportToText(report);
   }
   if (opt.format != "text" && !skipped.empty()) {
     (void)WriteAll(STDERR_FILENO,
-                   skipped);  // never silent, but keep JSON/SARIF parseable
+                   skipped);  // never silent, but keep JSON/SARIF/JUnit parseable
   }
   if (absl::Status s = WriteOutput(opt.output, out); !s.ok()) {
     PrintError(absl::StrCat("cannot write the report: ", s.message()));
     return kExitError;
   }
-  return ExitCodeFor(report.verdict());
+  if (!opt.sarif_output.empty()) {
+    if (absl::Status s = WriteOutput(opt.sarif_output, ReportToSarif(report, rules::Catalogue()));
+        !s.ok()) {
+      PrintError(absl::StrCat("cannot write the SARIF report: ", s.message()));
+      return kExitError;
+    }
+  }
+  return ExitCodeFor(report, fail_on);
 }
 
 struct ConvertOptions {
@@ -284,6 +388,22 @@ struct ConvertOptions {
   std::vector<std::string> limits;
   SandboxFlags sandbox;
 };
+
+// A safetensors input is SAFE to scan but has nothing to convert (its facts carry no tensor
+// list): refused rather than written as an empty file. The plan's header is this process's own
+// (built from the judged facts), read back with the validator for its provenance.
+absl::Status RefuseSafetensors(const convert::Plan& plan) {
+  absl::StatusOr<safetensors::Layout> layout = safetensors::ValidateHeader(
+      plan.header.bytes, plan.header.file_size, safetensors::ValidatorLimits{});
+  if (!layout.ok()) return layout.status();
+  const auto source = layout->metadata.find("ckptscan.source_format");
+  if (source != layout->metadata.end() && source->second == "safetensors") {
+    return absl::FailedPreconditionError(
+        "the input is already a safetensors file (it passed the strict validator): nothing to "
+        "convert");
+  }
+  return absl::OkStatus();
+}
 
 // `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
 // converted, to an unlinked file next to OUT that is validated, then linked as OUT.
@@ -345,8 +465,9 @@ int RunConvert(const ConvertOptions& opt) {
     *pem = *std::move(text);
   }
   absl::StatusOr<pipeline::ConvertResult> result =
-      jail.has_value() ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail)
-                       : pipeline::ConvertFileInProcess(request, ruleset, engine->limits);
+      jail.has_value()
+          ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail, RefuseSafetensors)
+          : pipeline::ConvertFileInProcess(request, ruleset, engine->limits, RefuseSafetensors);
   v1::Report report;
   report.set_schema(std::string(kReportSchema));
   report.set_scanner_version(std::string(kVersion));
@@ -581,12 +702,22 @@ std::string ScanFooter() {
       "Formats (--format):\n"
       "  text   for people: per file its findings and errors; a summary\n"
       "  json   the report of docs/report.md (schema ckptscan.report.v1)\n"
-      "  sarif  SARIF 2.1.0 for CI code scanning\n"
+      "  sarif  SARIF 2.1.0 for CI code scanning (GitHub code scanning)\n"
+      "  junit  JUnit XML: a testcase per file, failure for SUSPICIOUS and\n"
+      "         DANGEROUS (as --fail-on says), error for ERROR\n"
       "\n"
       "Folders are walked recursively in sorted order. Symlinked folders\n"
-      "are not followed: they are listed as skipped, as are FIFOs, sockets\n"
-      "and devices. The format is detected from the content, never from\n"
-      "the file name.\n"
+      "are not followed: they are listed as skipped, as are FIFOs, sockets,\n"
+      "devices and what --exclude matches. The format is detected from the\n"
+      "content, never from the file name: pickles, torch archives, numpy,\n"
+      "safetensors (validated strictly) and sharded-checkpoint indexes\n"
+      "(*.index.json), whose every shard must exist beside the index and is\n"
+      "scanned too (a missing shard makes the index ERROR).\n"
+      "\n"
+      "--manifest FILE: every file FILE lists is scanned and its SHA-256\n"
+      "compared; a missing file is ERROR, and so is a digest mismatch\n"
+      "(error code digest_mismatch): it exits 2 (1 if another file has\n"
+      "findings), never 0.\n"
       "\n"
       "Sandbox: each file is parsed by a fresh ckptscan-worker in a jail\n"
       "(seccomp allowlist, rlimits, namespaces where available); only facts\n"
@@ -614,14 +745,32 @@ int Main(int argc, char** argv) {
   ScanOptions scan_opt;
   CLI::App* scan =
       app.add_subcommand("scan", "Scan files and folders; print a report");
-  scan->add_option("PATH", scan_opt.paths, "Files or folders to scan")
-      ->required();
-  scan->add_option("--format,-f", scan_opt.format,
-                   "Report format: text, json or sarif")
-      ->check(CLI::IsMember({"text", "json", "sarif"}))
+  scan->add_option("PATH", scan_opt.paths, "Files or folders to scan (optional with --manifest)");
+  scan->add_option("--format,-f", scan_opt.format, "Report format: text, json, sarif or junit")
+      ->check(CLI::IsMember({"text", "json", "sarif", "junit"}))
       ->capture_default_str();
+  scan->add_option("--fail-on", scan_opt.fail_on,
+                   "Least verdict that exits 1: suspicious (SUSPICIOUS or DANGEROUS) or "
+                   "dangerous (DANGEROUS only; SUSPICIOUS then exits 0). ERROR always exits 2")
+      ->check(CLI::IsMember({"suspicious", "dangerous"}))
+      ->capture_default_str();
+  scan->add_option("--exclude", scan_opt.excludes,
+                   "Skip files and folders inside a scanned folder whose path relative to it "
+                   "matches this fnmatch GLOB ('*' also matches '/'); repeatable; listed as "
+                   "skipped")
+      ->type_name("GLOB")
+      ->allow_extra_args(false);
+  scan->add_option("--manifest", scan_opt.manifest,
+                   "Scan every file FILE lists and compare its SHA-256: sha256sum output "
+                   "(HEX  PATH) or a JSON list of {\"path\", \"sha256\"}; paths relative to "
+                   "FILE's folder")
+      ->type_name("FILE");
   scan->add_option("--output,-o", scan_opt.output,
                    "Write the report to FILE instead of stdout")
+      ->type_name("FILE");
+  scan->add_option("--sarif-output", scan_opt.sarif_output,
+                   "Also write the report as SARIF 2.1.0 to FILE (for CI: text in the log, "
+                   "SARIF for code scanning, from one scan)")
       ->type_name("FILE");
   scan->add_option("--rules", scan_opt.rules,
                    "Rules file (text-format ckptscan.v1.RuleSet) instead of "

@@ -89,6 +89,12 @@ Json FileJson(const v1::FileReport& f) {
                       {"unsupported", f.tensors().unsupported()}};
   j["pickles"] = f.pickles();
   j["globals"] = f.globals();
+  if (f.shards_size() > 0) {
+    Json shards = Json::array();
+    for (const std::string& s : f.shards()) shards.push_back(s);
+    j["shards"] = std::move(shards);
+  }
+  if (!f.expected_sha256().empty()) j["expected_sha256"] = f.expected_sha256();
   if (f.has_conversion()) {
     const v1::Conversion& c = f.conversion();
     Json not_written = Json::array();
@@ -218,13 +224,16 @@ std::string WhereText(const v1::Location& l) {
   return s;
 }
 
-Json SarifLocation(const v1::FileReport& f, const v1::Location* l) {
+// Checkpoints are binary: there are no lines to point at. GitHub code scanning
+// needs region.startLine to place an alert, so every result names line 1 of
+// the file; where in the file (byte offset, member, opcode) is in the message
+// text and in the result's properties (`member`, `offset`). A SARIF region may
+// not mix a text line with a byte range that does not lie on it, so no
+// byteOffset is given.
+Json SarifLocation(const v1::FileReport& f) {
   Json physical;
   physical["artifactLocation"] = Json{{"uri", PathToUri(f.path())}};
-  // A byte offset names a place in the file only for a raw stream; a container
-  // member's offsets are within the member.
-  if (l != nullptr && l->member().empty())
-    physical["region"] = Json{{"byteOffset", l->offset()}};
+  physical["region"] = Json{{"startLine", 1}};
   Json loc;
   loc["physicalLocation"] = std::move(physical);
   return loc;
@@ -248,6 +257,14 @@ Json RuleDescriptor(std::string_view id,
     help = std::string(info->help);
     level = SarifLevel(info->verdict);
     security_severity = SecuritySeverity(info->severity);
+  } else if (id == kDigestMismatchRuleId) {
+    title = "The file is not the file the manifest lists";
+    help =
+        "scan --manifest: the file's SHA-256 differs from the digest its manifest lists. It "
+        "was changed, replaced or corrupted after the manifest was made; whatever its own "
+        "verdict, it is not the file that was reviewed. Restore the listed file or update the "
+        "manifest after reviewing the change.";
+    level = "error";
   } else if (id == kScanErrorRuleId) {
     title = "The file could not be verified";
     help =
@@ -276,6 +293,85 @@ Json RuleDescriptor(std::string_view id,
     props["security-severity"] = security_severity;
   d["properties"] = std::move(props);
   return d;
+}
+
+// A scan error's SARIF rule: its own for a manifest digest mismatch, else
+// scan.error.
+std::string ErrorRuleId(const v1::ScanError& e) {
+  return std::string(e.code() == kDigestMismatchCode ? kDigestMismatchRuleId : kScanErrorRuleId);
+}
+
+// ---------------------------------------------------------------- JUnit
+
+// Text for XML character data and attribute values: made terminal-safe first
+// (controls, bidi overrides and bytes that are not UTF-8 become visible
+// escapes, so only XML 1.0 characters remain), then the noncharacters
+// U+FFFE/U+FFFF (not XML characters either) and the five markup characters.
+std::string XmlEscape(std::string_view text) {
+  const std::string safe = TerminalSafe(text);
+  std::string out;
+  out.reserve(safe.size());
+  for (size_t i = 0; i < safe.size(); ++i) {
+    const char c = safe[i];
+    if (c == '\xEF' && i + 2 < safe.size() && safe[i + 1] == '\xBF' &&
+        (safe[i + 2] == '\xBE' || safe[i + 2] == '\xBF')) {
+      out += safe[i + 2] == '\xBE' ? "\\u{FFFE}" : "\\u{FFFF}";
+      i += 2;
+      continue;
+    }
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// The body of a failure or error element: one line per finding or error.
+std::string JunitDetails(const v1::FileReport& f) {
+  std::string out;
+  for (const v1::Finding& x : f.findings()) {
+    absl::StrAppend(&out, base::AbslView(SeverityName(x.severity())), " ", x.rule_id());
+    if (!x.global().empty()) absl::StrAppend(&out, " ", x.global());
+    absl::StrAppend(&out, " ", WhereText(x.location()), ": ", x.message());
+    if (!x.call().empty()) absl::StrAppend(&out, " [call ", x.call(), "]");
+    out += "\n";
+  }
+  for (const v1::ScanError& e : f.errors()) {
+    absl::StrAppend(&out, "error ", e.code());
+    if (e.has_location()) absl::StrAppend(&out, " ", WhereText(e.location()));
+    absl::StrAppend(&out, ": ", e.message(), "\n");
+  }
+  return out;
+}
+
+// XmlEscape, line by line: TerminalSafe would show the newlines between the
+// lines as "\n".
+std::string XmlEscapeLines(std::string_view text) {
+  std::string out;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    out += XmlEscape(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    out += "\n";
+    text.remove_prefix(nl + 1);
+  }
+  return out;
 }
 
 }  // namespace
@@ -376,7 +472,7 @@ std::string ReportToSarif(const v1::Report& report,
   std::set<std::string> used;
   for (const v1::FileReport& f : report.files()) {
     for (const v1::Finding& x : f.findings()) used.insert(x.rule_id());
-    if (f.errors_size() > 0) used.insert(std::string(kScanErrorRuleId));
+    for (const v1::ScanError& e : f.errors()) used.insert(ErrorRuleId(e));
   }
   std::map<std::string, size_t> index;
   Json rules = Json::array();
@@ -399,7 +495,7 @@ std::string ReportToSarif(const v1::Report& report,
       r["ruleIndex"] = index[x.rule_id()];
       r["level"] = SarifLevel(x.verdict());
       r["message"] = Json{{"text", text}};
-      r["locations"] = Json::array({SarifLocation(f, &l)});
+      r["locations"] = Json::array({SarifLocation(f)});
       r["partialFingerprints"] =
           Json{{kFingerprintKey, Fingerprint(x.rule_id(), f.path(), l.member(),
                                              x.global(), l.offset())}};
@@ -408,7 +504,8 @@ std::string ReportToSarif(const v1::Report& report,
                              {"category", x.category()},
                              {"global", x.global()},
                              {"call", x.call()},
-                             {"member", l.member()}};
+                             {"member", l.member()},
+                             {"offset", l.offset()}};
       results.push_back(std::move(r));
     }
     for (const v1::ScanError& e : f.errors()) {
@@ -421,19 +518,21 @@ std::string ReportToSarif(const v1::Report& report,
                         "]");
       }
       Json r;
-      r["ruleId"] = kScanErrorRuleId;
-      r["ruleIndex"] = index[std::string(kScanErrorRuleId)];
+      const std::string rule_id = ErrorRuleId(e);
+      r["ruleId"] = rule_id;
+      r["ruleIndex"] = index[rule_id];
       r["level"] = "error";
       r["message"] = Json{{"text", text}};
-      r["locations"] = Json::array({SarifLocation(f, l)});
+      r["locations"] = Json::array({SarifLocation(f)});
       // The error code stands in for the global.
       r["partialFingerprints"] =
-          Json{{kFingerprintKey,
-                Fingerprint(kScanErrorRuleId, f.path(), l ? l->member() : "",
-                            e.code(), l ? l->offset() : 0)}};
+          Json{{kFingerprintKey, Fingerprint(rule_id, f.path(), l ? l->member() : "", e.code(),
+                                             l ? l->offset() : 0)}};
       Json props;
       props["verdict"] = "ERROR";
       props["code"] = e.code();
+      props["member"] = l ? l->member() : "";
+      props["offset"] = l ? l->offset() : 0;
       if (!e.limit_name().empty()) {
         props["limit_name"] = e.limit_name();
         props["limit_value"] = e.limit_value();
@@ -463,6 +562,50 @@ std::string ReportToSarif(const v1::Report& report,
   sarif["version"] = "2.1.0";
   sarif["runs"] = Json::array({std::move(run)});
   return Dump(sarif);
+}
+
+std::string ReportToJunit(const v1::Report& report, FailOn fail_on) {
+  uint64_t failures = 0;
+  uint64_t errors = 0;
+  std::string cases;
+  for (const v1::FileReport& f : report.files()) {
+    const std::string_view verdict = VerdictName(f.verdict());
+    const bool error = f.verdict() != v1::VERDICT_SAFE && f.verdict() != v1::VERDICT_SUSPICIOUS &&
+                       f.verdict() != v1::VERDICT_DANGEROUS;
+    const bool failure = !error && Fails(f.verdict(), fail_on);
+    absl::StrAppend(&cases, "    <testcase classname=\"ckptscan.scan\" name=\"",
+                    XmlEscape(f.path()), "\" file=\"", XmlEscape(f.path()), "\"");
+    const std::string details = JunitDetails(f);
+    const std::string summary =
+        absl::StrCat(base::AbslView(verdict), ": ", f.findings_size(), " finding",
+                     f.findings_size() == 1 ? "" : "s", ", ", f.errors_size(), " error",
+                     f.errors_size() == 1 ? "" : "s", " (",
+                     f.format().empty() ? "unknown format" : f.format(), ")");
+    if (error || failure) {
+      const char* tag = error ? "error" : "failure";
+      ++(error ? errors : failures);
+      absl::StrAppend(&cases, ">\n      <", tag, " type=\"", base::AbslView(verdict),
+                      "\" message=\"", XmlEscape(summary), "\">", XmlEscapeLines(details), "</",
+                      tag, ">\n    </testcase>\n");
+    } else if (!details.empty()) {
+      // SAFE with informational findings, or SUSPICIOUS under --fail-on dangerous.
+      absl::StrAppend(&cases, ">\n      <system-out>", XmlEscape(summary), "\n",
+                      XmlEscapeLines(details), "</system-out>\n    </testcase>\n");
+    } else {
+      cases += "/>\n";
+    }
+  }
+  const std::string counts = absl::StrCat("tests=\"", report.files_size(), "\" failures=\"",
+                                          failures, "\" errors=\"", errors, "\"");
+  return absl::StrCat(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", "<testsuites name=\"ckptscan\" ", counts,
+      ">\n", "  <testsuite name=\"ckptscan scan\" ", counts, " skipped=\"0\">\n",
+      "    <properties>\n", "      <property name=\"scanner_version\" value=\"",
+      XmlEscape(report.scanner_version()), "\"/>\n",
+      "      <property name=\"rules_version\" value=\"", XmlEscape(report.rules_version()),
+      "\"/>\n", "      <property name=\"verdict\" value=\"",
+      base::AbslView(VerdictName(report.verdict())), "\"/>\n", "    </properties>\n", cases,
+      "  </testsuite>\n</testsuites>\n");
 }
 
 }  // namespace ckptscan::clients

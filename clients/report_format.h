@@ -1,10 +1,11 @@
 // Renderings of a scan report: JSON (the schema in docs/report.md), text for
-// people, and SARIF 2.1.0 for CI code scanning.
+// people, SARIF 2.1.0 for CI code scanning and JUnit XML for CI test views.
 //
 // Every rendering is deterministic: the same report gives the same bytes (no
 // clocks, no hash order). Strings that come from scanned files are escaped for
 // their medium: JSON by JSON's rules (bytes that are not UTF-8 become U+FFFD),
-// text by TerminalSafe so a file cannot drive the reader's terminal.
+// text by TerminalSafe so a file cannot drive the reader's terminal, XML by
+// TerminalSafe and then XML's escapes (only XML 1.0 characters are written).
 // Thread-safe: pure functions.
 //
 //   std::string out = clients::ReportToSarif(report, rules::Catalogue());
@@ -16,6 +17,7 @@
 
 #include "absl/types/span.h"
 #include "ckptscan/v1/report.pb.h"
+#include "clients/verdict.h"
 #include "rules/catalogue.h"
 
 namespace ckptscan::clients {
@@ -26,6 +28,10 @@ inline constexpr std::string_view kReportSchema = "ckptscan.report.v1";
 inline constexpr std::string_view kFingerprintKey = "ckptscanFinding/v1";
 // The SARIF rule id of results that are scan errors rather than findings.
 inline constexpr std::string_view kScanErrorRuleId = "scan.error";
+// scan --manifest: the error code of a file whose SHA-256 is not the one the
+// manifest lists, and its SARIF rule id.
+inline constexpr std::string_view kDigestMismatchCode = "digest_mismatch";
+inline constexpr std::string_view kDigestMismatchRuleId = "manifest.digest_mismatch";
 
 // Pretty-printed (2-space indent) JSON with a trailing newline; keys in
 // docs/report.md order.
@@ -42,6 +48,14 @@ std::string FileReportToText(const v1::FileReport& file);
 // id as its description.
 std::string ReportToSarif(const v1::Report& report,
                           absl::Span<const rules::RuleInfo> catalogue);
+
+// JUnit XML (the de-facto schema Jenkins, GitLab and most CI test views read):
+// one <testsuite>, one <testcase> per file (name = path). A file whose verdict
+// fails under `fail_on` has a <failure> (SUSPICIOUS, DANGEROUS), an ERROR file
+// an <error>; their body lists the findings and errors, one per line. A passing
+// file with findings (SUSPICIOUS under kDangerous, informational ones) lists
+// them in <system-out>.
+std::string ReportToJunit(const v1::Report& report, FailOn fail_on);
 
 // `text` with everything that could act on a terminal made visible: C0/C1
 // controls and DEL as \n, \t, \r, \xNN or \u{NN}, bidirectional overrides as

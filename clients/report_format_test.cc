@@ -276,8 +276,10 @@ TEST(ReportSarifTest, HasTheRequired210Structure) {
   const Json& finding = run["results"][0];
   EXPECT_EQ(finding["ruleId"], "global.denied.shell");
   EXPECT_EQ(finding["level"], "error");
-  EXPECT_EQ(finding["locations"][0]["physicalLocation"]["region"]["byteOffset"],
-            57);
+  // GitHub code scanning needs a line; the byte offset is in the text and the
+  // properties.
+  EXPECT_EQ(finding["locations"][0]["physicalLocation"]["region"]["startLine"], 1);
+  EXPECT_EQ(finding["properties"]["offset"], 57);
   EXPECT_THAT(finding["message"]["text"].get<std::string>(),
               HasSubstr("at byte 57"));
   const Json& error = run["results"][1];
@@ -356,7 +358,7 @@ TEST(ReportSarifTest, FingerprintsAreStableAndDistinct) {
       results[0]["partialFingerprints"]);
 }
 
-TEST(ReportSarifTest, ByteRegionOnlyWhereTheOffsetIsAFileOffset) {
+TEST(ReportSarifTest, EveryResultIsOnLineOneWithWhereInTextAndProperties) {
   v1::Report r = SampleReport();
   v1::FileReport* f = r.mutable_files(0);
   f->mutable_findings(0)->mutable_location()->set_member("archive/data.pkl");
@@ -365,14 +367,31 @@ TEST(ReportSarifTest, ByteRegionOnlyWhereTheOffsetIsAFileOffset) {
   unsupported->set_message("gzip");
   const Json results =
       Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
-  EXPECT_FALSE(
-      results[0]["locations"][0]["physicalLocation"].contains("region"));
+  ASSERT_EQ(results.size(), 3u);
+  for (const Json& res : results) {
+    const Json& region = res["locations"][0]["physicalLocation"]["region"];
+    EXPECT_EQ(region, Json({{"startLine", 1}})) << res.dump();
+  }
   EXPECT_THAT(results[0]["message"]["text"].get<std::string>(),
               HasSubstr("at byte 57 of member archive/data.pkl"));
-  EXPECT_TRUE(
-      results[1]["locations"][0]["physicalLocation"].contains("region"));
-  EXPECT_FALSE(
-      results[2]["locations"][0]["physicalLocation"].contains("region"));
+  EXPECT_EQ(results[0]["properties"]["member"], "archive/data.pkl");
+  EXPECT_EQ(results[0]["properties"]["offset"], 57);
+  EXPECT_EQ(results[1]["properties"]["offset"], 90);
+  EXPECT_EQ(results[2]["properties"]["offset"], 0);
+}
+
+TEST(ReportSarifTest, DigestMismatchHasItsOwnRule) {
+  v1::Report r = SampleReport();
+  v1::ScanError* e = r.mutable_files(1)->add_errors();
+  e->set_code(std::string(kDigestMismatchCode));
+  e->set_message("sha256 a is not the b the manifest lists");
+  const Json run = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0];
+  std::set<std::string> ids;
+  for (const Json& d : run["tool"]["driver"]["rules"]) ids.insert(d["id"].get<std::string>());
+  EXPECT_TRUE(ids.count(std::string(kDigestMismatchRuleId)));
+  const Json& last = run["results"][run["results"].size() - 1];
+  EXPECT_EQ(last["ruleId"], kDigestMismatchRuleId);
+  EXPECT_EQ(last["level"], "error");
 }
 
 TEST(ReportSarifTest, RelativePathsStayAsGivenAbsoluteOnesBecomeFileUris) {
@@ -473,6 +492,60 @@ TEST(TerminalSafeTest, EscapesC0C1DelBidiAndInvalidBytes) {
   EXPECT_EQ(TerminalSafe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // lone surrogate
   EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
   EXPECT_EQ(TerminalSafe("\xe6\x97"), "\\xe6\\x97");  // truncated sequence
+}
+
+TEST(ReportJsonTest, ShardsAndExpectedDigestAppearOnlyWhenSet) {
+  v1::Report r = SampleReport();
+  r.mutable_files(0)->add_shards("a.bin");
+  r.mutable_files(0)->set_expected_sha256(std::string(64, 'a'));
+  const Json j = Json::parse(ReportToJson(r));
+  EXPECT_EQ(j["files"][0]["shards"], Json::array({"a.bin"}));
+  EXPECT_EQ(j["files"][0]["expected_sha256"], std::string(64, 'a'));
+  EXPECT_FALSE(j["files"][1].contains("shards"));
+  EXPECT_FALSE(j["files"][1].contains("expected_sha256"));
+}
+
+TEST(ReportJunitTest, FailuresForFindingsErrorsForErrorsAndCounts) {
+  v1::Report r = SampleReport();  // DANGEROUS file (findings + an error), a SAFE file
+  v1::FileReport* broken = r.add_files();
+  broken->set_path("cut.pkl");
+  broken->set_verdict(v1::VERDICT_ERROR);
+  *broken->add_errors() = LimitError();
+  const std::string xml = ReportToJunit(r, FailOn::kSuspicious);
+  EXPECT_THAT(xml,
+              HasSubstr("<testsuites name=\"ckptscan\" tests=\"3\" failures=\"1\" errors=\"1\">"));
+  EXPECT_THAT(xml, HasSubstr("<failure type=\"DANGEROUS\""));
+  EXPECT_THAT(xml, HasSubstr("<error type=\"ERROR\""));
+  EXPECT_THAT(xml, HasSubstr("error limit at byte 90, opcode MARK: too many opcodes"));
+}
+
+TEST(ReportJunitTest, MarkupControlsAndInvalidBytesFromTheFileAreEscaped) {
+  v1::Report r = SampleReport();
+  v1::FileReport* f = r.mutable_files(0);
+  f->set_path("a<b>&\"c'.pkl");
+  f->mutable_findings(0)->set_call(std::string("x(']]></failure>\x1b[2J\xff\xef\xbf\xbe')"));
+  const std::string xml = ReportToJunit(r, FailOn::kSuspicious);
+  EXPECT_THAT(xml, HasSubstr("name=\"a&lt;b&gt;&amp;&quot;c&apos;.pkl\""));
+  EXPECT_THAT(xml, Not(HasSubstr("</failure>\x1b")));
+  EXPECT_THAT(xml, HasSubstr("]]&gt;&lt;/failure&gt;\\x1b[2J\\xff\\u{FFFE}"));
+  for (char c : xml) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    EXPECT_TRUE(u >= 0x20 || c == '\n') << "control byte " << int(u);
+  }
+}
+
+TEST(ReportJunitTest, SuspiciousPassesWithItsFindingsUnderFailOnDangerous) {
+  v1::Report r;
+  v1::FileReport* f = r.add_files();
+  f->set_path("odd.pkl");
+  f->set_verdict(v1::VERDICT_SUSPICIOUS);
+  v1::Finding* x = f->add_findings();
+  x->set_rule_id("global.unlisted");
+  x->set_verdict(v1::VERDICT_SUSPICIOUS);
+  const std::string pass = ReportToJunit(r, FailOn::kDangerous);
+  EXPECT_THAT(pass, HasSubstr("failures=\"0\" errors=\"0\""));
+  EXPECT_THAT(pass, HasSubstr("<system-out>SUSPICIOUS"));
+  EXPECT_THAT(ReportToJunit(r, FailOn::kSuspicious), HasSubstr("<failure type=\"SUSPICIOUS\""));
 }
 
 }  // namespace

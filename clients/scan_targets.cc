@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -45,10 +47,20 @@ std::string SpecialFileReason(mode_t mode) {
   return "not a regular file";
 }
 
+// The first of `excludes` that matches `relative`, or nullptr.
+const std::string* Excluded(std::string_view relative, const std::vector<std::string>& excludes) {
+  const std::string rel(relative);
+  for (const std::string& pattern : excludes) {
+    if (::fnmatch(pattern.c_str(), rel.c_str(), 0) == 0) return &pattern;
+  }
+  return nullptr;
+}
+
 // Walks `root` (a directory) with an explicit stack; appends what it finds to
 // `out`, sorted.
 void WalkDirectory(const std::string& root, const struct stat& root_st,
-                   std::vector<ScanTarget>* out) {
+                   const std::vector<std::string>& excludes, std::vector<ScanTarget>* out) {
+  const size_t root_prefix = root.back() == '/' ? root.size() : root.size() + 1;
   std::vector<ScanTarget> found;
   std::set<std::pair<dev_t, ino_t>> visited = {
       {root_st.st_dev, root_st.st_ino}};
@@ -88,6 +100,11 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
       const std::string_view name = e->d_name;
       if (name == "." || name == "..") continue;
       std::string path = prefix + std::string(name);
+      if (const std::string* pattern =
+              Excluded(std::string_view(path).substr(root_prefix), excludes)) {
+        found.push_back(Skipped(std::move(path), "excluded by --exclude " + *pattern));
+        continue;
+      }
       struct stat lst;
       if (::fstatat(::dirfd(d), e->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
         const int err = errno;
@@ -135,7 +152,8 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
 
 }  // namespace
 
-std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths) {
+std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
+                                        const std::vector<std::string>& excludes) {
   std::vector<ScanTarget> out;
   for (const std::string& path : paths) {
     struct stat st;
@@ -144,7 +162,7 @@ std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths) {
       out.push_back(Unreadable(
           path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
     } else if (S_ISDIR(st.st_mode)) {
-      WalkDirectory(path, st, &out);
+      WalkDirectory(path, st, excludes, &out);
     } else {
       out.push_back(File(path));
     }

@@ -12,8 +12,13 @@
 //   - dangling symlinks and unreadable directories are kUnreadable (ERROR
 //   entries).
 // The entries of one command-line directory are sorted by path (bytewise), so
-// the same tree gives the same order. Command-line paths keep their order. Not
-// thread-safe (reads the filesystem, no shared state).
+// the same tree gives the same order.
+// `excludes` (scan --exclude) are fnmatch(3) patterns, flags 0 (`*` also matches
+// '/'), matched against an entry's path relative to the command-line directory
+// it was found in ("sub/x.bin"). A matching file is kSkipped ("excluded by
+// --exclude PATTERN"); a matching directory is kSkipped once and not entered.
+// Paths named on the command line themselves are never excluded. Command-line paths keep their
+// order. Not thread-safe (reads the filesystem, no shared state).
 #ifndef CKPTSCAN_CLIENTS_SCAN_TARGETS_H_
 #define CKPTSCAN_CLIENTS_SCAN_TARGETS_H_
 
@@ -33,7 +38,8 @@ struct ScanTarget {
       reason;  // kSkipped: why, e.g. "symlink to a directory, not followed"
 };
 
-std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths);
+std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
+                                        const std::vector<std::string>& excludes = {});
 
 }  // namespace ckptscan::clients
 

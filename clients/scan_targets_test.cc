@@ -149,5 +149,42 @@ TEST_F(ScanTargetsTest, EmptyFolderGivesNoTargets) {
   EXPECT_TRUE(ExpandScanPaths({root_}).empty());
 }
 
+TEST_F(ScanTargetsTest, ExcludedFilesAndFoldersAreSkippedAndNamedNeverDropped) {
+  Mkdir("docs");
+  Mkdir("sub");
+  Touch("docs/a.bin");
+  Touch("README.md");
+  Touch("sub/notes.md");
+  Touch("sub/model.bin");
+  Touch("model.bin");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_}, {"*.md", "docs"});
+  std::vector<std::string> files;
+  std::vector<std::string> skipped;
+  for (const ScanTarget& x : t) {
+    if (x.kind == Kind::kFile) files.push_back(x.path);
+    if (x.kind == Kind::kSkipped) {
+      skipped.push_back(x.path);
+      EXPECT_THAT(x.reason, testing::StartsWith("excluded by --exclude ")) << x.path;
+    }
+  }
+  EXPECT_THAT(files, testing::ElementsAre(P("model.bin"), P("sub/model.bin")));
+  EXPECT_THAT(skipped, testing::ElementsAre(P("README.md"), P("docs"), P("sub/notes.md")));
+}
+
+TEST_F(ScanTargetsTest, ExcludeIsRelativeToTheScannedFolderNotTheCommandLinePath) {
+  Mkdir("sub");
+  Touch("sub/model.bin");
+  // "sub/model.bin" relative to root_ ...
+  std::vector<ScanTarget> t = ExpandScanPaths({root_}, {"sub/*"});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].kind, Kind::kSkipped);
+  // ... but "model.bin" relative to root_/sub; a file named on the command line is never
+  // excluded.
+  t = ExpandScanPaths({P("sub"), P("sub/model.bin")}, {"sub/*"});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].kind, Kind::kFile);
+  EXPECT_EQ(t[1].kind, Kind::kFile);
+}
+
 }  // namespace
 }  // namespace ckptscan::clients

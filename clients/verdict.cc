@@ -46,4 +46,34 @@ int ExitCodeFor(v1::Verdict verdict) {
   }
 }
 
+bool Fails(v1::Verdict verdict, FailOn fail_on) {
+  if (verdict == v1::VERDICT_SAFE) return false;
+  return !(verdict == v1::VERDICT_SUSPICIOUS && fail_on == FailOn::kDangerous);
+}
+
+int ExitCodeFor(const v1::Report& report, FailOn fail_on) {
+  if (report.files_size() == 0) return kExitError;
+  // DANGEROUS > SUSPICIOUS > ERROR > SAFE (findings win over errors), as the report's verdict.
+  bool dangerous = false;
+  bool suspicious = false;
+  bool error = false;
+  for (const v1::FileReport& f : report.files()) {
+    switch (f.verdict()) {
+      case v1::VERDICT_SAFE:
+        break;
+      case v1::VERDICT_DANGEROUS:
+        dangerous = true;
+        break;
+      case v1::VERDICT_SUSPICIOUS:
+        suspicious = suspicious || fail_on == FailOn::kSuspicious;
+        break;
+      default:  // ERROR, and anything unspecified: never passes
+        error = true;
+        break;
+    }
+  }
+  if (dangerous || suspicious) return kExitFindings;
+  return error ? kExitError : kExitSafe;
+}
+
 }  // namespace ckptscan::clients

@@ -27,6 +27,18 @@ std::string_view SeverityName(v1::Severity severity);
 // verdict is 2: what could not be judged is never reported as safe.
 int ExitCodeFor(v1::Verdict verdict);
 
+// `scan --fail-on`: the least verdict that fails a scan with exit 1.
+enum class FailOn { kSuspicious, kDangerous };
+
+// The exit code of a whole report under `fail_on`: the worst file verdict, where
+// with kDangerous a SUSPICIOUS file counts as passing (SAFE). So kDangerous turns
+// a SUSPICIOUS-only report into 0, but an ERROR file still exits 2 (1 if another
+// file is DANGEROUS). No files: 2.
+int ExitCodeFor(const v1::Report& report, FailOn fail_on);
+
+// Whether one file's verdict fails the scan under `fail_on` (ERROR always does).
+bool Fails(v1::Verdict verdict, FailOn fail_on);
+
 }  // namespace ckptscan::clients
 
 #endif  // CKPTSCAN_CLIENTS_VERDICT_H_

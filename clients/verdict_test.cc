@@ -1,5 +1,7 @@
 #include "clients/verdict.h"
 
+#include <initializer_list>
+
 #include "gtest/gtest.h"
 
 namespace ckptscan::clients {
@@ -16,6 +18,36 @@ TEST(ExitCodeTest, SafeIsZeroFindingsAreOneErrorIsTwo) {
 TEST(ExitCodeTest, UnspecifiedOrUnknownVerdictIsNeverSafe) {
   EXPECT_EQ(ExitCodeFor(v1::VERDICT_UNSPECIFIED), 2);
   EXPECT_EQ(ExitCodeFor(static_cast<v1::Verdict>(99)), 2);
+}
+
+v1::Report ReportOf(std::initializer_list<v1::Verdict> verdicts) {
+  v1::Report r;
+  for (v1::Verdict v : verdicts) r.add_files()->set_verdict(v);
+  return r;
+}
+
+TEST(FailOnTest, SuspiciousOnlyPassesWithFailOnDangerous) {
+  const v1::Report r = ReportOf({v1::VERDICT_SAFE, v1::VERDICT_SUSPICIOUS});
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 0);
+}
+
+TEST(FailOnTest, ErrorBesideSuspiciousStillExitsTwoWithFailOnDangerous) {
+  const v1::Report r = ReportOf({v1::VERDICT_SUSPICIOUS, v1::VERDICT_ERROR});
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);  // findings win over errors
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 2);
+}
+
+TEST(FailOnTest, DangerousFailsWhateverTheThreshold) {
+  const v1::Report r = ReportOf({v1::VERDICT_ERROR, v1::VERDICT_DANGEROUS});
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 1);
+}
+
+TEST(FailOnTest, NoFilesOrUnspecifiedIsNeverZero) {
+  EXPECT_EQ(ExitCodeFor(ReportOf({}), FailOn::kDangerous), 2);
+  EXPECT_EQ(ExitCodeFor(ReportOf({v1::VERDICT_UNSPECIFIED}), FailOn::kDangerous), 2);
+  EXPECT_EQ(ExitCodeFor(ReportOf({v1::VERDICT_SAFE}), FailOn::kDangerous), 0);
 }
 
 TEST(VerdictNameTest, ShortNames) {

@@ -399,6 +399,18 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   facts->shard_index.has_total_size = in.has_total_size();
   facts->shard_index.total_size = in.total_size();
   absl::flat_hash_set<std::string_view> names;
+  if (in.has_safetensors()) {
+    const wv1::SafetensorsFacts& p = in.safetensors();
+    if (in.format() != "safetensors") {
+      return absl::InvalidArgumentError("safetensors facts for a file of another format");
+    }
+    if (!p.valid() &&
+        (p.tensors() != 0 || p.data_bytes() != 0 || p.header_length() != 0 || p.has_metadata())) {
+      return absl::InvalidArgumentError("safetensors facts of a file that failed validation");
+    }
+    facts->safetensors = torch::SafetensorsFacts{p.valid(), p.tensors(), p.data_bytes(),
+                                                 p.header_length(), p.has_metadata()};
+  }
   for (const wv1::ShardEntry& e : in.weight_map()) {
     if (!names.insert(e.name()).second) {
       return absl::InvalidArgumentError("weight map: a name twice");
@@ -485,6 +497,14 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     wv1::ShardEntry* e = out->add_weight_map();
     e->set_name(name);
     e->set_file(file);
+  }
+  if (facts.safetensors.valid) {
+    wv1::SafetensorsFacts* p = out->mutable_safetensors();
+    p->set_valid(true);
+    p->set_tensors(facts.safetensors.tensors);
+    p->set_data_bytes(facts.safetensors.data_bytes);
+    p->set_header_length(facts.safetensors.header_length);
+    p->set_has_metadata(facts.safetensors.has_metadata);
   }
   for (const torch::StorageData& d : facts.storage_data) {
     wv1::StorageData* p = out->add_storage_data();

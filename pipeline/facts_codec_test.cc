@@ -6,6 +6,7 @@
 
 #include "absl/numeric/int128.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/base/strings.h"
 #include "core/pickle/graph_check.h"
 #include "gtest/gtest.h"
@@ -146,6 +147,11 @@ void ExpectSameFacts(const FileFacts& a, const FileFacts& b) {
   EXPECT_EQ(a.shard_index.has_total_size, b.shard_index.has_total_size);
   EXPECT_EQ(a.shard_index.total_size, b.shard_index.total_size);
   EXPECT_EQ(a.shard_index.weight_map, b.shard_index.weight_map);
+  EXPECT_EQ(a.safetensors.valid, b.safetensors.valid);
+  EXPECT_EQ(a.safetensors.tensors, b.safetensors.tensors);
+  EXPECT_EQ(a.safetensors.data_bytes, b.safetensors.data_bytes);
+  EXPECT_EQ(a.safetensors.header_length, b.safetensors.header_length);
+  EXPECT_EQ(a.safetensors.has_metadata, b.safetensors.has_metadata);
   ASSERT_EQ(a.other_values.listed.size(), b.other_values.listed.size());
   for (size_t i = 0; i < a.other_values.listed.size(); ++i) {
     EXPECT_EQ(a.other_values.listed[i].name, b.other_values.listed[i].name);
@@ -258,6 +264,56 @@ TEST(FactsCodecTest, RoundTripOfRealVmFactsJudgesTheSame) {
   }
 }
 
+// A safetensors file: one F32 tensor of 2 elements; `end` is its data_offsets end.
+std::string SafetensorsBytes(int end) {
+  std::string header = absl::StrCat(
+      "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
+      "\"data_offsets\":[0,",
+      end, "]}}");
+  while (header.size() % 8 != 0) header.push_back(' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + std::string(8, '\0');
+}
+
+TEST(FactsCodecTest, SafetensorsFactsCrossTheJailAndAreJudged) {
+  auto rules = rules::RuleSet::Default();
+  const FileFacts valid = ExtractFacts(SafetensorsBytes(8), {});
+  ASSERT_EQ(valid.format, "safetensors");
+  ASSERT_TRUE(valid.safetensors.valid);
+  EXPECT_EQ(valid.safetensors.tensors, 1u);
+  EXPECT_EQ(valid.safetensors.data_bytes, 8u);
+  EXPECT_TRUE(valid.safetensors.has_metadata);
+  absl::StatusOr<DecodedResult> back = DecodeResult(Payload(valid));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSameFacts(valid, back->facts);
+  const v1::FileReport report = JudgeFacts(back->facts, *rules);
+  EXPECT_EQ(report.verdict(), v1::VERDICT_SAFE);
+  EXPECT_EQ(report.tensors().count(), 1u);
+  EXPECT_EQ(report.tensors().bytes(), 8u);
+
+  const FileFacts invalid = ExtractFacts(SafetensorsBytes(16), {});  // past the buffer
+  ASSERT_EQ(invalid.format, "safetensors");
+  EXPECT_FALSE(invalid.safetensors.valid);
+  back = DecodeResult(Payload(invalid));
+  ASSERT_TRUE(back.ok()) << back.status();
+  const v1::FileReport bad = JudgeFacts(back->facts, *rules);
+  EXPECT_EQ(bad.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(bad.errors_size(), 1);
+  EXPECT_EQ(bad.errors(0).code(), "malformed");
+  EXPECT_TRUE(absl::StartsWith(bad.errors(0).message(), "safetensors: "))
+      << bad.errors(0).message();
+}
+
+TEST(FactsCodecTest, InvalidSafetensorsWithoutAnErrorIsNeverSafe) {
+  // A compromised worker claims the format but neither validity nor an error.
+  FileFacts facts;
+  facts.format = "safetensors";
+  absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(JudgeFacts(back->facts, *rules::RuleSet::Default()).verdict(), v1::VERDICT_ERROR);
+}
+
 // ------------------------------------------------------------ adversarial decoding
 
 // A payload with one member, one pickle of `nodes` empty tuples, edited by `edit`.
@@ -273,6 +329,14 @@ absl::Status DecodeEdited(Edit edit) {
 void ExpectRejected(const absl::Status& s, std::string_view mentions) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), base::AbslView(mentions))) << s;
+}
+
+TEST(FactsCodecTest, SafetensorsFactsForAnotherFormatAreRejected) {
+  FileFacts facts = ExtractFacts(SafetensorsBytes(8), {});
+  wv1::Result r;
+  EncodeFacts(facts, r.mutable_facts());
+  r.mutable_facts()->set_format("pickle");
+  ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "safetensors");
 }
 
 TEST(FactsCodecTest, MoreOtherValuesListedThanCountedIsRejected) {

@@ -1,14 +1,14 @@
 #include "pipeline/judge_facts.h"
 
-#include "absl/strings/str_cat.h"
-#include "rules/catalogue.h"
-
 #include <algorithm>
 #include <cstddef>
+#include <set>
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/pickle/opcodes.h"
+#include "rules/catalogue.h"
 
 namespace ckptscan::pipeline {
 namespace {
@@ -120,9 +120,11 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     *report.add_findings() = std::move(f);
   }
   // Fail closed: facts that scanned nothing and explain nothing cannot be SAFE (numeric
-  // .npy/.npz files have tensors and no pickle; a sharded checkpoint's JSON index is data).
+  // .npy/.npz files have tensors and no pickle; a sharded checkpoint's JSON index is data; a
+  // safetensors file that passed the strict validator is data).
+  const bool valid_safetensors = facts.format == "safetensors" && facts.safetensors.valid;
   if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
-      report.errors_size() == 0) {
+      !valid_safetensors && report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code("internal");
     e.set_message("nothing was scanned");
@@ -156,6 +158,17 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   ts->set_storages(facts.storages.size());
   ts->set_shared(shared);
   ts->set_unsupported(unsupported);
+  if (valid_safetensors) {
+    // Each tensor has its own byte range (the validator refuses overlaps and gaps).
+    ts->set_count(facts.safetensors.tensors);
+    ts->set_bytes(facts.safetensors.data_bytes);
+    ts->set_storages(facts.safetensors.tensors);
+  }
+  if (facts.shard_index.present) {
+    std::set<std::string> files;
+    for (const auto& entry : facts.shard_index.weight_map) files.insert(entry.second);
+    for (const std::string& f : files) report.add_shards(f);
+  }
   return report;
 }
 

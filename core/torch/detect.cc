@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
 #include "core/base/strings.h"
+#include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
 #include "core/torch/tar.h"
@@ -38,6 +39,13 @@ constexpr Magic kMagics[] = {
 };
 
 constexpr std::string_view kZipMagic = {"PK\x03\x04", 4};
+
+// A safetensors file: an 8-byte little-endian header length N, then the JSON header's '{'.
+// N's four high bytes must be zero (any N the validator accepts is below 2^32): a pickle that
+// happens to hold '{' at byte 8 (a protocol 0 text argument) is not taken for one.
+bool IsSafetensors(std::string_view b) {
+  return b.size() > 8 && b[8] == '{' && b[4] == 0 && b[5] == 0 && b[6] == 0 && b[7] == 0;
+}
 
 bool IsBzip2(std::string_view b) {
   return b.size() >= 4 && b.substr(0, 3) == "BZh" && b[3] >= '1' && b[3] <= '9';
@@ -113,6 +121,10 @@ class Reader {
       Tar(data);
       return;
     }
+    if (IsSafetensors(data)) {
+      Safetensors(data);
+      return;
+    }
     if (LooksLikeJson(data)) {
       ReadShardIndex(data, options_.index, out_);
       return;
@@ -135,24 +147,56 @@ class Reader {
       }
       out_->members.push_back(std::move(m));
     }
-    // zipfile.is_zipfile finds an end record anywhere: a zip after the pickle is what
-    // zipfile-based tools (and picklescan) would read instead.
-    // zipfile (like miniz) looks for the end record only in the last 64 KiB + 22 bytes, so
-    // only that tail is searched: scan time must not grow with the tensor bytes before it.
+    ZipInTail(data, "(after the pickle)");
+  }
+
+ private:
+  // zipfile.is_zipfile finds an end record anywhere: a zip after the content is what
+  // zipfile-based tools (and picklescan) would read instead.
+  // zipfile (like miniz) looks for the end record only in the last 64 KiB + 22 bytes, so
+  // only that tail is searched: scan time must not grow with the tensor bytes before it.
+  void ZipInTail(std::string_view data, std::string_view where) {
     constexpr size_t kEndRecordWindow = (64 << 10) + 22;
     const std::string_view tail =
         data.size() > kEndRecordWindow ? data.substr(data.size() - kEndRecordWindow) : data;
     if (tail.find("PK\x05\x06") != std::string_view::npos) {
       absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
+      if (!ar.ok() && ar.status().code() != absl::StatusCode::kResourceExhausted) {
+        // Not an archive torch would open (e.g. members outside a folder): zipfile may.
+        ar = zip::Archive::Open(data, options_.zip, zip::Mode::kZipfile);
+      }
       if (ar.ok() && !ar->entries().empty()) {
         Anomaly("polyglot", "", 0,
-                "the file is also a zip archive (after the pickle): both readings are scanned");
+                absl::StrCat("the file is also a zip archive ", base::AbslView(where),
+                             ": both readings are scanned"));
         Zip(data, "(as zip)", 0, 0, /*top=*/false);
       }
     }
   }
 
- private:
+  // A safetensors file, validated strictly (core/safetensors/validator.h): only the header is
+  // read, tensor bytes never. torch.load on the same bytes (it is no zip nor tar) would fall
+  // back to pickle.load from offset 0, and zipfile-based tools would find a zip in the tail:
+  // both readings are scanned, as for any polyglot.
+  void Safetensors(std::string_view data) {
+    out_->format = "safetensors";
+    absl::StatusOr<safetensors::Layout> layout =
+        safetensors::Validate(data, safetensors::ValidatorLimits{});
+    if (layout.ok()) {
+      SafetensorsFacts& f = out_->safetensors;
+      f.valid = true;
+      f.tensors = layout->tensors.size();
+      f.header_length = layout->header_length;
+      f.data_bytes = layout->file_size - layout->data_start;
+      f.has_metadata = layout->has_metadata;
+    } else {
+      Error(layout.status().code() == absl::StatusCode::kResourceExhausted ? "limit" : "malformed",
+            std::string(layout.status().message()), "", 0);
+    }
+    PickleReading(data, "(as pickle)", true);
+    ZipInTail(data, "(in the tensor data)");
+  }
+
   void Error(std::string_view code, std::string message, std::string_view member,
              uint64_t offset) {
     out_->errors.push_back(ContainerError(code, std::move(message), member, offset));

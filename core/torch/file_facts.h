@@ -51,6 +51,16 @@ struct ShardIndex {
   std::vector<std::pair<std::string, std::string>> weight_map;
 };
 
+// A safetensors file that passed the strict validator (core/safetensors/validator.h) in the
+// worker. A file that failed it has format "safetensors", valid false and an error.
+struct SafetensorsFacts {
+  bool valid = false;
+  uint64_t tensors = 0;
+  uint64_t data_bytes = 0;     // the data buffer: file size - 8 - header_length
+  uint64_t header_length = 0;  // N, as stored
+  bool has_metadata = false;
+};
+
 // A shard file name must name a file in the index's own directory: not empty, at most 255
 // bytes, no '/' or NUL, not "." or "..".
 absl::Status CheckShardFileName(std::string_view name);
@@ -58,7 +68,7 @@ absl::Status CheckShardFileName(std::string_view name);
 struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "gzip", "bzip2", "xz", "zstd",
-  // "lz4", "7z", "rar", or "empty".
+  // "lz4", "7z", "rar", "safetensors", "hf-index", "json", or "empty".
   std::string format;
   // Why (part of) the file could not be scanned or verified.
   std::vector<v1::ScanError> errors;
@@ -71,6 +81,7 @@ struct FileFacts {
   // Values beside the tensors (torch formats), which a conversion does not write.
   OtherValues other_values;
   ShardIndex shard_index;  // format "hf-index" only
+  SafetensorsFacts safetensors;  // format "safetensors" only
 };
 
 // A report error found while reading a container ("malformed", "unsupported", "limit").

@@ -4,11 +4,12 @@
 // a storage, the storage's size, and the SHA-256 of its elements gathered through our facts.
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <string>
@@ -317,6 +318,122 @@ TEST(TarTest, TensorPastItsStorageIsAnError) {
   ASSERT_FALSE(f.errors.empty());
   EXPECT_NE(f.errors[0].message().find("past its storage"), std::string::npos)
       << f.errors[0].message();
+}
+
+// ---------------------------------------------------------------- safetensors
+
+// An 8-byte little-endian `n`, then `header` padded with spaces to `n` bytes, then `data`.
+std::string Safetensors(uint64_t n, std::string header, const std::string& data) {
+  header.resize(std::max<size_t>(header.size(), n), ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+const char kOneTensor[] = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+
+TEST(SafetensorsDetectTest, ValidFileIsValidatedInTheReader) {
+  const FileFacts f =
+      ReadFile(Safetensors(56, kOneTensor, std::string(8, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  EXPECT_TRUE(f.safetensors.valid);
+  EXPECT_EQ(f.safetensors.tensors, 1u);
+  EXPECT_EQ(f.safetensors.data_bytes, 8u);
+  EXPECT_EQ(f.safetensors.header_length, 56u);
+  EXPECT_TRUE(f.members.empty());  // no pickle reading names anything
+  EXPECT_TRUE(f.anomalies.empty());
+}
+
+TEST(SafetensorsDetectTest, DataOffsetsPastTheBufferIsMalformedWithTheOffset) {
+  const FileFacts f =
+      ReadFile(Safetensors(56, kOneTensor, std::string(4, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_FALSE(f.safetensors.valid);
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_NE(f.errors[0].message().find("byte offset"), std::string::npos) << f.errors[0].message();
+}
+
+TEST(SafetensorsDetectTest, HeaderOverTheValidatorLimitIsALimitError) {
+  const FileFacts f =
+      ReadFile(Safetensors(200'000'000, kOneTensor, ""), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), "limit");
+}
+
+TEST(SafetensorsDetectTest, LengthWhoseLowByteIsABraceIsNotTakenForJson) {
+  // N = 0x17b: the file starts with '{', which alone would make it an index candidate.
+  const FileFacts f =
+      ReadFile(Safetensors(0x17b, kOneTensor, std::string(8, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+}
+
+TEST(SafetensorsDetectTest, PickleWithABraceAtByteEightStaysAPickle) {
+  // Protocol 0: [u'ab{c'] — byte 8 is '{', but bytes 4..7 are no zero length bytes.
+  const std::string p = "(lp0\nVab{c\np1\na.";
+  ASSERT_EQ(p[8], '{');
+  const FileFacts f = ReadFile(p, pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "pickle");
+  EXPECT_TRUE(f.errors.empty());
+}
+
+// A stored zip holding one member `name`, its offsets counted from `base` (where it will sit
+// in the file, as a zip after other data has them).
+std::string StoredZip(const std::string& name, const std::string& payload, uint32_t base) {
+  std::string zip;
+  auto u16 = [&](uint32_t v) {
+    zip.push_back(static_cast<char>(v & 0xff));
+    zip.push_back(static_cast<char>((v >> 8) & 0xff));
+  };
+  auto u32 = [&](uint32_t v) {
+    u16(v & 0xffff);
+    u16(v >> 16);
+  };
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char c : payload) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  crc = ~crc;
+  const uint32_t size = static_cast<uint32_t>(payload.size());
+  const uint32_t name_size = static_cast<uint32_t>(name.size());
+  zip += "PK\x03\x04";
+  u16(20), u16(0), u16(0), u16(0), u16(0), u32(crc), u32(size), u32(size), u16(name_size), u16(0);
+  zip += name + payload;
+  const uint32_t cd = static_cast<uint32_t>(zip.size());
+  zip += "PK\x01\x02";
+  u16(20), u16(20), u16(0), u16(0), u16(0), u16(0), u32(crc), u32(size), u32(size);
+  u16(name_size), u16(0), u16(0), u16(0), u16(0), u32(0), u32(base);
+  zip += name;
+  const uint32_t cd_size = static_cast<uint32_t>(zip.size()) - cd;
+  zip += "PK\x05\x06";
+  u16(0), u16(0), u16(1), u16(1), u32(cd_size), u32(base + cd), u16(0);
+  return zip;
+}
+
+TEST(SafetensorsDetectTest, ZipInTheTensorDataIsAPolyglot) {
+  // The tensor bytes are a zip whose member is a pickle payload: zipfile-based tools read it.
+  const std::string payload = "cposix\nsystem\n(S'id'\ntR.";
+  const size_t zip_size = StoredZip("x.pkl", payload, 0).size();
+  const std::string header = R"({"w":{"dtype":"U8","shape":[)" + std::to_string(zip_size) +
+                             R"(],"data_offsets":[0,)" + std::to_string(zip_size) + "]}}";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const std::string zip = StoredZip("x.pkl", payload, static_cast<uint32_t>(8 + n));
+  const FileFacts f = ReadFile(Safetensors(n, header, zip), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_TRUE(f.safetensors.valid) << (f.errors.empty() ? "" : f.errors[0].message());
+  bool polyglot = false;
+  for (const ContainerAnomaly& a : f.anomalies) polyglot = polyglot || a.kind == "polyglot";
+  EXPECT_TRUE(polyglot);
+  bool payload_read = false;
+  for (const MemberFacts& m : f.members) {
+    for (const pickle::PickleFacts& p : m.stream.pickles) {
+      for (const pickle::GlobalRef& g : p.graph.globals) payload_read |= g.module == "posix";
+    }
+  }
+  EXPECT_TRUE(payload_read);
 }
 
 }  // namespace

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Runs the GitHub Action's script (run.sh, with CKPTSCAN_SKIP_INSTALL=1 and the built binary) and
+# the pre-commit hooks' entry (.pre-commit-hooks.yaml) against fixtures; asserts exit codes,
+# step outputs and the SARIF file.
+#   clients/github-action/action_test.sh path/to/ckptscan path/to/repo-root
+set -uo pipefail
+
+bin="${1:?usage: action_test.sh path/to/ckptscan path/to/repo-root}"
+root="${2:?usage: action_test.sh path/to/ckptscan path/to/repo-root}"
+bin="$(realpath "$bin")"
+root="$(realpath "$root")"
+py=/usr/bin/python3
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+
+source "$root/clients/test_lib.sh"
+
+action() {  # action NAME EXPECTED_RC VAR=VALUE...: runs run.sh as the action does
+  local name="$1" want="$2"
+  shift 2
+  : >gh_output
+  run "$name" "$want" env -i PATH="$PATH" HOME="$tmp" RUNNER_TEMP="$tmp" GITHUB_OUTPUT="$tmp/gh_output" \
+    CKPTSCAN_SKIP_INSTALL=1 CKPTSCAN_BIN="$bin" "$@" bash "$root/clients/github-action/run.sh"
+}
+
+mkdir -p clean dirty odd
+printf '\x80\x02}q\x00.' >clean/safe.pkl
+cp -r "$root/tests/fixtures/torch/sharded" clean/
+printf "cposix\nsystem\n(S'id'\ntR." >dirty/evil.pkl
+printf "cmymodule\nMyClass\n)R." >odd/odd.pkl
+printf '\x80\x02}q\x00' >odd/truncated.pkl
+
+name=ActionOnACleanFolderExitsZeroAndWritesSarif
+if action "$name" 0 CKPTSCAN_PATHS="clean"; then
+  if contains gh_output "exit-code=0" && contains gh_output "sarif-file=$tmp/ckptscan.sarif" &&
+     "$py" -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["version"]=="2.1.0" and s["runs"][0]["results"]==[]' "$tmp/ckptscan.sarif" &&
+     contains out.txt "verdict SAFE"; then
+    pass "$name"
+  else
+    fail "$name" "$(cat gh_output) $(cat out.txt)"
+  fi
+fi
+
+name=ActionOnADangerousFileExitsOneWithTheFindingInSarif
+if action "$name" 1 CKPTSCAN_PATHS="clean dirty"; then
+  contains gh_output "exit-code=1" && contains ckptscan.sarif '"global.denied.shell"' \
+    && pass "$name" || fail "$name" "$(cat gh_output)"
+fi
+
+name=ActionPathsMaySpanLines
+action "$name" 1 CKPTSCAN_PATHS=$'clean\ndirty' && pass "$name"
+
+name=ActionFailOnDangerousLetsSuspiciousPass
+action "$name" 0 CKPTSCAN_PATHS="odd/odd.pkl clean" CKPTSCAN_FAIL_ON=dangerous && pass "$name"
+
+name=ActionErrorExitsTwoWhateverFailOn
+action "$name" 2 CKPTSCAN_PATHS="odd" CKPTSCAN_FAIL_ON=dangerous && contains gh_output "exit-code=2" \
+  && pass "$name"
+
+name=ActionFormatJunitPrintsJunitAndStillWritesSarif
+if action "$name" 1 CKPTSCAN_PATHS="dirty" CKPTSCAN_FORMAT=junit; then
+  "$py" -c 'import xml.etree.ElementTree as ET; r=ET.parse("out.txt").getroot(); assert r.get("failures")=="1"' &&
+    contains ckptscan.sarif '"global.denied.shell"' && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=ActionManifestAloneScansTheListedFiles
+(cd clean && sha256sum safe.pkl >SHA256SUMS)
+if action "$name" 0 CKPTSCAN_MANIFEST="clean/SHA256SUMS"; then
+  contains out.txt "clean/safe.pkl: SAFE" && contains out.txt "1 file:" \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=ActionServerIsRefusedUntilSupported
+if action "$name" 64 CKPTSCAN_PATHS="clean" CKPTSCAN_SERVER="unix:/run/ckptscand.sock"; then
+  contains err.txt "server" && contains gh_output "exit-code=64" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
+name=ActionWithoutABinaryFailsWithTwo
+run "$name" 2 env -i PATH="$PATH" RUNNER_TEMP="$tmp" CKPTSCAN_SKIP_INSTALL=1 CKPTSCAN_BIN=/nonexistent \
+  bash "$root/clients/github-action/run.sh" && pass "$name"
+
+name=ActionYamlRunsTheScriptAndUploadsSarif
+y="$root/clients/github-action/action.yml"
+if contains "$y" 'using: composite' && contains "$y" 'run.sh' &&
+   contains "$y" 'github/codeql-action/upload-sarif@' && contains "$y" 'continue-on-error: true'; then
+  for input in paths fail-on format server; do
+    "$py" -c 'import re,sys; t=open(sys.argv[1]).read(); i=t.index("\ninputs:"); o=t.index("\noutputs:"); assert re.search(r"\n  "+re.escape(sys.argv[2])+r":\n", t[i:o]), sys.argv[2]' "$y" "$input" \
+      || fail "$name" "input $input missing"
+  done
+  pass "$name"
+else
+  fail "$name" "action.yml lacks a composite step, run.sh, upload-sarif or continue-on-error"
+fi
+
+# The pre-commit hooks: the entry command and the file filter, as pre-commit would run them.
+hooks="$root/.pre-commit-hooks.yaml"
+entry="$("$py" -c '
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^- id: ckptscan\n(?:  .*\n)*?  entry: (.+)$", t, re.M)
+print(m.group(1).strip())' "$hooks")"
+files_re="$("$py" -c '
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^- id: ckptscan\n(?:  .*\n)*?  files: '"'"'(.+)'"'"'$", t, re.M)
+print(m.group(1))' "$hooks")"
+
+name=PreCommitFilesPatternPicksCheckpointsNotDocs
+if "$py" -c '
+import re, sys
+r = re.compile(sys.argv[1])
+for yes in ["model.bin", "sub/x.safetensors", "a.PT", "w.ckpt", "d/pytorch_model.bin.index.json", "x.npz", "e.pkl"]:
+    assert r.search(yes), yes
+for no in ["README.md", "config.json", "train.py"]:
+    assert not r.search(no), no
+' "$files_re"; then pass "$name"; else fail "$name" "pattern: $files_re"; fi
+
+hook() {  # hook NAME EXPECTED_RC FILES...: the entry run from the repository root, as pre-commit does
+  local name="$1" want="$2"
+  shift 2
+  run "$name" "$want" env CKPTSCAN_BIN="$bin" bash -c 'cd "$1" && shift && eval "exec $0 \"\$@\""' \
+    "$entry" "$root" "$@"
+}
+
+name=PreCommitHookPassesCleanStagedFiles
+hook "$name" 0 "$tmp/clean/safe.pkl" "$tmp/clean/sharded/pytorch_model.bin.index.json" && pass "$name"
+
+name=PreCommitHookBlocksADangerousFile
+if hook "$name" 1 "$tmp/clean/safe.pkl" "$tmp/dirty/evil.pkl"; then
+  contains out.txt "DANGEROUS" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+name=PreCommitHookBlocksAnUnverifiableFile
+hook "$name" 2 "$tmp/odd/truncated.pkl" && pass "$name"
+
+name=PreCommitHookArgsComeBeforeTheFiles
+hook "$name" 0 --fail-on dangerous "$tmp/odd/odd.pkl" && pass "$name"
+
+name=PreCommitHookWithoutCkptscanSaysHowToInstall
+if run "$name" 2 env -i PATH=/usr/bin:/bin bash "$root/clients/github-action/pre-commit.sh" x.pkl; then
+  contains err.txt "not installed" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
+finish
