@@ -66,18 +66,7 @@ constexpr char kExitCodesHelp[] =
     "      report could not be written\n"
     "  64  usage error: bad command, flag, --limit, rules or manifest file\n";
 
-// Writes all of `data` to `fd`, retrying short writes.
-absl::Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, "write");
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
+using base::WriteAll;
 
 void PrintError(std::string_view message) {
   (void)WriteAll(STDERR_FILENO,

@@ -37,26 +37,6 @@ absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
 
 namespace {
 
-// Writes to the output's descriptor, retrying short writes and EINTR.
-class FdSink final : public convert::ByteSink {
- public:
-  explicit FdSink(int fd) : fd_(fd) {}
-  absl::Status Write(std::string_view bytes) override {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return absl::ErrnoToStatus(errno, "write the output");
-      }
-      if (n == 0) return absl::DataLossError("write the output: no progress");
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  int fd_;
-};
 
 absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
                              const ConvertRequest& request, const std::string& sha256,
@@ -65,7 +45,7 @@ absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
                         convert::PlanFromSpec(facts, SpecFor(request, sha256)));
   if (check) CKPT_RETURN_IF_ERROR(check(plan));
   CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
-  FdSink sink(out.fd());
+  convert::FdSink sink(out.fd(), "write the output");
   // `input` is MappedFile's read-only mapping: what was copied leaves the resident set.
   CKPT_RETURN_IF_ERROR(
       convert::WriteSafetensors(input, facts, plan, sink, 1 << 20, base::DropMappedPages));

@@ -172,17 +172,7 @@ absl::Status OutputFile::Publish(bool replace) {
 }
 
 absl::Status OutputFile::WriteAt(uint64_t offset, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::pwrite(fd_.get(), bytes.data(), bytes.size(), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, "write the output's header");
-    }
-    if (n == 0) return absl::DataLossError("write the output's header: no progress");
-    bytes.remove_prefix(static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
+  return base::PwriteAll(fd_.get(), offset, bytes, "write the output's header");
 }
 
 absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert::Plan& plan,

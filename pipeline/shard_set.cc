@@ -20,6 +20,7 @@
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
 #include "nlohmann/json.hpp"
+#include "core/signing/keys.h"
 #include "pipeline/judge_facts.h"
 #include "pipeline/sign_output.h"
 
@@ -112,21 +113,6 @@ class Staging {
   std::vector<std::string> files_;
 };
 
-absl::Status WriteNewFile(const std::string& path, std::string_view data) {
-  base::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                           0644));
-  if (!fd.valid()) return Errno("create", path);
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd.get(), data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write", path);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  if (::fsync(fd.get()) != 0) return Errno("fsync", path);
-  return absl::OkStatus();
-}
 
 // What one shard's plan stores, recorded by its PlanCheck.
 struct ShardOutcome {
@@ -242,7 +228,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     const std::string text = doc.dump(2) + "\n";
     const std::string index_path = staging->Path(kOutputIndexName);
     staging->Created(kOutputIndexName);
-    if (absl::Status s = WriteNewFile(index_path, text); !s.ok()) return s;
+    if (absl::Status s = signing::WriteNewFile(index_path, text, 0644); !s.ok()) return s;
     if (request.sign.key != nullptr) {
       // Signed in place, read back from the staging directory on both cores; the bundle is
       // part of the set, so the set never appears unsigned.
@@ -250,7 +236,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
           staging->dir(), BaseName(out_dir), kSignatureName, request.sign);
       if (!bundle.ok()) return bundle.status();
       staging->Created(kSignatureName);
-      if (absl::Status s = WriteNewFile(staging->Path(kSignatureName), *bundle); !s.ok()) {
+      if (absl::Status s = signing::WriteNewFile(staging->Path(kSignatureName), *bundle, 0644); !s.ok()) {
         return s;
       }
     }

@@ -8,24 +8,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/unique_fd.h"
 #include "sandbox/protocol.h"
 
 namespace ckptscan::sandbox {
-namespace {
-
-absl::Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, "write frame");
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 std::string FrameHeader(uint64_t size) {
   std::string h(kFrameHeaderBytes, '\0');
@@ -37,8 +23,8 @@ std::string FrameHeader(uint64_t size) {
 
 absl::Status WriteFrame(int fd, std::string_view payload) {
   const std::string header = FrameHeader(payload.size());
-  if (absl::Status s = WriteAll(fd, header); !s.ok()) return s;
-  return WriteAll(fd, payload);
+  if (absl::Status s = base::WriteAll(fd, header, "write frame"); !s.ok()) return s;
+  return base::WriteAll(fd, payload, "write frame");
 }
 
 absl::Status FrameReader::Feed(std::string_view bytes) {

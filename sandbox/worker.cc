@@ -23,22 +23,6 @@
 namespace ckptscan::sandbox {
 namespace {
 
-// The conversion output: write(2) to descriptor 3, retrying short writes and EINTR.
-class OutputFdSink final : public convert::ByteSink {
- public:
-  absl::Status Write(std::string_view bytes) override {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(kOutputFd, bytes.data(), bytes.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return absl::ErrnoToStatus(errno, "write to the output descriptor");
-      }
-      if (n == 0) return absl::DataLossError("write to the output descriptor wrote nothing");
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return absl::OkStatus();
-  }
-};
 
 // MODE_CONVERT: plans and writes the safetensors bytes to descriptor 3. The trusted side
 // decides whether they are kept (the verdict) and re-validates them; an error is returned
@@ -50,7 +34,7 @@ absl::Status Convert(std::string_view input, const pipeline::FileFacts& facts,
   }
   absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, spec);
   if (!plan.ok()) return plan.status();
-  OutputFdSink sink;
+  convert::FdSink sink(kOutputFd, "write to the output descriptor");
   // `input` is the read-only mapping of descriptor 0: what was copied leaves the resident set.
   return convert::WriteSafetensors(input, facts, *plan, sink, 1 << 20, base::DropMappedPages);
 }

@@ -1,4 +1,5 @@
 // UniqueFd: the sole owner of one file descriptor. Move-only; closes on destruction.
+// WriteAll / PwriteAll: the one loop that writes a whole buffer to a descriptor.
 //
 // Pass it by value to hand ownership over (sandbox2's FDCloser, leveldb's file owners).
 // -1 means "no descriptor". Thread-compatible.
@@ -8,6 +9,11 @@
 //   Consume(std::move(fd));  // closed by the consumer, not here
 #ifndef CKPTSCAN_CORE_BASE_UNIQUE_FD_H_
 #define CKPTSCAN_CORE_BASE_UNIQUE_FD_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
 
 namespace ckptscan::base {
 
@@ -39,6 +45,13 @@ class UniqueFd final {
  private:
   int fd_ = -1;
 };
+
+// Writes all of `data` to `fd` (at `offset` for PwriteAll, leaving the file offset alone),
+// retrying short writes and EINTR. Errors carry errno and start with `what` ("write the
+// output: No space left on device"); a write that makes no progress is DataLoss.
+absl::Status WriteAll(int fd, std::string_view data, std::string_view what = "write");
+absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data,
+                       std::string_view what = "write");
 
 }  // namespace ckptscan::base
 

@@ -22,11 +22,13 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckptscan/worker/v1/worker.pb.h"
+#include "core/base/unique_fd.h"
 #include "core/safetensors/writer.h"
 #include "core/torch/file_facts.h"
 
@@ -37,6 +39,19 @@ class ByteSink {
  public:
   virtual ~ByteSink() = default;
   [[nodiscard]] virtual absl::Status Write(std::string_view bytes) = 0;
+};
+
+// Writes to a descriptor (base::WriteAll); errors start with `what`.
+class FdSink final : public ByteSink {
+ public:
+  FdSink(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
+  absl::Status Write(std::string_view bytes) override {
+    return base::WriteAll(fd_, bytes, what_);
+  }
+
+ private:
+  int fd_;
+  std::string what_;
 };
 
 class StringSink final : public ByteSink {

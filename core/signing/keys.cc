@@ -245,14 +245,10 @@ absl::Status WriteNewFile(const std::string& path, std::string_view contents, un
     return absl::ErrnoToStatus(err, absl::StrFormat("%s %s", AbslView(what), path));
   };
   if (::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) return fail(errno, "fchmod");
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(errno, "write");
-    }
-    done += static_cast<size_t>(n);
+  if (absl::Status s = base::WriteAll(fd.get(), contents, absl::StrCat("write ", path));
+      !s.ok()) {
+    (void)::unlink(path.c_str());
+    return s;
   }
   if (::fsync(fd.get()) != 0) return fail(errno, "fsync");
   if (::close(fd.release()) != 0) return fail(errno, "close");
