@@ -1,6 +1,7 @@
 #include "core/convert/convert.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -175,6 +176,7 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
   std::vector<float> f32;       // aligned copies for the bf16 kernels
   std::vector<uint16_t> f16;
   std::vector<uint16_t> bf16;
+  std::string le;  // big-endian hosts only: the bf16 words byte-swapped
   for (const safetensors::Placement& p : plan.header.placements) {
     const Plan::Entry& entry = plan.entries[p.spec_index];
     const TensorFact& t = facts.tensors[entry.tensor];
@@ -198,9 +200,10 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
         if (release) release(chunk_bytes);
         continue;
       }
+      // The chunk's source elements, row-major: in place when contiguous, else gathered.
+      std::string_view src;
       if (contiguous) {
-        raw.assign(storage.substr((t.storage_offset + k) * es, n * es));
-        if (release) release(storage.substr((t.storage_offset + k) * es, n * es));
+        src = storage.substr((t.storage_offset + k) * es, n * es);
       } else {
         raw.clear();
         for (uint64_t j = 0; j < n; ++j) {
@@ -214,28 +217,35 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
             index[d] = 0;
           }
         }
+        src = raw;
       }
       if (!entry.to_bf16) {
-        if (absl::Status s = out.Write(raw); !s.ok()) return s;
+        if (absl::Status s = out.Write(src); !s.ok()) return s;
         continue;
       }
+      // Copied once into an aligned buffer of the source type for the kernels.
       bf16.resize(n);
       if (es == 4) {
         f32.resize(n);
-        std::memcpy(f32.data(), raw.data(), n * 4);
+        std::memcpy(f32.data(), src.data(), n * 4);
         bf16::Fp32ToBf16(f32.data(), bf16.data(), n);
       } else {
         f16.resize(n);
-        std::memcpy(f16.data(), raw.data(), n * 2);
+        std::memcpy(f16.data(), src.data(), n * 2);
         bf16::Fp16ToBf16(f16.data(), bf16.data(), n);
       }
-      // Little-endian output, as every safetensors file.
-      std::string le(n * 2, '\0');
-      for (uint64_t j = 0; j < n; ++j) {
-        le[2 * j] = static_cast<char>(bf16[j] & 0xff);
-        le[2 * j + 1] = static_cast<char>(bf16[j] >> 8);
+      if (contiguous && release) release(src);
+      // safetensors is little-endian: on a little-endian host the words are already its bytes.
+      std::string_view words(reinterpret_cast<const char*>(bf16.data()), n * 2);
+      if constexpr (std::endian::native != std::endian::little) {
+        le.resize(n * 2);
+        for (uint64_t j = 0; j < n; ++j) {
+          le[2 * j] = static_cast<char>(bf16[j] & 0xff);
+          le[2 * j + 1] = static_cast<char>(bf16[j] >> 8);
+        }
+        words = le;
       }
-      if (absl::Status s = out.Write(le); !s.ok()) return s;
+      if (absl::Status s = out.Write(words); !s.ok()) return s;
     }
     // A strided view may come back anywhere in its storage: released when it is done.
     if (release && !IsRowMajorContiguous(t)) release(storage);
