@@ -1,5 +1,6 @@
 #include "pipeline/shard_set.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -65,17 +66,25 @@ absl::Status CheckOutputDir(const std::string& out) {
         out, " exists and is not a directory; a sharded checkpoint converts into a new or empty "
              "directory"));
   }
-  if (::rmdir(out.c_str()) == 0) {
-    // It was empty: recreate it so that nothing changes unless the set is published.
-    if (::mkdir(out.c_str(), st.st_mode & 07777) != 0) return Errno("mkdir", out);
-    return absl::OkStatus();
+  DIR* dir = ::opendir(out.c_str());
+  if (dir == nullptr) return Errno("open", out);
+  bool empty = true;
+  errno = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
   }
-  if (errno == ENOTEMPTY || errno == EEXIST) {
+  const int read_errno = errno;
+  ::closedir(dir);
+  if (!empty) {
     return absl::AlreadyExistsError(absl::StrCat(
         out, " is not empty; a sharded checkpoint converts into a new or empty directory "
              "(--force does not mix a set with existing files)"));
   }
-  return Errno("check", out);
+  if (read_errno != 0) return absl::ErrnoToStatus(read_errno, absl::StrCat("read ", out));
+  return absl::OkStatus();
 }
 
 // The hidden staging directory and what was created in it; removed unless released.
