@@ -177,17 +177,13 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   // Hashing reads the bytes but parses nothing. It runs on a second descriptor (pread leaves
   // the worker's descriptor alone) on another core while the worker parses.
-  absl::StatusOr<std::string> sha256 = std::string();
-  std::thread hasher;
-  base::UniqueFd hash_fd;
+  std::unique_ptr<BackgroundSha256> hash;
   if (options.sha256) {
-    hash_fd = base::UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-    if (!hash_fd.valid()) return absl::ErrnoToStatus(errno, "dup");
-    hasher = std::thread([&] { sha256 = Sha256HexOfFd(hash_fd.get(), size); });
+    CKPT_ASSIGN_OR_RETURN(hash, BackgroundSha256::Start(fd.get(), size));
   }
   const JailedRun run =
       RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
-  if (hasher.joinable()) hasher.join();
+  absl::StatusOr<std::string> sha256 = hash ? hash->Wait() : std::string();
   if (!sha256.ok()) return sha256.status();
   v1::FileReport report = ReportForRun(run, options, rules);
   report.set_path(path);
@@ -243,10 +239,8 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   // The digest goes into the output's provenance, but the worker need not wait for it: it
   // plans with a placeholder of the same length (so the same header size), and the header
   // with the real digest is written here afterwards. Hashing runs on another core meanwhile.
-  base::UniqueFd hash_fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-  if (!hash_fd.valid()) return absl::ErrnoToStatus(errno, "dup");
-  absl::StatusOr<std::string> sha256 = std::string();
-  std::thread hasher([&] { sha256 = Sha256HexOfFd(hash_fd.get(), size); });
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundSha256> hash,
+                        BackgroundSha256::Start(fd.get(), size));
   const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
 
   ConvertResult result;
@@ -276,7 +270,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                   ShardStarts(out_size, request.sign.shard_size, request.sign.shard_size));
     early_hasher = std::thread([&] { early->Work(); });
   }
-  hasher.join();
+  absl::StatusOr<std::string> sha256 = hash->Wait();
   if (early.has_value()) early->Work();  // this thread helps once the input is hashed
   if (early_hasher.joinable()) early_hasher.join();
   if (!sha256.ok()) return sha256.status();

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,10 +63,10 @@ absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request
   CKPT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(fd.get(), request.input));
   // Hashed by pread (not through the mapping, whose pages would stay resident) on another
   // thread while the facts are extracted.
-  absl::StatusOr<std::string> digest = std::string();
-  std::thread hasher([&] { digest = Sha256HexOfFd(fd.get(), file.bytes().size()); });
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundSha256> hash,
+                        BackgroundSha256::Start(fd.get(), file.bytes().size()));
   const FileFacts facts = ExtractFacts(file.bytes(), limits);
-  hasher.join();
+  absl::StatusOr<std::string> digest = hash->Wait();
   if (!digest.ok()) return digest.status();
   const std::string sha256 = *std::move(digest);
   ConvertResult result;

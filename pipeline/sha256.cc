@@ -1,5 +1,7 @@
 #include "pipeline/sha256.h"
 
+#include <fcntl.h>
+
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -98,4 +100,23 @@ absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx) {
 }
 
 }  // namespace
+absl::StatusOr<std::unique_ptr<BackgroundSha256>> BackgroundSha256::Start(int fd,
+                                                                         uint64_t size) {
+  base::UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!dup.valid()) return absl::ErrnoToStatus(errno, "dup");
+  std::unique_ptr<BackgroundSha256> hash(new BackgroundSha256(std::move(dup)));
+  BackgroundSha256* h = hash.get();
+  h->thread_ = std::thread([h, size] { h->result_ = Sha256HexOfFd(h->fd_.get(), size); });
+  return hash;
+}
+
+BackgroundSha256::~BackgroundSha256() {
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::string> BackgroundSha256::Wait() {
+  if (thread_.joinable()) thread_.join();
+  return std::move(result_);
+}
+
 }  // namespace ckptscan::pipeline

@@ -10,8 +10,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <memory>
+#include <thread>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "core/base/unique_fd.h"
 
 namespace ckptscan::pipeline {
 
@@ -25,6 +29,28 @@ absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size);
 
 // The same for the `length` bytes of `fd` from `offset`.
 absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t length);
+
+// Sha256HexOfFd on another thread, over a duplicate of the descriptor, so that the caller may
+// hand the original away (to a worker) while the file is hashed on another core.
+//
+//   CKPT_ASSIGN_OR_RETURN(auto hash, BackgroundSha256::Start(fd.get(), size));
+//   ... RunJailedJob(std::move(fd), ...) ...
+//   CKPT_ASSIGN_OR_RETURN(std::string hex, hash->Wait());
+class BackgroundSha256 final {
+ public:
+  static absl::StatusOr<std::unique_ptr<BackgroundSha256>> Start(int fd, uint64_t size);
+  ~BackgroundSha256();  // waits for the thread
+  BackgroundSha256(const BackgroundSha256&) = delete;
+  BackgroundSha256& operator=(const BackgroundSha256&) = delete;
+
+  absl::StatusOr<std::string> Wait();  // once
+
+ private:
+  explicit BackgroundSha256(base::UniqueFd fd) : fd_(std::move(fd)) {}
+  base::UniqueFd fd_;
+  absl::StatusOr<std::string> result_;
+  std::thread thread_;
+};
 
 }  // namespace ckptscan::pipeline
 
