@@ -10,11 +10,8 @@ bin="$(realpath "$bin")"
 [[ -z "$without_seccomp" ]] || without_seccomp="$(realpath "$without_seccomp")"
 py=/usr/bin/python3
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
 source "$here/test_lib.sh"
+enter_tmp
 
 printf '\x80\x02}q\x00.' >safe.pkl                      # {} (protocol 2)
 printf "cposix\nsystem\n(S'id'\ntR." >evil.pkl           # posix.system('id')

@@ -10,11 +10,8 @@ check="${3:?check_safetensors.py}"
 bin="$(realpath "$bin")"; fixtures="$(realpath "$fixtures")"; check="$(realpath "$check")"
 py=/usr/bin/python3
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
 source "$here/test_lib.sh"
+enter_tmp
 # Nothing but the expected files in the output folder (no temporary left behind).
 only() {
   local want="$1" got

@@ -12,11 +12,8 @@ bin="$(realpath "$bin")"
 fixtures="$(realpath "$fixtures")"
 py=/usr/bin/python3
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
 source "$here/test_lib.sh"
+enter_tmp
 
 # safetensors files, written with the stdlib: a valid one, and malformed ones.
 "$py" - <<'PY'

@@ -13,11 +13,8 @@ fixtures="$(realpath "$fixtures")"
 py=/usr/bin/python3
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 schema="$fixtures/sarif/sarif-schema-2.1.0.json"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
 source "$here/test_lib.sh"
+enter_tmp
 
 if ! "$py" -c 'import jsonschema' 2>/dev/null; then
   echo "python3-jsonschema is missing: run scripts/setup.sh"

@@ -10,10 +10,8 @@ bin="${1:?usage: sign_test.sh path/to/ckptscan path/to/fixtures}"
 fixtures="${2:?fixtures folder}"
 bin="$(realpath "$bin")"; fixtures="$(realpath "$fixtures")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 source "$here/test_lib.sh"
+enter_tmp
 
 seq="$fixtures/torch/sequential.pt"
 tied="$fixtures/torch/tied.pt"

@@ -2,6 +2,13 @@
 # Each case names the scenario it proves; call `finish` last: it exits 1 if any case failed.
 
 failures=0
+
+# enter_tmp: a fresh temporary folder as the working directory (in $tmp), removed on exit.
+enter_tmp() {
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  cd "$tmp" || exit 1
+}
 pass() { echo "ok   $1"; }
 fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 

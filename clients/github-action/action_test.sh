@@ -10,11 +10,8 @@ root="${2:?usage: action_test.sh path/to/ckptscan path/to/repo-root}"
 bin="$(realpath "$bin")"
 root="$(realpath "$root")"
 py=/usr/bin/python3
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-
 source "$root/clients/test_lib.sh"
+enter_tmp
 
 action() {  # action NAME EXPECTED_RC VAR=VALUE...: runs run.sh as the action does
   local name="$1" want="$2"

@@ -8,9 +8,8 @@ set -uo pipefail
 bin="$(realpath "${1:?usage: disk_full_test.sh path/to/ckptscan path/to/fixtures}")"
 fixtures="$(realpath "${2:?fixtures folder}")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
+source "$here/../../clients/test_lib.sh"
+enter_tmp
 
 if ! unshare -rm true 2>/dev/null; then
   echo "SKIP: user and mount namespaces are not available here (unshare -rm failed);" \

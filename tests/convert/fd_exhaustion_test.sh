@@ -7,10 +7,8 @@ set -uo pipefail
 bin="$(realpath "${1:?usage: fd_exhaustion_test.sh path/to/ckptscan path/to/fixtures}")"
 fixtures="$(realpath "${2:?fixtures folder}")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 source "$here/../../clients/test_lib.sh"
+enter_tmp
 
 seq="$fixtures/torch/sequential.pt"
 evil="$fixtures/pickles/malicious/reduce_posix_system.pkl"
