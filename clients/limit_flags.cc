@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
+#include "core/base/size_value.h"
 #include "core/base/strings.h"
 
 namespace ckptscan::clients {
@@ -77,45 +78,7 @@ const std::vector<Field>& Fields() {
   return fields;
 }
 
-absl::StatusOr<uint64_t> ParseValue(std::string_view text) {
-  uint64_t multiplier = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K':
-        multiplier = uint64_t{1} << 10;
-        break;
-      case 'M':
-        multiplier = uint64_t{1} << 20;
-        break;
-      case 'G':
-        multiplier = uint64_t{1} << 30;
-        break;
-      case 'T':
-        multiplier = uint64_t{1} << 40;
-        break;
-      default:
-        break;
-    }
-    if (multiplier != 1) text.remove_suffix(1);
-  }
-  if (text.empty()) return absl::InvalidArgumentError("missing number");
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') {
-      return absl::InvalidArgumentError(
-          "not a decimal integer (optional suffix K, M, G, T)");
-    }
-    if (!base::CheckedMul<uint64_t>(value, 10, &value) ||
-        !base::CheckedAdd<uint64_t>(value, static_cast<uint64_t>(c - '0'),
-                                    &value)) {
-      return absl::InvalidArgumentError("number too large");
-    }
-  }
-  if (!base::CheckedMul(value, multiplier, &value)) {
-    return absl::InvalidArgumentError("number too large");
-  }
-  return value;
-}
+absl::StatusOr<uint64_t> ParseValue(std::string_view text) { return base::ParseSize(text); }
 
 std::string KnownNames() {
   std::string names;

@@ -82,9 +82,22 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   spawn.args.insert(spawn.args.end(), options.extra_args.begin(), options.extra_args.end());
   spawn.timeout = options.timeout;
   spawn.max_frame_bytes = options.max_frame_bytes;
+  spawn.cancelled = options.cancelled;
 
   JailedRun run;
-  run.result = sandbox::RunWorker(spawn, std::move(input), std::move(output));
+  const absl::Time spawn_start = absl::Now();
+  absl::StatusOr<sandbox::Worker> worker =
+      sandbox::Worker::Start(spawn, std::move(input), std::move(output));
+  const absl::Time started = absl::Now();
+  if (options.on_phase) options.on_phase("spawn", started - spawn_start);
+  if (worker.ok()) {
+    run.result = std::move(*worker).Wait();
+    if (options.on_phase) options.on_phase("parse", absl::Now() - started);
+  } else {
+    run.result.outcome = sandbox::Outcome::kFailed;
+    run.result.message = std::string(worker.status().message());
+  }
+  if (options.on_worker_exit) options.on_worker_exit(run.result);
   if (!run.result.ok()) return run;
   absl::StatusOr<DecodedResult> decoded = DecodeResult(run.result.payload);
   run.result.payload.clear();
@@ -150,6 +163,9 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
     case Outcome::kTimeout:
       *report.add_errors() = Error("timeout", run.result.message);
       break;
+    case Outcome::kCancelled:
+      *report.add_errors() = Error("cancelled", run.result.message);
+      break;
     case Outcome::kLimit: {
       v1::ScanError e = Error("limit", run.result.message);
       e.set_limit_name(run.result.limit_name);
@@ -172,6 +188,13 @@ absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rul
                                               const pickle::Limits& limits,
                                               const JailOptions& options) {
   CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(path));
+  return ScanFdJailed(std::move(fd), path, rules, limits, options);
+}
+
+absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string& path,
+                                            const rules::RuleSet& rules,
+                                            const pickle::Limits& limits,
+                                            const JailOptions& options) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("stat ", path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
@@ -230,10 +253,15 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                                                 const pickle::Limits& limits,
                                                 const JailOptions& options,
                                                 const PlanCheck& check) {
-  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, OpenRegularFile(request.input));
+  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, request.open_input
+                                                ? request.open_input(request.input)
+                                                : OpenRegularFile(request.input));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("stat ", request.input));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(request.input, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   // The digest goes into the output's provenance, but the worker need not wait for it: it
@@ -290,6 +318,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                     &result);
     return result;
   }
+  const absl::Time convert_start = absl::Now();
   result.status = [&]() -> absl::Status {
     if (result.report.verdict() != v1::VERDICT_SAFE) {
       return absl::FailedPreconditionError("not converted: the verdict is not SAFE");
@@ -318,6 +347,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
         ValidateAndPublish(*out, plan, request, early_ok ? &*early_digests : nullptr));
     return absl::OkStatus();
   }();
+  if (options.on_phase && result.status.ok()) options.on_phase("convert", absl::Now() - convert_start);
   return result;
 }
 

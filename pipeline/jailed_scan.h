@@ -19,7 +19,9 @@
 #define CKPTSCAN_PIPELINE_JAILED_SCAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,6 +56,15 @@ struct JailOptions {
   // RLIMIT_FSIZE of a converting worker: the largest output it may write. 0 = four times the
   // input plus 1 GiB (views and expanded tensors may be larger than their storage).
   uint64_t max_output_bytes = 0;
+  // Polled while a worker runs (may be empty): true kills it, and the file's report is ERROR
+  // with code "cancelled" (the daemon: the caller's deadline passed or it cancelled).
+  std::function<bool()> cancelled;
+  // Observers for the daemon's metrics (each may be empty): every worker's fate, and the time
+  // of each phase: "spawn" (posix_spawn of the worker), "parse" (the worker's run after it
+  // started, to reaped), "convert" (the trusted side after the worker: validation, header,
+  // signing, publishing).
+  std::function<void(const sandbox::Result&)> on_worker_exit;
+  std::function<void(std::string_view phase, absl::Duration)> on_phase;
   // Test only: arguments after the job (the probe's --probe=MODE). The real worker refuses any.
   std::vector<std::string> extra_args;
 };
@@ -84,6 +95,12 @@ JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::U
 // caller's to fill.
 v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
                             const rules::RuleSet& rules);
+
+// Hashes and scans the open regular file `fd` in a worker; the report names it `path`.
+absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string& path,
+                                            const rules::RuleSet& rules,
+                                            const pickle::Limits& limits,
+                                            const JailOptions& options);
 
 // Opens, hashes and scans `path` in a worker. A non-OK status means the file could not be
 // read at all (see UnreadableFileReport); every worker failure is a report, not a status.

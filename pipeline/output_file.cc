@@ -188,11 +188,13 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
   std::string bundle;
   if (request.sign.key != nullptr) {
     const size_t slash = request.output.find_last_of('/');
+    const absl::Time sign_start = absl::Now();
     absl::StatusOr<std::string> signed_bundle = SignFileModel(
         out.fd(), layout->file_size,
         slash == std::string::npos ? request.output : request.output.substr(slash + 1),
         request.sign, early, plan.header.bytes.size());
     if (!signed_bundle.ok()) return signed_bundle.status();
+    if (request.sign.on_signed) request.sign.on_signed(absl::Now() - sign_start);
     bundle = *std::move(signed_bundle);
   }
   if (absl::Status s = out.Publish(request.replace); !s.ok()) return s;

@@ -19,6 +19,7 @@
 #ifndef CKPTSCAN_PIPELINE_OUTPUT_FILE_H_
 #define CKPTSCAN_PIPELINE_OUTPUT_FILE_H_
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,10 @@ struct ConvertRequest {
   // An input that is a sharded checkpoint's index converts as a set into the directory
   // `output` (pipeline/shard_set.h). False for the shards themselves.
   bool allow_index = true;
+  // Opens `input` and, for a sharded set, each shard (given as the index's directory + "/" +
+  // the shard's name). Empty: OpenRegularFile (symlinks followed). The daemon confines both to
+  // its roots (daemon/confine.h); the jailed path uses it, the in-process path does not.
+  std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> open_input;
 };
 
 // The spec both sides plan from (convert::PlanFromSpec): the request's selection and dtype

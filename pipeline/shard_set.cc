@@ -241,9 +241,11 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     if (request.sign.key != nullptr) {
       // Signed in place, read back from the staging directory on both cores; the bundle is
       // part of the set, so the set never appears unsigned.
+      const absl::Time sign_start = absl::Now();
       absl::StatusOr<std::string> bundle = SignDirectoryModel(
           staging->dir(), BaseName(out_dir), kSignatureName, request.sign);
       if (!bundle.ok()) return bundle.status();
+      if (request.sign.on_signed) request.sign.on_signed(absl::Now() - sign_start);
       staging->Created(kSignatureName);
       if (absl::Status s = signing::WriteNewFile(staging->Path(kSignatureName), *bundle, 0644); !s.ok()) {
         return s;

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,6 +29,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/signing/keys.h"
 #include "core/signing/manifest.h"
 
@@ -46,6 +49,8 @@ struct SignOptions {
   // be empty). Empty leaf: the key method.
   std::string cert_pem;
   std::string chain_pem;
+  // Told how long each signature took (the daemon's metrics); may be empty.
+  std::function<void(absl::Duration)> on_signed;
 };
 
 // Shard digests of one file, by shard start.

@@ -18,6 +18,8 @@ const char* OutcomeName(Outcome outcome) {
       return "BAD_FRAME";
     case Outcome::kLimit:
       return "LIMIT";
+    case Outcome::kCancelled:
+      return "CANCELLED";
   }
   return "?";
 }

@@ -20,6 +20,7 @@ enum class Outcome {
                // breaks the protocol; an honest one exits kExitFrameTooLarge instead)
   kLimit,      // a limit: address space (allocation failed), facts too large for a frame,
                // file size
+  kCancelled,  // the caller gave up (SpawnOptions::cancelled): killed, nothing decided
 };
 
 const char* OutcomeName(Outcome outcome);

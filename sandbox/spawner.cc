@@ -78,19 +78,21 @@ int Reap(pid_t pid) {
 }  // namespace
 
 Worker::Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
-               uint64_t max_frame_bytes)
+               uint64_t max_frame_bytes, std::function<bool()> cancelled)
     : pid_(pid),
       pipe_(std::move(result_pipe)),
       start_(start),
       deadline_(deadline),
-      max_frame_bytes_(max_frame_bytes) {}
+      max_frame_bytes_(max_frame_bytes),
+      cancelled_(std::move(cancelled)) {}
 
 Worker::Worker(Worker&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pipe_(std::move(other.pipe_)),
       start_(other.start_),
       deadline_(other.deadline_),
-      max_frame_bytes_(other.max_frame_bytes_) {}
+      max_frame_bytes_(other.max_frame_bytes_),
+      cancelled_(std::move(other.cancelled_)) {}
 
 Worker::~Worker() {
   if (pid_ > 0) {
@@ -164,7 +166,8 @@ absl::StatusOr<Worker> Worker::Start(const SpawnOptions& options, base::UniqueFd
     return absl::ErrnoToStatus(rc, absl::StrCat("cannot start the worker ", options.worker_path));
   }
   // The parent's copies of the handed descriptors close here (in, wr, out go out of scope).
-  return Worker(pid, std::move(read_end), start, start + options.timeout, options.max_frame_bytes);
+  return Worker(pid, std::move(read_end), start, start + options.timeout, options.max_frame_bytes,
+                options.cancelled);
 }
 
 Result Worker::Wait() && {
@@ -175,6 +178,7 @@ Result Worker::Wait() && {
   bool eof = false;
   bool exited = false;
   bool timed_out = false;
+  bool cancelled = false;
   int status = 0;
   // glibc 2.36's <sys/pidfd.h> lacks extern "C", so the system call is made directly.
   // Invalid on kernels before 5.3: the pid is then polled with waitpid(WNOHANG).
@@ -187,8 +191,16 @@ Result Worker::Wait() && {
       timed_out = true;
       break;
     }
+    if (cancelled_ && cancelled_()) {
+      cancelled = true;
+      break;
+    }
     int timeout_ms = static_cast<int>(std::min<int64_t>(
         absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+    if (cancelled_) {
+      timeout_ms = std::min(timeout_ms, static_cast<int>(absl::ToInt64Milliseconds(
+                                            kCancelPollInterval)));
+    }
     pollfd fds[2];
     nfds_t n = 0;
     if (!eof) fds[n++] = {pipe_.get(), POLLIN, 0};
@@ -228,6 +240,12 @@ Result Worker::Wait() && {
   pipe_.reset();
   result.elapsed = absl::Now() - start_;
 
+  if (cancelled && !exited) {
+    result.outcome = Outcome::kCancelled;
+    result.signal = SIGKILL;
+    result.message = "the job was cancelled by its caller; the worker was killed";
+    return result;
+  }
   if (timed_out && !exited) {
     result.outcome = Outcome::kTimeout;
     result.signal = SIGKILL;

@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,12 @@ struct SpawnOptions {
   std::vector<std::string> args;  // argv[1..]
   absl::Duration timeout = absl::Seconds(60);  // wall clock, from Start() to reaped
   uint64_t max_frame_bytes = kMaxFrameBytes;
+  // Polled at least every kCancelPollInterval while the worker runs (may be empty): true kills
+  // the worker, and the result is kCancelled (a daemon's caller that went away or gave up).
+  std::function<bool()> cancelled;
 };
+
+inline constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
 class Worker final {
  public:
@@ -61,13 +67,14 @@ class Worker final {
 
  private:
   Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
-         uint64_t max_frame_bytes);
+         uint64_t max_frame_bytes, std::function<bool()> cancelled);
 
   pid_t pid_ = -1;
   base::UniqueFd pipe_;
   absl::Time start_;
   absl::Time deadline_;
   uint64_t max_frame_bytes_ = kMaxFrameBytes;
+  std::function<bool()> cancelled_;
 };
 
 // Start + Wait. A worker that cannot be started is kFailed with the reason.
