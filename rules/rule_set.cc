@@ -24,7 +24,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/base/json_text.h"
 #include "core/base/strings.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "rules/default_rules_data.h"
@@ -282,6 +284,42 @@ namespace {
 
 absl::Status Invalid(std::string_view origin, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("rules ", AbslView(origin), ": ", what));
+}
+
+// The path of the first string field of `root` that is not valid UTF-8 ("allow[3].name"), or
+// nullopt. TextFormat accepts any bytes in a string field; the binary parser, like every proto3
+// reader (the daemon's clients included), refuses them. Iterative: the walk's depth is the
+// schema's, but no recursion is the rule.
+std::optional<std::string> FirstNonUtf8Field(const google::protobuf::Message& root) {
+  using google::protobuf::FieldDescriptor;
+  using google::protobuf::Message;
+  std::vector<std::pair<const Message*, std::string>> pending = {{&root, ""}};
+  while (!pending.empty()) {
+    auto [m, path] = std::move(pending.back());
+    pending.pop_back();
+    const google::protobuf::Reflection* r = m->GetReflection();
+    std::vector<const FieldDescriptor*> fields;
+    r->ListFields(*m, &fields);
+    for (const FieldDescriptor* f : fields) {
+      const int n = f->is_repeated() ? r->FieldSize(*m, f) : 1;
+      for (int i = 0; i < n; ++i) {
+        std::string at = absl::StrCat(path, path.empty() ? "" : ".", f->name());
+        if (f->is_repeated()) absl::StrAppend(&at, "[", i, "]");
+        if (f->type() == FieldDescriptor::TYPE_STRING) {
+          std::string scratch;
+          const std::string& v = f->is_repeated()
+                                     ? r->GetRepeatedStringReference(*m, f, i, &scratch)
+                                     : r->GetStringReference(*m, f, &scratch);
+          if (!base::IsValidUtf8(v)) return at;
+        } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          pending.emplace_back(
+              f->is_repeated() ? &r->GetRepeatedMessage(*m, f, i) : &r->GetMessage(*m, f),
+              std::move(at));
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 absl::Status ValidateShape(std::string_view origin, const std::string& label, int si,
@@ -1008,6 +1046,12 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromTextProto(std::strin
     if (!parser.ParseFromString(std::string(text), &impl->proto)) {
       return Invalid(origin, absl::StrCat("syntax error at ", errors.Joined()));
     }
+  }
+  // Text that the binary factory would refuse is refused here too, so that both accept the same
+  // rule sets (found by tests/fuzz/rules_fuzz.cc: a name with a non-UTF-8 byte loaded from text,
+  // and its proto could not be sent or re-read).
+  if (std::optional<std::string> field = FirstNonUtf8Field(impl->proto)) {
+    return Invalid(origin, absl::StrCat(*field, " is not valid UTF-8"));
   }
   return Compile(std::move(impl), origin);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -424,13 +425,22 @@ int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
     absl::StatusOr<Worker> w = Worker::Start(options, std::move(in.fd), base::UniqueFd());
     if (!w.ok()) ::_exit(1);
     const pid_t pid = w->pid();
-    if (wait_for_jail) {  // until its filter is loaded ("Seccomp: 2" in its status)
-      for (int i = 0; i < 5000; ++i) {
-        std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    if (wait_for_jail) {
+      // Until its own filter is loaded: one more filter than this process has. Counting, not
+      // "Seccomp: 2", because this test may itself run under a filter (without_namespaces),
+      // which the worker inherits before its jail is set up.
+      auto filters = [](pid_t p) {
+        std::ifstream status(absl::StrCat("/proc/", p, "/status"));
         std::string line;
-        bool jailed = false;
-        while (std::getline(status, line)) jailed |= line == "Seccomp:\t2";
-        if (jailed) break;
+        int n = -1;
+        while (std::getline(status, line)) {
+          if (line.rfind("Seccomp_filters:", 0) == 0) n = std::atoi(line.c_str() + 16);
+        }
+        return n;
+      };
+      const int inherited = filters(::getpid());
+      for (int i = 0; i < 5000; ++i) {
+        if (filters(pid) > inherited) break;
         ::usleep(1000);
       }
     }

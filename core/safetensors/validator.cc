@@ -116,9 +116,11 @@ class HeaderHandler final : public nlohmann::json_sax<Json> {
   bool number_float(number_float_t, const string_t& token) override {
     if (InElements()) {
       const bool integral = token.find_first_of(".eE") == std::string::npos;
-      return Fail(Element(absl::StrFormat(
-          integral ? "is an integer too large for 64 bits (%s)" : "is not an integer (%s)",
-          AbslView(token))));
+      // Two literal formats (absl checks a format at compile time; under clang a conditional
+      // expression is not a constant format and does not compile).
+      return Fail(Element(
+          integral ? absl::StrFormat("is an integer too large for 64 bits (%s)", AbslView(token))
+                   : absl::StrFormat("is not an integer (%s)", AbslView(token))));
     }
     return Unexpected("a number");
   }

@@ -356,7 +356,7 @@ class Reader {
       }
     }
     if (top && data_pkl != nullptr) {
-      Storages(*ar, tensors, outer, base, &storage_records);
+      Storages(*ar, data.size(), tensors, outer, base, &storage_records);
       out_->tensors = std::move(tensors.tensors);
       out_->other_values = std::move(tensors.other_values);
       out_->storages = std::move(tensors.storages);
@@ -425,8 +425,8 @@ class Reader {
   }
 
   // Every storage data.pkl refers to must be a record of exactly its size.
-  void Storages(const zip::Archive& ar, const TensorExtraction& t, std::string_view outer,
-                uint64_t base, std::vector<std::string>* records) {
+  void Storages(const zip::Archive& ar, uint64_t archive_size, const TensorExtraction& t,
+                std::string_view outer, uint64_t base, std::vector<std::string>* records) {
     out_->storage_data.assign(t.storages.size(), StorageData{});
     for (size_t i = 0; i < t.storages.size(); ++i) {
       const StorageRef& s = t.storages[i];
@@ -448,6 +448,19 @@ class Reader {
               absl::StrFormat("storage '%s': %d elements of %d bytes, but its record holds %d bytes",
                               base::AbslView(s.key), s.numel, element, e->uncompressed_size),
               MemberName(outer, e->name), base + e->data_offset);
+        continue;
+      }
+      // torch reads the record through its local header (mz_zip_reader_extract_to_mem): with
+      // that header unreadable, or its bytes running past the archive, torch cannot load the
+      // storage, and the offset recorded here would point outside the file (found by
+      // tests/fuzz/extract_fuzz.cc).
+      const uint64_t in_archive = e->method == 0 ? nbytes : e->compressed_size;
+      if (!e->local_header_ok || !base::RangeWithin(e->data_offset, in_archive, archive_size)) {
+        Error("malformed",
+              absl::StrFormat("storage '%s': torch cannot read its record %s (local header "
+                              "unreadable or data past the end)",
+                              base::AbslView(s.key), base::AbslView(where)),
+              MemberName(outer, e->name), base + e->local_header_offset);
         continue;
       }
       out_->storage_data[i] =

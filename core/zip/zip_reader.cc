@@ -314,9 +314,11 @@ absl::StatusOr<EndRecord> ReadEndRecord(std::string_view data, AnomalySink& anom
                                          "4 GiB)",
                                          z_cd_size));
     }
+    // end.eocd_offset, not the structured binding `eocd`: clang before 16 cannot capture a
+    // structured binding in a lambda (a C++20 feature), and the fuzz/sanitizer builds use clang.
     auto differs = [&](std::string_view field, uint64_t small, uint64_t sentinel, uint64_t big) {
       if (small != sentinel && small != big) {
-        anomalies.Add(AnomalyKind::kZip64Mismatch, "", *eocd,
+        anomalies.Add(AnomalyKind::kZip64Mismatch, "", end.eocd_offset,
                       absl::StrFormat("the end record says %s %d, the ZIP64 record %d; miniz "
                                       "uses the ZIP64 value",
                                       AbslView(field), small, big));
