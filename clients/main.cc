@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,10 +26,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/disasm.h"
 #include "clients/limit_flags.h"
 #include "clients/manifest.h"
+#include "clients/remote.h"
 #include "clients/report_format.h"
 #include "clients/scan_targets.h"
 #include "clients/verdict.h"
@@ -186,6 +189,79 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
   return jail;
 }
 
+// --server: the daemon instead of the embedded jail (clients/remote.h).
+struct ServerFlags {
+  std::string server;
+  bool by_path = false;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+};
+
+void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path = true) {
+  cmd->add_option("--server", f->server,
+                  "Use the ckptscand daemon at ADDR instead of the embedded jail: local (this "
+                  "user's default socket), unix:PATH, or HOST:PORT (TLS)")
+      ->type_name("ADDR");
+  if (with_by_path) {
+    cmd->add_flag("--by-path", f->by_path,
+                  "With --server: send paths (the daemon opens them beneath its --root "
+                  "directories) instead of uploading the bytes");
+  }
+  cmd->add_option("--tls-ca", f->tls_ca,
+                  "With --server HOST:PORT: CA certificates (PEM) that the daemon's "
+                  "certificate must chain to (default: the system's)")
+      ->type_name("FILE");
+  cmd->add_option("--tls-cert", f->tls_cert,
+                  "With --server HOST:PORT: client certificate (PEM) for mTLS")
+      ->type_name("FILE");
+  cmd->add_option("--tls-key", f->tls_key, "The key of --tls-cert (PEM)")->type_name("FILE");
+}
+
+// The daemon client for --server, or null (after printing why, with `exit_code` set) when it
+// cannot be used. Flags that only mean something locally are refused rather than ignored.
+std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
+                                            const std::string& rules,
+                                            const std::vector<std::string>& limits,
+                                            int* exit_code, bool allow_plain = false) {
+  *exit_code = kExitUsage;
+  if (!allow_plain && absl::StartsWith(f.server, "plain:")) {
+    PrintError("--server plain:HOST:PORT is for `ckptscan health` only: the daemon serves its "
+               "API over the unix socket or TLS");
+    return nullptr;
+  }
+  if (sandbox.no_sandbox || !sandbox.worker.empty() || !rules.empty() || !limits.empty()) {
+    PrintError("--server: --no-sandbox, --worker, --rules and --limit are the daemon's to set; "
+               "they cannot be used with --server");
+    return nullptr;
+  }
+  RemoteOptions options;
+  options.address = f.server;
+  options.by_path = f.by_path;
+  options.tls_ca = f.tls_ca;
+  options.tls_cert = f.tls_cert;
+  options.tls_key = f.tls_key;
+  options.timeout = absl::Seconds(sandbox.timeout_seconds);
+  absl::StatusOr<std::unique_ptr<RemoteClient>> client = RemoteClient::Create(options);
+  if (!client.ok()) {
+    PrintError(absl::StrCat("--server: ", client.status().message()));
+    return nullptr;
+  }
+  *exit_code = 0;
+  return *std::move(client);
+}
+
+// A file the daemon could not be asked about: ERROR, never a pass.
+v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status) {
+  v1::FileReport f;
+  f.set_path(path);
+  v1::ScanError* e = f.add_errors();
+  e->set_code("server");
+  e->set_message(std::string(status.message()));
+  f.set_verdict(v1::VERDICT_ERROR);
+  return f;
+}
+
 struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
@@ -198,6 +274,7 @@ struct ScanOptions {
   std::string sarif_output;
   std::vector<std::string> limits;
   SandboxFlags sandbox;
+  ServerFlags server;
 };
 
 // The (device, inode) of `path`, symlinks followed; nullopt if it cannot be stat'ed.
@@ -232,28 +309,51 @@ int RunScan(const ScanOptions& opt) {
     }
     manifest = *std::move(m);
   }
-  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
-  if (!engine) return kExitUsage;
-  const rules::RuleSet& ruleset = *engine->rules;
-  const pickle::Limits& limits = engine->limits;
-  int setup_exit = 0;
-  std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
-  if (setup_exit != 0) return setup_exit;
   const bool sha256 = opt.digest == "sha256";
-  if (jail.has_value()) jail->sha256 = sha256;
-
   v1::Report report;
   report.set_schema(std::string(kReportSchema));
   report.set_scanner_version(std::string(kVersion));
-  report.set_rules_version(ruleset.version());
+  std::unique_ptr<RemoteClient> remote;
+  std::optional<Engine> engine;
+  std::optional<pipeline::JailOptions> jail;
+  if (!opt.server.server.empty()) {
+    int setup_exit = 0;
+    remote = ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
+    if (remote == nullptr) return setup_exit;
+  } else {
+    engine = LoadEngine(opt.rules, opt.limits);
+    if (!engine) return kExitUsage;
+    int setup_exit = 0;
+    jail = SetUpSandbox(opt.sandbox, &setup_exit);
+    if (setup_exit != 0) return setup_exit;
+    if (jail.has_value()) jail->sha256 = sha256;
+    report.set_rules_version(engine->rules->version());
+  }
+  v1::ScanOptions remote_options;
+  remote_options.set_skip_digest(!sha256);
   // Every file scanned, by identity: a shard an index names is scanned once.
   std::set<std::pair<dev_t, ino_t>> scanned;
   auto scan = [&](const std::string& path) -> v1::FileReport* {
-    absl::StatusOr<v1::FileReport> file =
-        jail.has_value() ? pipeline::ScanFileJailed(path, ruleset, limits, *jail)
-                         : pipeline::ScanFileInProcess(path, ruleset, limits, sha256);
     v1::FileReport* out = report.add_files();
-    *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+    if (remote != nullptr) {
+      // The daemon's verdict under the daemon's rules: its versions go into the report.
+      absl::StatusOr<v1::Report> r = remote->Scan(path, remote_options);
+      if (r.ok() && r->files_size() == 1) {
+        *out = r->files(0);
+        report.set_scanner_version(r->scanner_version());
+        report.set_rules_version(r->rules_version());
+      } else {
+        *out = ServerErrorReport(
+            path, r.ok() ? absl::DataLossError("the daemon's report has no single file")
+                         : r.status());
+      }
+    } else {
+      absl::StatusOr<v1::FileReport> file =
+          jail.has_value()
+              ? pipeline::ScanFileJailed(path, *engine->rules, engine->limits, *jail)
+              : pipeline::ScanFileInProcess(path, *engine->rules, engine->limits, sha256);
+      *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+    }
     if (std::optional<std::pair<dev_t, ino_t>> id = Identity(path)) scanned.insert(*id);
     return out;
   };
@@ -376,6 +476,7 @@ struct ConvertOptions {
   std::string rules;
   std::vector<std::string> limits;
   SandboxFlags sandbox;
+  ServerFlags server;
 };
 
 // A safetensors input is SAFE to scan but has nothing to convert (its facts carry no tensor
@@ -396,7 +497,93 @@ absl::Status RefuseSafetensors(const convert::Plan& plan) {
 
 // `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
 // converted, to an unlinked file next to OUT that is validated, then linked as OUT.
+// The end of `convert`, local or --server: the report, the exit code, one line on what was
+// written. `status` is the conversion's (OK: converted) once the verdict was SAFE.
+int FinishConvert(const ConvertOptions& opt, const v1::Report& report,
+                  const absl::Status& status) {
+  const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
+  if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
+    PrintError(absl::StrCat("cannot write the report: ", s.message()));
+    return kExitError;
+  }
+  const int scan_exit = ExitCodeFor(report.verdict());
+  if (scan_exit != kExitSafe) {
+    PrintError(absl::StrCat("not converted: ", TerminalSafe(opt.input), " is ",
+                            base::AbslView(VerdictName(report.verdict())),
+                            "; nothing was written"));
+    return scan_exit;
+  }
+  if (!status.ok()) {
+    PrintError(absl::StrCat("conversion failed, nothing was written: ",
+                            TerminalSafe(base::StdView(status.message()))));
+    return kExitError;
+  }
+  const v1::Conversion& c = report.files(0).conversion();
+  uint64_t not_written = c.not_written_total();
+  for (int i = 1; i < report.files_size(); ++i) {
+    not_written += report.files(i).conversion().not_written_total();
+  }
+  const int shards = report.files_size() - 1;
+  PrintError(absl::StrCat(
+      "converted: ", TerminalSafe(opt.input), " -> ", TerminalSafe(opt.output), " (",
+      shards == 0 ? absl::StrCat(c.bytes(), " bytes, ")
+                  : absl::StrCat(shards, " shards and ", pipeline::kOutputIndexName, ", "),
+      c.tensors(), " tensors",
+      not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
+      ")"));
+  if (!c.signature().empty()) {
+    PrintError(absl::StrCat("signed: ", TerminalSafe(c.signature()), " (key ",
+                            TerminalSafe(c.signer()).substr(0, 16), "...)"));
+  }
+  return kExitSafe;
+}
+
+int RunConvert(const ConvertOptions& opt);
+
+// `convert --server`: the daemon scans, converts and signs with its own key; by upload the
+// bytes come back and are validated and linked here, by path the daemon writes them.
+int RunConvertRemote(const ConvertOptions& opt) {
+  if (!opt.key.empty() || !opt.cert.empty() || !opt.cert_chain.empty()) {
+    PrintError("--server: the daemon signs with its own key (ckptscan admin public-key shows "
+               "it); --key, --cert and --cert-chain cannot be used with --server");
+    return kExitUsage;
+  }
+  int setup_exit = 0;
+  std::unique_ptr<RemoteClient> remote =
+      ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
+  if (remote == nullptr) return setup_exit;
+  struct stat st;
+  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    PrintError(absl::StrCat(TerminalSafe(opt.output),
+                            ": exists; not converting (--force replaces it)"));
+    return kExitError;
+  }
+  v1::ConvertOptions options;
+  options.set_dtype(opt.dtype);
+  options.set_select(opt.select);
+  options.set_strict(opt.strict);
+  options.set_replace(opt.force);
+  options.set_sign_method(opt.sign_method);
+  absl::StatusOr<v1::ConvertResponse> response = remote->Convert(opt.input, opt.output, options);
+  v1::Report report;
+  absl::Status status;
+  if (response.ok()) {
+    report = response->report();
+    if (!response->converted()) {
+      status = absl::FailedPreconditionError(response->error().empty() ? "not converted"
+                                                                        : response->error());
+    }
+  } else {
+    report.set_schema(std::string(kReportSchema));
+    report.set_scanner_version(std::string(kVersion));
+    *report.add_files() = ServerErrorReport(opt.input, response.status());
+    report.set_verdict(v1::VERDICT_ERROR);
+  }
+  return FinishConvert(opt, report, status);
+}
+
 int RunConvert(const ConvertOptions& opt) {
+  if (!opt.server.server.empty()) return RunConvertRemote(opt);
   std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
   if (!engine) return kExitUsage;
   const rules::RuleSet& ruleset = *engine->rules;
@@ -469,42 +656,7 @@ int RunConvert(const ConvertOptions& opt) {
   v1::Verdict worst = v1::VERDICT_SAFE;
   for (const v1::FileReport& f : report.files()) worst = rules::WorseVerdict(worst, f.verdict());
   report.set_verdict(worst);
-  const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
-  if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
-    PrintError(absl::StrCat("cannot write the report: ", s.message()));
-    return kExitError;
-  }
-  const int scan_exit = ExitCodeFor(report.verdict());
-  if (scan_exit != kExitSafe) {
-    PrintError(absl::StrCat("not converted: ", TerminalSafe(opt.input), " is ",
-                            base::AbslView(VerdictName(report.verdict())),
-                            "; nothing was written"));
-    return scan_exit;
-  }
-  if (!result->status.ok()) {
-    PrintError(absl::StrCat("conversion failed, nothing was written: ",
-                            TerminalSafe(base::StdView(result->status.message()))));
-    return kExitError;
-  }
-  const v1::Conversion& c = result->report.conversion();
-  uint64_t not_written = c.not_written_total();
-  for (const v1::FileReport& shard : result->shard_reports) {
-    not_written += shard.conversion().not_written_total();
-  }
-  PrintError(absl::StrCat(
-      "converted: ", TerminalSafe(opt.input), " -> ", TerminalSafe(opt.output), " (",
-      result->shard_reports.empty()
-          ? absl::StrCat(c.bytes(), " bytes, ")
-          : absl::StrCat(result->shard_reports.size(), " shards and ",
-                         pipeline::kOutputIndexName, ", "),
-      c.tensors(), " tensors",
-      not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
-      ")"));
-  if (!c.signature().empty()) {
-    PrintError(absl::StrCat("signed: ", TerminalSafe(c.signature()), " (key ",
-                            TerminalSafe(c.signer()).substr(0, 16), "...)"));
-  }
-  return kExitSafe;
+  return FinishConvert(opt, report, result.ok() ? result->status : absl::OkStatus());
 }
 
 struct DisasmOptions {
@@ -686,6 +838,119 @@ int RunVerify(const VerifyCliOptions& opt) {
   return 0;
 }
 
+struct AdminOptions {
+  ServerFlags server;
+  std::string format = "text";
+};
+
+enum class AdminCommand { kStatus, kMetrics, kReloadRules, kPublicKey };
+
+std::string StatusText(const v1::StatusResponse& s) {
+  std::string out = absl::StrCat(
+      "ckptscand ", s.scanner_version(), ", rules ", s.rules_version(), ", up ",
+      s.uptime_seconds(), " s", s.draining() ? " (draining)" : "", "\n",
+      "jobs: ", s.jobs_running(), " running (max ", s.max_running(), "), ", s.jobs_queued(),
+      " queued (max ", s.max_queued(), "), ", s.jobs_refused(), " refused (queue full)\n",
+      "done:");
+  if (s.jobs_done().empty()) absl::StrAppend(&out, " none");
+  for (const v1::VerdictCount& c : s.jobs_done()) {
+    absl::StrAppend(&out, " ", base::AbslView(VerdictName(c.verdict())), " ", c.count());
+  }
+  absl::StrAppend(&out, "\nworker failures:");
+  if (s.worker_failures().empty()) absl::StrAppend(&out, " none");
+  for (const v1::WorkerFailure& f : s.worker_failures()) {
+    absl::StrAppend(&out, " ", f.kind(), " ", f.count());
+  }
+  absl::StrAppend(&out, "\nroots: ", s.roots().empty() ? "none (uploads only)" : "");
+  for (int i = 0; i < s.roots_size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", TerminalSafe(s.roots(i)));
+  }
+  absl::StrAppend(&out, "\nsigner: ", s.signer(), "\njail: ", s.jail_layers(), "\n");
+  return out;
+}
+
+struct HealthOptions {
+  ServerFlags server;
+  std::string service;
+  double timeout_seconds = 5;
+};
+
+int RunHealth(const HealthOptions& opt) {
+  int setup_exit = 0;
+  std::unique_ptr<RemoteClient> remote =
+      ConnectServer(opt.server, SandboxFlags{}, "", {}, &setup_exit, /*allow_plain=*/true);
+  if (remote == nullptr) return setup_exit;
+  absl::StatusOr<bool> serving = remote->Health(opt.service, absl::Seconds(opt.timeout_seconds));
+  if (!serving.ok()) {
+    PrintError(TerminalSafe(base::StdView(serving.status().message())));
+    return kExitError;
+  }
+  (void)WriteAll(STDOUT_FILENO, *serving ? "SERVING\n" : "NOT_SERVING\n");
+  return *serving ? 0 : 1;
+}
+
+int RunAdmin(const AdminOptions& opt, AdminCommand command) {
+  int setup_exit = 0;
+  std::unique_ptr<RemoteClient> remote =
+      ConnectServer(opt.server, SandboxFlags{}, "", {}, &setup_exit);
+  if (remote == nullptr) return setup_exit;
+  std::string text;
+  const google::protobuf::Message* message = nullptr;
+  absl::StatusOr<v1::StatusResponse> status;
+  absl::StatusOr<v1::ReloadRulesResponse> reload;
+  absl::StatusOr<v1::MetricsResponse> metrics;
+  absl::StatusOr<v1::PublicKeyResponse> key;
+  absl::Status failed;
+  switch (command) {
+    case AdminCommand::kStatus:
+      status = remote->Status();
+      failed = status.status();
+      if (status.ok()) {
+        text = StatusText(*status);
+        message = &*status;
+      }
+      break;
+    case AdminCommand::kMetrics:
+      metrics = remote->Metrics();
+      failed = metrics.status();
+      if (metrics.ok()) {
+        text = metrics->text();
+        message = &*metrics;
+      }
+      break;
+    case AdminCommand::kReloadRules:
+      reload = remote->ReloadRules();
+      failed = reload.status();
+      if (reload.ok()) {
+        text = absl::StrCat("rules reloaded from ", TerminalSafe(reload->source()), ": ",
+                            reload->previous_version(), " -> ", reload->rules_version(), "\n");
+        message = &*reload;
+      }
+      break;
+    case AdminCommand::kPublicKey:
+      key = remote->PublicKey();
+      failed = key.status();
+      if (key.ok()) {
+        text = key->pem();
+        message = &*key;
+      }
+      break;
+  }
+  if (!failed.ok()) {
+    PrintError(TerminalSafe(base::StdView(failed.message())));
+    return kExitError;
+  }
+  if (opt.format == "json") {
+    google::protobuf::util::JsonPrintOptions json;
+    json.add_whitespace = true;
+    json.preserve_proto_field_names = true;
+    text.clear();
+    (void)google::protobuf::util::MessageToJsonString(*message, &text, json);
+  }
+  if (absl::Status s = WriteAll(STDOUT_FILENO, text); !s.ok()) return kExitError;
+  return 0;
+}
+
 std::string ScanFooter() {
   return absl::StrCat(
       "Formats (--format):\n"
@@ -775,6 +1040,7 @@ int Main(int argc, char** argv) {
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
   AddSandboxFlags(scan, &scan_opt.sandbox);
+  AddServerFlags(scan, &scan_opt.server);
   scan->footer(ScanFooter());
 
   DisasmOptions disasm_opt;
@@ -856,6 +1122,7 @@ int Main(int argc, char** argv) {
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
   AddSandboxFlags(convert, &convert_opt.sandbox);
+  AddServerFlags(convert, &convert_opt.server);
   convert->footer(
       "IN is scanned exactly as `scan` does (the report goes to stdout). Only a SAFE\n"
       "file is converted: the jailed worker writes the safetensors bytes to an unlinked\n"
@@ -935,6 +1202,61 @@ int Main(int argc, char** argv) {
   CLI::App* version =
       app.add_subcommand("version", "Print the scanner and rules versions");
 
+  HealthOptions health_opt;
+  CLI::App* health = app.add_subcommand(
+      "health", "Ask a ckptscand whether it serves (gRPC health checking; for probes)");
+  health->add_option("--server", health_opt.server.server,
+                     "The daemon: local (default), unix:PATH or HOST:PORT (TLS), or "
+                     "plain:HOST:PORT for its plaintext health port (--health-tcp)")
+      ->type_name("ADDR");
+  health->add_option("--service", health_opt.service,
+                     "The service to ask about: \"\" (default: the whole server), "
+                     "ckptscan.v1.Scanner or ckptscan.v1.Admin");
+  health->add_option("--timeout", health_opt.timeout_seconds, "Seconds to wait for the answer")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  health->add_option("--tls-ca", health_opt.server.tls_ca, "As for scan --server")
+      ->type_name("FILE");
+  health->add_option("--tls-cert", health_opt.server.tls_cert, "Client certificate (mTLS)")
+      ->type_name("FILE");
+  health->add_option("--tls-key", health_opt.server.tls_key, "The key of --tls-cert")
+      ->type_name("FILE");
+  health->footer(
+      "Exit codes: 0 SERVING; 1 NOT_SERVING (e.g. draining after SIGTERM); 2 no answer\n"
+      "(unreachable, timed out, unknown service); 64 usage.\n");
+
+  AdminOptions admin_opt;
+  CLI::App* admin = app.add_subcommand("admin", "Operate a ckptscand daemon (Admin service)");
+  admin->require_subcommand(1);
+  CLI::App* admin_status = admin->add_subcommand(
+      "status", "Versions, uptime, jobs running/queued/done, worker failures, jail layers");
+  CLI::App* admin_metrics = admin->add_subcommand(
+      "metrics", "Print the daemon's Prometheus metrics (text exposition format)");
+  CLI::App* admin_reload = admin->add_subcommand(
+      "reload-rules", "Reload the daemon's rules file (a bad file leaves the old rules)");
+  CLI::App* admin_key =
+      admin->add_subcommand("public-key", "Print the daemon's signing public key (PEM)");
+  for (CLI::App* sub : {admin_status, admin_metrics, admin_reload, admin_key}) {
+    sub->add_option("--server", admin_opt.server.server,
+                    "The daemon: local (default: this user's socket), unix:PATH or HOST:PORT")
+        ->type_name("ADDR");
+    sub->add_option("--tls-ca", admin_opt.server.tls_ca, "As for scan --server")
+        ->type_name("FILE");
+    sub->add_option("--tls-cert", admin_opt.server.tls_cert, "Client certificate (mTLS)")
+        ->type_name("FILE");
+    sub->add_option("--tls-key", admin_opt.server.tls_key, "The key of --tls-cert")
+        ->type_name("FILE");
+    sub->add_option("--format,-f", admin_opt.format, "Output: text or json")
+        ->check(CLI::IsMember({"text", "json"}))
+        ->capture_default_str();
+  }
+  admin->footer(
+      "Admin calls need an admin identity: on the unix socket a uid in the daemon's\n"
+      "--admin-uid list (default: the daemon's own uid and root); over TCP a client\n"
+      "certificate whose name is in its --admin-identity list.\n\n"
+      "Exit codes: 0 done; 2 the daemon refused or could not be reached (the reason\n"
+      "is printed); 64 usage.\n");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version
@@ -950,6 +1272,11 @@ int Main(int argc, char** argv) {
   if (show->parsed()) return RunRulesShow(show_rules);
   if (check->parsed()) return RunRulesCheck(check_file);
   if (version->parsed()) return RunVersion();
+  if (health->parsed()) return RunHealth(health_opt);
+  if (admin_status->parsed()) return RunAdmin(admin_opt, AdminCommand::kStatus);
+  if (admin_metrics->parsed()) return RunAdmin(admin_opt, AdminCommand::kMetrics);
+  if (admin_reload->parsed()) return RunAdmin(admin_opt, AdminCommand::kReloadRules);
+  if (admin_key->parsed()) return RunAdmin(admin_opt, AdminCommand::kPublicKey);
   if (keygen->parsed()) return RunKeygen(keygen_opt);
   if (verify->parsed()) {
     if (verify_opt.pubkey.empty() && verify_opt.ca_certs.empty()) {

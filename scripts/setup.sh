@@ -7,6 +7,9 @@
 #   scripts/setup.sh --dev    also Debian's python3-torch/numpy/joblib, needed only to regenerate fixtures
 #   scripts/setup.sh --bazel  also Debian's bazel-bootstrap (Bazel 4.2.3 + a JDK), for the optional
 #                             Bazel build (docs/bazel.md; scripts/bazel.sh). Not needed for CMake.
+#   scripts/setup.sh --k8s    also Node.js + npm, and npm's kubernetes-models and js-yaml installed
+#                             into ${CKPT_K8S_TOOLS:-~/.cache/ckptscan/k8s-tools}: the Kubernetes
+#                             schema check of deploy/kubernetes (k8s_manifests_test). Optional.
 # Options combine: scripts/setup.sh --dev --bazel
 set -euo pipefail
 
@@ -15,14 +18,24 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libseccomp-dev libabsl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev python3 python3-jsonschema
+  # grpc/health/v1/health.proto for `ckptscan health` (the daemon's side is in libgrpc++)
+  grpc-proto
+  # the daemon's metrics (prometheus-cpp) and their lint in the tests (promtool)
+  prometheus-cpp-dev prometheus
+  # clients/python: the hub client and its test (grpc-tools: the stubs generator fallback)
+  python3-grpcio python3-protobuf python3-grpc-tools
 )
+# deploy/kubernetes: k8s_consistency_test reads the manifests with PyYAML.
+packages+=(python3-yaml)
+k8s=0
 for opt in "$@"; do
   case "$opt" in
     --dev) packages+=(python3-torch python3-numpy python3-joblib) ;;
     # bazel-bootstrap pulls default-jdk-headless itself; the rule sets it would download are
     # replaced by stubs in third_party/bazel (docs/bazel.md).
     --bazel) packages+=(bazel-bootstrap) ;;
-    *) echo "setup: unknown option: $opt (expected --dev and/or --bazel)" >&2; exit 64 ;;
+    --k8s) k8s=1; command -v node >/dev/null || packages+=(nodejs) ;;
+    *) echo "setup: unknown option: $opt (expected --dev, --bazel, --k8s)" >&2; exit 64 ;;
   esac
 done
 
@@ -32,8 +45,33 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
+# --k8s, after the Debian packages: npm's schema models for tests/k8s/validate.js, pinned, in a
+# cache directory outside the source tree (the tests look there, or in $CKPT_K8S_TOOLS).
+k8s_tools() {
+  local sudo=()
+  [[ "$(id -u)" -ne 0 ]] && sudo=(sudo)
+  if ! command -v npm >/dev/null; then
+    echo "setup: installing npm"
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends npm
+  fi
+  local dir="${CKPT_K8S_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/ckptscan/k8s-tools}"
+  if [[ -f "$dir/node_modules/kubernetes-models/package.json" &&
+        -f "$dir/node_modules/js-yaml/package.json" ]]; then
+    echo "setup: kubernetes-models and js-yaml present in $dir"
+  else
+    mkdir -p "$dir"
+    echo "setup: npm install kubernetes-models js-yaml into $dir"
+    npm install --prefix "$dir" --no-audit --no-fund kubernetes-models@5.1.0 js-yaml@4.1.0
+  fi
+  command -v kubectl >/dev/null ||
+    echo "setup: note: kubectl is not installed, so k8s_manifests_test will skip rendering" \
+         "(Debian's kubernetes-client 1.20 is too old for the kustomize features deploy/ uses;" \
+         "use kubectl >= 1.27 from upstream)"
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all ${#packages[@]} packages present"
+  if [[ $k8s -eq 1 ]]; then k8s_tools; fi
   exit 0
 fi
 
@@ -46,3 +84,4 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -q
 "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [[ $k8s -eq 1 ]]; then k8s_tools; fi

@@ -68,9 +68,27 @@ if action "$name" 0 CKPTSCAN_MANIFEST="clean/SHA256SUMS"; then
     && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
-name=ActionServerIsRefusedUntilSupported
-if action "$name" 64 CKPTSCAN_PATHS="clean" CKPTSCAN_SERVER="unix:/run/ckptscand.sock"; then
-  contains err.txt "server" && contains gh_output "exit-code=64" && pass "$name" || fail "$name" "$(cat err.txt)"
+name=ActionWithAnUnreachableServerFailsWithTwo
+if action "$name" 2 CKPTSCAN_PATHS="clean" CKPTSCAN_SERVER="unix:$tmp/no-daemon.sock"; then
+  contains out.txt "UNAVAILABLE" && contains gh_output "exit-code=2" && ! contains out.txt "SAFE (" &&
+    pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+# With a real daemon (built next to ckptscan): the same verdicts as the embedded sandbox.
+daemon="$(dirname "$bin")/ckptscand"
+if [[ -x "$daemon" ]]; then
+  "$daemon" --socket "$tmp/d.sock" --state-dir "$tmp/dstate" 2>"$tmp/d.log" &
+  dpid=$!
+  for _ in $(seq 100); do grep -q '"event":"listening"' "$tmp/d.log" && break; sleep 0.05; done
+  name=ActionWithAServerScansThroughTheDaemon
+  if action "$name" 1 CKPTSCAN_PATHS="clean dirty" CKPTSCAN_SERVER="unix:$tmp/d.sock"; then
+    contains out.txt "clean/safe.pkl: SAFE" && contains out.txt "dirty/evil.pkl: DANGEROUS" &&
+      contains gh_output "exit-code=1" && pass "$name" || fail "$name" "$(cat out.txt)"
+  fi
+  kill -TERM "$dpid"
+  wait "$dpid"
+else
+  echo "skip ActionWithAServerScansThroughTheDaemon: no ckptscand next to $bin"
 fi
 
 name=ActionWithoutABinaryFailsWithTwo

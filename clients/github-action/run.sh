@@ -11,7 +11,8 @@
 #                      CKPTSCAN_MANIFEST is given)
 #   CKPTSCAN_FAIL_ON   suspicious (default) or dangerous
 #   CKPTSCAN_FORMAT    text (default), json, sarif or junit: the report in the log
-#   CKPTSCAN_SERVER    a ckptscand address (not supported by this ckptscan yet: exit 64)
+#   CKPTSCAN_SERVER    a ckptscand address (ckptscan scan --server): the daemon scans the uploaded
+#                      files; empty: the embedded sandbox
 #   CKPTSCAN_MANIFEST  a manifest to scan and check digests against
 #   CKPTSCAN_SARIF     where to write SARIF (default: $RUNNER_TEMP or /tmp, ckptscan.sarif)
 #   CKPTSCAN_SKIP_INSTALL=1 with CKPTSCAN_BIN=path/to/ckptscan: use that build, install nothing
@@ -50,13 +51,7 @@ fi
 [[ -x "$bin" ]] || { echo "ckptscan: $bin is missing or not executable" >&2; finish 2; }
 
 args=(scan --format "$format" --fail-on "$fail_on" --sarif-output "$sarif")
-if [[ -n "$server" ]]; then
-  if ! "$bin" scan --help 2>/dev/null | grep -q -- '--server'; then
-    echo "ckptscan: server: this ckptscan cannot scan through a daemon yet (--server); leave 'server' empty to use the embedded sandbox" >&2
-    finish 64
-  fi
-  args+=(--server "$server")
-fi
+[[ -z "$server" ]] || args+=(--server "$server")
 [[ -z "$manifest" ]] || args+=(--manifest "$manifest")
 [[ -n "$paths" || -n "$manifest" ]] || paths="."
 # Split on whitespace on purpose: paths are separated by spaces or newlines.

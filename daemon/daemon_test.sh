@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# End-to-end: a real ckptscand on a real socket, started here, driven by the real CLI.
+#   daemon_test.sh CKPTSCAN CKPTSCAND FIXTURES
+# Proves: scan and convert by path and by upload give the local CLI's reports and outputs on
+# the fixture corpus; path escapes are refused; Admin needs an admin; mTLS refuses clients
+# without a certificate; a killed worker, a client gone mid-upload, an upload over the cap, a
+# bad rules reload and a full queue each get the right answer while the daemon keeps serving
+# and leaks no descriptor or spool file; SIGTERM lets running jobs finish and exits 0.
+set -uo pipefail
+bin="$(realpath "$1")"
+daemon_bin="$(realpath "$2")"
+fixtures="$(realpath "$3")"
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../clients/test_lib.sh"
+enter_tmp
+trap 'kill_daemons; rm -rf "$tmp"' EXIT
+
+pids=()
+kill_daemons() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+}
+
+# start_daemon NAME ARGS...: starts ckptscand with a socket and state of its own, waits until
+# it serves, sets $sock (unix:PATH) and $dpid.
+start_daemon() {
+  local name="$1"
+  shift
+  mkdir -p "$tmp/$name"
+  "$daemon_bin" --socket "$tmp/$name/s.sock" --state-dir "$tmp/$name/state" "$@" \
+    2>"$tmp/$name/log" &
+  dpid=$!
+  pids+=("$dpid")
+  sock="unix:$tmp/$name/s.sock"
+  for _ in $(seq 100); do
+    grep -q '"event":"listening"' "$tmp/$name/log" 2>/dev/null && return 0
+    kill -0 "$dpid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "ckptscand $name did not start:"; cat "$tmp/$name/log"
+  return 1
+}
+fd_count() { ls "/proc/$1/fd" | wc -l; }
+# wait_for_worker PID: the pid of a ckptscan-worker child of the daemon, once one runs.
+wait_for_worker() {
+  for _ in $(seq 200); do
+    local w
+    w=$(pgrep -P "$1" -f ckptscan-worker | head -1)
+    [[ -n "$w" ]] && { echo "$w"; return 0; }
+    sleep 0.02
+  done
+  return 1
+}
+
+# A pickle that keeps a worker busy for a second or two (millions of harmless opcodes), and a
+# sparse file whose SHA-256 keeps a job busy as long (no disk, no memory).
+python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x02' + b'N0' * 2000000 + b'N.')" >slow.pkl
+truncate -s 3G long.bin
+# The corpus both modes scan: every torch fixture and a sample of every malicious kind.
+corpus=("$fixtures/torch" "$fixtures/pickles" "$fixtures/zip")
+
+root="$tmp/root"
+mkdir -p "$root/models" "$tmp/outside"
+cp "$fixtures/torch/train_checkpoint.pt" "$fixtures/torch/tied.pt" "$root/models/"
+cp "$fixtures/torch/tied.pt" "$tmp/outside/secret.pt"
+ln -s "$tmp/outside/secret.pt" "$root/models/link-out.pt"
+ln -s "$tmp/outside" "$root/models/dir-out"
+chmod 0755 "$tmp" "$root" "$root/models"
+
+metrics_port=$((20000 + RANDOM % 20000))
+start_daemon main --root "$root" --root "$fixtures" --max-running 2 --socket-mode 0666 \
+  --metrics-port "$metrics_port" || exit 1
+main_pid=$dpid
+main_sock=$sock
+
+# --- the same reports as the local CLI -----------------------------------------------------
+"$bin" scan -f json "${corpus[@]}" >local.json 2>/dev/null
+local_rc=$?
+run "scan by upload: exit code of the local CLI" "$local_rc" \
+  "$bin" scan -f json --server "$main_sock" "${corpus[@]}"
+cp out.txt upload.json
+if cmp -s local.json upload.json; then
+  pass "scan by upload: the same JSON report as the local CLI ($(grep -c '"path"' local.json) files)"
+else
+  fail "scan by upload report" "$(diff local.json upload.json | head -20)"
+fi
+run "scan by path: exit code of the local CLI" "$local_rc" \
+  "$bin" scan -f json --server "$main_sock" --by-path "${corpus[@]}"
+if cmp -s local.json out.txt; then
+  pass "scan by path: the same JSON report as the local CLI"
+else
+  fail "scan by path report" "$(diff local.json out.txt | head -20)"
+fi
+run "health" 0 "$bin" health --server "$main_sock" && contains out.txt "SERVING" &&
+  pass "ckptscan health: SERVING (exit 0)"
+run "text report by upload" 0 "$bin" scan --server "$main_sock" "$fixtures/torch/tied.pt" &&
+  contains out.txt "tied.pt: SAFE" && pass "text report by upload says SAFE"
+run "a dangerous upload exits 1" 1 "$bin" scan --server "$main_sock" \
+  "$fixtures/pickles/malicious/inst_os_system.pkl" && pass "a dangerous upload exits 1"
+
+# --- convert: the same bytes as the local CLI, signed by the daemon's key ------------------
+"$bin" convert "$fixtures/torch/train_checkpoint.pt" -o local.safetensors >/dev/null 2>&1
+run "convert by upload" 0 "$bin" convert --server "$main_sock" \
+  "$fixtures/torch/train_checkpoint.pt" -o up.safetensors
+if cmp -s local.safetensors up.safetensors; then
+  pass "convert by upload: byte for byte the local conversion"
+else
+  fail "convert by upload" "differs from the local conversion"
+fi
+run "admin public-key" 0 "$bin" admin public-key --server "$main_sock" && cp out.txt daemon.pub
+run "the upload's signature verifies with the daemon's public key" 0 \
+  "$bin" verify up.safetensors --pubkey daemon.pub && pass "upload conversion signed by the daemon"
+run "convert by path" 0 "$bin" convert --server "$main_sock" --by-path \
+  "$root/models/train_checkpoint.pt" -o "$root/models/out.safetensors"
+if cmp -s local.safetensors "$root/models/out.safetensors"; then
+  pass "convert by path: byte for byte the local conversion, written beneath the root"
+else
+  fail "convert by path" "differs from the local conversion"
+fi
+run "by-path output signed" 0 "$bin" verify "$root/models/out.safetensors" --pubkey daemon.pub &&
+  pass "by-path conversion signed by the daemon (out.safetensors.sig)"
+run "convert by path refuses to overwrite" 2 "$bin" convert --server "$main_sock" --by-path \
+  "$root/models/train_checkpoint.pt" -o "$root/models/out.safetensors" &&
+  contains err.txt "exists" && pass "convert by path does not overwrite without --force"
+run "a dangerous upload is not converted" 1 "$bin" convert --server "$main_sock" \
+  "$fixtures/pickles/malicious/inst_os_system.pkl" -o bad.safetensors &&
+  [[ ! -e bad.safetensors ]] && pass "a dangerous upload is not converted, nothing written"
+
+# --- path confinement ----------------------------------------------------------------------
+for p in "$root/models/../../outside/secret.pt" "$tmp/outside/secret.pt" \
+         "$root/models/link-out.pt" "$root/models/dir-out/secret.pt" "/etc/passwd"; do
+  run "escape $p" 2 "$bin" scan --server "$main_sock" --by-path "$p" &&
+    contains out.txt "PERMISSION_DENIED" && pass "refused with PERMISSION_DENIED: ${p#$tmp/}"
+done
+run "convert output outside the roots" 2 "$bin" convert --server "$main_sock" --by-path \
+  "$root/models/tied.pt" -o "$tmp/outside/x.safetensors" &&
+  [[ ! -e "$tmp/outside/x.safetensors" ]] && contains out.txt "PERMISSION_DENIED" &&
+  pass "convert output outside the roots refused, nothing written"
+run "convert output through a symlink out" 2 "$bin" convert --server "$main_sock" --by-path \
+  "$root/models/tied.pt" -o "$root/models/dir-out/x.safetensors" &&
+  [[ ! -e "$tmp/outside/x.safetensors" ]] && pass "convert output through a symlink out refused"
+
+# --- Admin needs an admin ------------------------------------------------------------------
+run "admin status as root" 0 "$bin" admin status --server "$main_sock" &&
+  contains out.txt "running (max 2)" && pass "admin status for an admin uid"
+if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  run "admin as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$bin" admin status --server "$main_sock" &&
+    contains err.txt "PERMISSION_DENIED" && contains err.txt "uid:65534" &&
+    pass "admin status refused for uid 65534 (PERMISSION_DENIED)"
+  run "reload as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$bin" admin reload-rules --server "$main_sock" && pass "reload-rules refused for uid 65534"
+  run "scan as nobody" 0 setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$bin" scan --server "$main_sock" "$fixtures/torch/tied.pt" && pass "Scanner open to non-admins"
+else
+  echo "skip admin-as-another-uid cases: needs root and setpriv to act as uid 65534"
+fi
+
+# --- faults: the daemon answers each and keeps serving, leaking nothing --------------------
+fds_before=$(fd_count "$main_pid")
+"$bin" scan --server "$main_sock" slow.pkl >killed.txt 2>&1 &
+client=$!
+worker=$(wait_for_worker "$main_pid") && kill -9 "$worker"
+wait "$client"
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "SIGKILL" killed.txt; then
+  pass "a worker killed mid-job: the file is ERROR (exit 2), not SAFE"
+else
+  fail "worker killed mid-job" "rc=$rc $(head -c 400 killed.txt)"
+fi
+
+# A client killed mid-upload (a large upload, cut after the daemon has started spooling).
+head -c 300000000 /dev/zero >big.bin
+"$bin" scan --server "$main_sock" big.bin >/dev/null 2>&1 &
+client=$!
+sleep 0.3
+{ kill -9 "$client"; wait "$client"; } 2>/dev/null
+
+run "still serving after the faults" 0 "$bin" scan --server "$main_sock" "$fixtures/torch/tied.pt" &&
+  pass "the daemon still serves after a killed worker and a vanished client"
+sleep 0.5
+fds_after=$(fd_count "$main_pid")
+if [[ $fds_after -le $fds_before ]]; then
+  pass "no descriptor leaked ($fds_before before, $fds_after after)"
+else
+  fail "descriptor leak" "$fds_before before, $fds_after after: $(ls -l /proc/$main_pid/fd | tail -5)"
+fi
+left=$(find "$tmp/main/state/spool" -mindepth 1 | wc -l)
+[[ $left -eq 0 ]] && pass "no spool file left" || fail "spool" "$left entries left"
+run "status counts the failure" 0 "$bin" admin status --server "$main_sock" &&
+  contains out.txt "sandbox 1" && pass "status counts the killed worker (worker failures: sandbox 1)"
+
+# --- metrics: the Prometheus text, linted by promtool, from the port and from Admin ----------
+run "admin metrics" 0 "$bin" admin metrics --server "$main_sock" && cp out.txt admin_metrics.txt
+/usr/bin/python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1]).read().decode())' \
+  "$metrics_port" >port_metrics.txt
+for m in admin_metrics.txt port_metrics.txt; do
+  if grep -q 'ckptscand_worker_exits_total{reason="signaled"} 1' "$m" &&
+     grep -qE 'ckptscand_jobs_total\{verdict="DANGEROUS"\} [1-9]' "$m" &&
+     grep -q 'ckptscand_phase_duration_seconds_count{phase="parse"}' "$m"; then
+    pass "metrics ($m): the killed worker, the dangerous files and phase times are counted"
+  else
+    fail "metrics $m" "$(grep -E 'worker_exits|jobs_total' "$m" | head -12)"
+  fi
+  if command -v promtool >/dev/null; then
+    promtool check metrics <"$m" >lint.txt 2>&1 && pass "promtool check metrics accepts $m" ||
+      fail "promtool $m" "$(head -c 400 lint.txt)"
+  else
+    echo "skip promtool lint of $m: promtool (Debian package prometheus) is not installed"
+  fi
+done
+if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  run "metrics as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$bin" admin metrics --server "$main_sock" && pass "admin metrics refused for a non-admin uid"
+fi
+
+# --- an upload over the cap, a bad reload, a full queue -------------------------------------
+cp "$here/../rules/default_rules.textproto" rules.textproto
+start_daemon small --max-upload-bytes 1M --max-running 1 --max-queued 0 \
+  --rules "$tmp/rules.textproto" --root "$tmp" --health-tcp 127.0.0.1:0 || exit 1
+health_addr="plain:127.0.0.1:$(grep -o '"health_port":[0-9]*' "$tmp/small/log" | cut -d: -f2)"
+run "plaintext health port" 0 "$bin" health --server "$health_addr" &&
+  contains out.txt "SERVING" && pass "the plaintext health port answers SERVING"
+run "plain: is for health only" 64 "$bin" scan --server "$health_addr" "$fixtures/torch/tied.pt" &&
+  pass "plain: addresses are refused for scans (usage)"
+small_pid=$dpid
+small_sock=$sock
+head -c 2000000 /dev/zero >two_mb.bin
+run "upload over the cap" 2 "$bin" scan --server "$small_sock" two_mb.bin &&
+  contains out.txt "RESOURCE_EXHAUSTED" && pass "an upload over the cap: RESOURCE_EXHAUSTED"
+version_before=$("$bin" admin status --server "$small_sock" -f json | grep rules_version)
+echo 'this is { not a rules file' >rules.textproto
+run "malformed rules reload" 2 "$bin" admin reload-rules --server "$small_sock" &&
+  contains err.txt "FAILED_PRECONDITION" && pass "a malformed rules file is refused"
+version_after=$("$bin" admin status --server "$small_sock" -f json | grep rules_version)
+[[ "$version_before" == "$version_after" ]] && pass "the old rules stay in force" ||
+  fail "rules after a bad reload" "$version_before -> $version_after"
+sed 's/^version: .*/version: "test.sighup"/' "$here/../rules/default_rules.textproto" >rules.textproto
+kill -HUP "$small_pid"
+for _ in $(seq 50); do grep -q '"rules_version":"test.sighup"' "$tmp/small/log" && break; sleep 0.05; done
+run "status after SIGHUP" 0 "$bin" admin status --server "$small_sock" &&
+  contains out.txt "rules test.sighup" && pass "SIGHUP reloads the rules file"
+"$bin" scan --server "$small_sock" --by-path long.bin >slow1.txt 2>&1 &
+client=$!
+sleep 0.5
+run "queue full" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" &&
+  contains out.txt "RESOURCE_EXHAUSTED" && pass "queue full: RESOURCE_EXHAUSTED at once"
+wait "$client"
+
+# --- SIGTERM drains ------------------------------------------------------------------------
+"$bin" scan -f json --server "$small_sock" --by-path long.bin >drained.txt 2>&1 &
+client=$!
+sleep 0.5
+kill -TERM "$small_pid"
+sleep 0.2
+run "health while draining" 1 "$bin" health --server "$health_addr" &&
+  contains out.txt "NOT_SERVING" && pass "health says NOT_SERVING while draining (exit 1)"
+run "new job while draining" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" &&
+  grep -qE "UNAVAILABLE" out.txt && pass "a new job during the drain is refused (UNAVAILABLE)"
+wait "$client"
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q '"code": "malformed"' drained.txt &&
+   grep -qE '"sha256": "[0-9a-f]{64}"' drained.txt; then
+  pass "the job in flight at SIGTERM finished with its report (3 GB hashed, verdict ERROR)"
+else
+  fail "in-flight job at SIGTERM" "rc=$rc $(head -c 300 drained.txt)"
+fi
+wait "$small_pid"
+rc=$?
+[[ $rc -eq 0 ]] && pass "ckptscand exited 0 after the drain" || fail "drain exit" "rc=$rc"
+[[ ! -e "$tmp/small/s.sock" ]] && pass "the socket was removed"
+
+
+# --- TCP: TLS only; mTLS refuses clients without a certificate -----------------------------
+mkdir -p pki && (
+  cd pki || exit 1
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=test-ca \
+    -keyout ca.key -out ca.pem 2>/dev/null
+  issue() {  # issue NAME CN [SAN]
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$2" \
+      -keyout "$1.key" -out "$1.csr" 2>/dev/null
+    printf 'subjectAltName=%s\n' "${3:-DNS:$2}" >"$1.ext"
+    openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile "$1.ext" -out "$1.pem" 2>/dev/null
+  }
+  issue server localhost "DNS:localhost,IP:127.0.0.1"
+  issue hub hub-client
+  issue ops ops-admin
+)
+start_daemon tls --no-socket --tcp 127.0.0.1:0 --tls-cert pki/server.pem --tls-key pki/server.key \
+  --tls-client-ca pki/ca.pem --require-client-cert --admin-identity ops-admin || exit 1
+port=$(grep -o '"tcp_port":[0-9]*' "$tmp/tls/log" | cut -d: -f2)
+tls_addr="localhost:$port"
+run "mTLS scan with a client certificate" 0 "$bin" scan --server "$tls_addr" --tls-ca pki/ca.pem \
+  --tls-cert pki/hub.pem --tls-key pki/hub.key "$fixtures/torch/tied.pt" &&
+  contains out.txt "tied.pt: SAFE" && pass "mTLS: a client with a certificate is served"
+run "mTLS without a client certificate" 2 "$bin" scan --server "$tls_addr" --tls-ca pki/ca.pem \
+  "$fixtures/torch/tied.pt" && contains out.txt "UNAVAILABLE" &&
+  ! contains out.txt "SAFE (" && pass "mTLS: a client without a certificate is refused"
+run "mTLS admin with a non-admin certificate" 2 "$bin" admin status --server "$tls_addr" \
+  --tls-ca pki/ca.pem --tls-cert pki/hub.pem --tls-key pki/hub.key &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:hub-client" &&
+  pass "mTLS: Admin refused for a certificate not in --admin-identity"
+run "mTLS admin with the admin certificate" 0 "$bin" admin status --server "$tls_addr" \
+  --tls-ca pki/ca.pem --tls-cert pki/ops.pem --tls-key pki/ops.key &&
+  pass "mTLS: Admin served for the --admin-identity certificate"
+run "TCP without TLS is refused at start" 1 "$daemon_bin" --no-socket --tcp 127.0.0.1:0 \
+  --state-dir "$tmp/plain" && contains err.txt "TLS only" && pass "TCP without TLS: refused at start"
+
+# --- no flags at all: a per-user socket, state and key, as on a laptop ----------------------
+if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]]; then
+  mkdir -p "$tmp/user/home" "$tmp/user/run"
+  chown -R 65534:65534 "$tmp/user"
+  chmod 0755 "$tmp/user"
+  as_user=(env -i PATH=/usr/bin:/bin HOME="$tmp/user/home" XDG_RUNTIME_DIR="$tmp/user/run"
+           setpriv --reuid=65534 --regid=65534 --clear-groups)
+  "${as_user[@]}" "$daemon_bin" 2>"$tmp/user/log" &
+  upid=$!
+  pids+=("$upid")
+  for _ in $(seq 100); do grep -q '"event":"listening"' "$tmp/user/log" && break; sleep 0.05; done
+  run "no-flags daemon, --server local" 0 "${as_user[@]}" "$bin" scan --server local \
+    "$fixtures/torch/tied.pt" && contains out.txt "tied.pt: SAFE" &&
+    [[ -S "$tmp/user/run/ckptscan/ckptscand.sock" ]] &&
+    [[ -f "$tmp/user/home/.local/state/ckptscan/signing-key.pem" ]] &&
+    pass "ckptscand with no flags serves 'ckptscan scan --server local' (per-user socket, key made)"
+  kill -TERM "$upid"
+  wait "$upid" && pass "the no-flags daemon drains and exits 0"
+else
+  echo "skip the no-flags case: needs root and setpriv to run as a user with a private HOME"
+fi
+
+# --- a second instance cannot take the socket over -----------------------------------------
+"$daemon_bin" --socket "$tmp/main/s.sock" --state-dir "$tmp/second" 2>second.txt
+rc=$?
+[[ $rc -ne 0 ]] && grep -q "another ckptscand" second.txt &&
+  pass "a second instance refuses the socket a running one holds" ||
+  fail "second instance" "rc=$rc $(head -c 300 second.txt)"
+run "the first still serves" 0 "$bin" scan --server "$main_sock" "$fixtures/torch/tied.pt" &&
+  pass "the first instance still serves"
+
+finish

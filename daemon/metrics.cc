@@ -1,0 +1,137 @@
+#include "daemon/metrics.h"
+
+#include <string>
+
+#include "prometheus/text_serializer.h"
+
+namespace ckptscan::daemon {
+namespace {
+
+// Seconds: 1 ms .. ~2 min, roughly doubling (small files take a few ms, large ones seconds).
+const prometheus::Histogram::BucketBoundaries& Buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+  return b;
+}
+
+}  // namespace
+
+std::string_view ExitReason(sandbox::Outcome outcome) {
+  switch (outcome) {
+    case sandbox::Outcome::kOk:
+      return "ok";
+    case sandbox::Outcome::kViolation:
+      return "violation";
+    case sandbox::Outcome::kTimeout:
+      return "timeout";
+    case sandbox::Outcome::kSignaled:
+      return "signaled";
+    case sandbox::Outcome::kFailed:
+      return "failed";
+    case sandbox::Outcome::kBadFrame:
+      return "bad_frame";
+    case sandbox::Outcome::kLimit:
+      return "limit";
+    case sandbox::Outcome::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+Metrics::Metrics(const JobSlots* slots)
+    : slots_(slots),
+      registry_(std::make_shared<prometheus::Registry>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("ckptscand_requests_total")
+                    .Help("gRPC calls handled, by RPC and status code")
+                    .Register(*registry_)),
+      latency_(prometheus::BuildHistogram()
+                   .Name("ckptscand_request_duration_seconds")
+                   .Help("Latency of gRPC calls, by RPC")
+                   .Register(*registry_)),
+      jobs_(prometheus::BuildCounter()
+                .Name("ckptscand_jobs_total")
+                .Help("Files judged, by verdict")
+                .Register(*registry_)),
+      phases_(prometheus::BuildHistogram()
+                  .Name("ckptscand_phase_duration_seconds")
+                  .Help("Time per job phase: queue, spawn, parse, convert, sign")
+                  .Register(*registry_)),
+      exits_(prometheus::BuildCounter()
+                 .Name("ckptscand_worker_exits_total")
+                 .Help("Workers ended, by reason; reason=violation is a worker killed for a "
+                       "forbidden system call (a file that attacked the parser)")
+                 .Register(*registry_)),
+      queued_(prometheus::BuildGauge()
+                  .Name("ckptscand_jobs_queued")
+                  .Help("Jobs admitted and waiting for a worker slot (uploads included)")
+                  .Register(*registry_)
+                  .Add({})),
+      running_(prometheus::BuildGauge()
+                   .Name("ckptscand_jobs_running")
+                   .Help("Jobs with a worker running")
+                   .Register(*registry_)
+                   .Add({})),
+      refused_(prometheus::BuildCounter()
+                   .Name("ckptscand_jobs_refused_total")
+                   .Help("Jobs refused with RESOURCE_EXHAUSTED because the queue was full")
+                   .Register(*registry_)
+                   .Add({})),
+      scanned_(prometheus::BuildCounter()
+                   .Name("ckptscand_bytes_scanned_total")
+                   .Help("Bytes of files scanned")
+                   .Register(*registry_)
+                   .Add({})),
+      converted_(prometheus::BuildCounter()
+                     .Name("ckptscand_bytes_converted_total")
+                     .Help("Bytes of safetensors written by conversions")
+                     .Register(*registry_)
+                     .Add({})) {
+  // Every reason and verdict from the start, so that rate() and alerts see zeros, not gaps.
+  for (sandbox::Outcome o :
+       {sandbox::Outcome::kOk, sandbox::Outcome::kViolation, sandbox::Outcome::kTimeout,
+        sandbox::Outcome::kSignaled, sandbox::Outcome::kFailed, sandbox::Outcome::kBadFrame,
+        sandbox::Outcome::kLimit, sandbox::Outcome::kCancelled}) {
+    exits_.Add({{"reason", std::string(ExitReason(o))}});
+  }
+  for (const char* v : {"SAFE", "SUSPICIOUS", "DANGEROUS", "ERROR"}) jobs_.Add({{"verdict", v}});
+}
+
+void Metrics::Request(std::string_view rpc, int code, absl::Duration elapsed) {
+  requests_.Add({{"rpc", std::string(rpc)}, {"code", std::to_string(code)}}).Increment();
+  latency_.Add({{"rpc", std::string(rpc)}}, Buckets()).Observe(absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::Job(std::string_view verdict) {
+  jobs_.Add({{"verdict", std::string(verdict)}}).Increment();
+}
+
+void Metrics::Phase(std::string_view phase, absl::Duration elapsed) {
+  phases_.Add({{"phase", std::string(phase)}}, Buckets()).Observe(absl::ToDoubleSeconds(elapsed));
+}
+
+void Metrics::WorkerExit(const sandbox::Result& result) {
+  exits_.Add({{"reason", std::string(ExitReason(result.outcome))}}).Increment();
+}
+
+void Metrics::Scanned(uint64_t bytes) { scanned_.Increment(static_cast<double>(bytes)); }
+
+void Metrics::Converted(uint64_t bytes) { converted_.Increment(static_cast<double>(bytes)); }
+
+std::vector<prometheus::MetricFamily> Metrics::Collect() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const JobSlots::Counts counts = slots_->counts();
+    queued_.Set(counts.queued);
+    running_.Set(counts.running);
+    const double refused = static_cast<double>(counts.refused);
+    if (refused > refused_.Value()) refused_.Increment(refused - refused_.Value());
+  }
+  return registry_->Collect();
+}
+
+std::string Metrics::Text() const {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
+
+}  // namespace ckptscan::daemon

@@ -1,0 +1,76 @@
+// ckptscand's metrics (issue 11; docs/operations.md lists them and the alerts they feed), kept
+// with prometheus-cpp and exposed two ways: the Prometheus text format on a port of their own
+// (--metrics-port; bound to loopback unless --metrics-address says otherwise) and the same text
+// from Admin.Metrics.
+//
+//   ckptscand_requests_total{rpc,code}            calls by RPC and gRPC status code
+//   ckptscand_request_duration_seconds{rpc}       latency histogram per RPC
+//   ckptscand_jobs_total{verdict}                 files judged, by verdict
+//   ckptscand_phase_duration_seconds{phase}       queue, spawn, parse, convert, sign
+//   ckptscand_worker_exits_total{reason}          ok, violation (SIGSYS: the security alert),
+//                                                 timeout, signaled, failed, bad_frame, limit,
+//                                                 cancelled
+//   ckptscand_jobs_queued, ckptscand_jobs_running  gauges, read from the job slots when scraped
+//   ckptscand_jobs_refused_total                   RESOURCE_EXHAUSTED answers (queue full)
+//   ckptscand_bytes_scanned_total, ckptscand_bytes_converted_total
+//
+// Thread-safe.
+#ifndef CKPTSCAN_DAEMON_METRICS_H_
+#define CKPTSCAN_DAEMON_METRICS_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/time/time.h"
+#include "daemon/job_slots.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "sandbox/result.h"
+
+namespace ckptscan::daemon {
+
+class Metrics final : public prometheus::Collectable {
+ public:
+  explicit Metrics(const JobSlots* slots);
+
+  void Request(std::string_view rpc, int code, absl::Duration elapsed);
+  void Job(std::string_view verdict);
+  void Phase(std::string_view phase, absl::Duration elapsed);
+  void WorkerExit(const sandbox::Result& result);
+  void Scanned(uint64_t bytes);
+  void Converted(uint64_t bytes);
+
+  // The Prometheus text exposition of everything (what /metrics serves).
+  std::string Text() const;
+
+  // prometheus::Collectable: refreshes the gauges from the job slots, then collects.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const JobSlots* slots_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Counter>& jobs_;
+  prometheus::Family<prometheus::Histogram>& phases_;
+  prometheus::Family<prometheus::Counter>& exits_;
+  prometheus::Gauge& queued_;
+  prometheus::Gauge& running_;
+  prometheus::Counter& refused_;
+  prometheus::Counter& scanned_;
+  prometheus::Counter& converted_;
+  mutable std::mutex mu_;  // Family::Add is thread-safe; this orders refused_'s catch-up
+};
+
+// The reason label of a worker's fate.
+std::string_view ExitReason(sandbox::Outcome outcome);
+
+}  // namespace ckptscan::daemon
+
+#endif  // CKPTSCAN_DAEMON_METRICS_H_

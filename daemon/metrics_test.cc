@@ -1,0 +1,52 @@
+#include "daemon/metrics.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ckptscan::daemon {
+namespace {
+
+TEST(MetricsTest, TextHasEveryFamilyWithZerosBeforeAnyJob) {
+  JobSlots slots(2, 8);
+  Metrics m(&slots);
+  const std::string text = m.Text();
+  for (const char* family :
+       {"ckptscand_jobs_total{verdict=\"DANGEROUS\"} 0",
+        "ckptscand_worker_exits_total{reason=\"violation\"} 0", "ckptscand_jobs_queued 0",
+        "ckptscand_jobs_running 0", "ckptscand_jobs_refused_total 0",
+        "ckptscand_bytes_scanned_total 0", "# HELP ckptscand_worker_exits_total"}) {
+    EXPECT_NE(text.find(family), std::string::npos) << family << "\n" << text;
+  }
+}
+
+TEST(MetricsTest, CountsWhatHappened) {
+  JobSlots slots(1, 1);
+  Metrics m(&slots);
+  absl::StatusOr<JobSlots::Ticket> running = slots.Admit();
+  ASSERT_TRUE(running.ok() && running->Run(nullptr).ok());
+  absl::StatusOr<JobSlots::Ticket> queued = slots.Admit();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_FALSE(slots.Admit().ok());  // refused
+  m.Request("ScanUpload", 0, absl::Milliseconds(3));
+  m.Job("DANGEROUS");
+  sandbox::Result violation;
+  violation.outcome = sandbox::Outcome::kViolation;
+  m.WorkerExit(violation);
+  m.Phase("parse", absl::Milliseconds(2));
+  m.Scanned(1000);
+  const std::string text = m.Text();
+  for (const char* line :
+       {"ckptscand_requests_total{code=\"0\",rpc=\"ScanUpload\"} 1",
+        "ckptscand_request_duration_seconds_bucket{rpc=\"ScanUpload\",le=\"0.005\"} 1",
+        "ckptscand_jobs_total{verdict=\"DANGEROUS\"} 1",
+        "ckptscand_worker_exits_total{reason=\"violation\"} 1",
+        "ckptscand_phase_duration_seconds_count{phase=\"parse\"} 1",
+        "ckptscand_jobs_running 1", "ckptscand_jobs_queued 1",
+        "ckptscand_jobs_refused_total 1", "ckptscand_bytes_scanned_total 1000"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace ckptscan::daemon

@@ -1,0 +1,723 @@
+#include "daemon/service.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "clients/report_format.h"
+#include "clients/verdict.h"
+#include "core/base/strings.h"
+#include "core/base/unique_fd.h"
+#include "daemon/log.h"
+#include "pipeline/judge_facts.h"
+#include "pipeline/output_file.h"
+#include "pipeline/shard_set.h"
+#include "core/signing/limits.h"
+
+namespace ckptscan::daemon {
+namespace {
+
+using base::AbslView;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
+
+v1::Report MakeReport(const rules::RuleSet& rules, const std::string& scanner_version) {
+  v1::Report report;
+  report.set_schema(std::string(clients::kReportSchema));
+  report.set_scanner_version(scanner_version);
+  report.set_rules_version(rules.version());
+  return report;
+}
+
+void SetWorstVerdict(v1::Report* report) {
+  v1::Verdict worst = report->files_size() == 0 ? v1::VERDICT_ERROR : v1::VERDICT_SAFE;
+  for (const v1::FileReport& f : report->files()) worst = rules::WorseVerdict(worst, f.verdict());
+  report->set_verdict(worst);
+}
+
+// Waits for a worker slot (the "queue" phase).
+absl::Status RunWhenSlotFree(JobSlots::Ticket* ticket, grpc::ServerContext* ctx, Metrics* metrics) {
+  const absl::Time start = absl::Now();
+  absl::Status s = ticket->Run([ctx] { return ctx->IsCancelled(); });
+  metrics->Phase("queue", absl::Now() - start);
+  return s;
+}
+
+// The jail options for one call: the caller's cancellation and deadline kill the worker.
+pipeline::JailOptions JailFor(const ServiceOptions& options, grpc::ServerContext* ctx,
+                              bool sha256, Metrics* metrics) {
+  pipeline::JailOptions jail = options.jail;
+  jail.on_worker_exit = [metrics](const sandbox::Result& r) { metrics->WorkerExit(r); };
+  jail.on_phase = [metrics](std::string_view phase, absl::Duration d) {
+    metrics->Phase(phase, d);
+  };
+  jail.sha256 = sha256;
+  const absl::Time deadline = absl::FromChrono(ctx->deadline());
+  const absl::Duration left = deadline - absl::Now();
+  if (left < jail.timeout) jail.timeout = std::max(left, absl::Milliseconds(1));
+  jail.cancelled = [ctx] { return ctx->IsCancelled(); };
+  return jail;
+}
+
+std::string TraceId(const grpc::ServerContext& ctx) {
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find("traceparent");
+  if (it == md.end()) return "";
+  return TraceIdOf(std::string_view(it->second.data(), it->second.size()));
+}
+
+}  // namespace
+
+// One log line per job, written when the call ends however it ends.
+class JobLog {
+ public:
+  JobLog(std::string_view rpc, const Caller& caller, const grpc::ServerContext& ctx,
+         Metrics* metrics)
+      : line_("job"), rpc_(rpc), metrics_(metrics), start_(absl::Now()) {
+    line_.Str("rpc", rpc).Str("caller", caller.name);
+    // W3C trace context: the caller's trace id, so a hub can find its request in our logs.
+    const std::string trace = TraceId(ctx);
+    if (!trace.empty()) line_.Str("trace_id", trace);
+  }
+  void Name(std::string_view name) { name_ = std::string(name); }
+  void File(const v1::FileReport& f) {
+    verdict_ = std::string(clients::VerdictName(f.verdict()));
+    sha256_ = f.sha256();
+    size_ = f.size();
+  }
+  grpc::Status Done(const grpc::Status& status) {
+    metrics_->Request(rpc_, static_cast<int>(status.error_code()), absl::Now() - start_);
+    line_.Str("name", name_);
+    if (!verdict_.empty()) line_.Str("verdict", verdict_).Str("sha256", sha256_).Int("size", size_);
+    line_.Int("code", static_cast<uint64_t>(status.error_code()));
+    if (!status.ok()) line_.Str("error", status.error_message());
+    line_.Num("ms", MillisSince(start_)).Emit();
+    return status;
+  }
+
+ private:
+  LogLine line_;
+  std::string rpc_;
+  Metrics* metrics_;
+  absl::Time start_;
+  std::string name_;
+  std::string verdict_;
+  std::string sha256_;
+  uint64_t size_ = 0;
+};
+
+namespace {
+
+absl::Status CheckUploadName(const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("the upload header needs a name");
+  if (name.size() > kMaxUploadNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the upload name is ", name.size(), " bytes, over ", kMaxUploadNameBytes));
+  }
+  if (name.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("the upload name contains a NUL byte");
+  }
+  return absl::OkStatus();
+}
+
+// An unlinked file in the spool directory (O_TMPFILE: nothing to clean up after a crash).
+absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir) {
+  base::UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("spool file in ", dir));
+  return fd;
+}
+
+// A read-only descriptor for the worker: it gets no way to write the spooled bytes.
+absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
+  const std::string proc = absl::StrCat("/proc/self/fd/", fd);
+  base::UniqueFd ro(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ro.valid()) return absl::ErrnoToStatus(errno, "reopen the spooled upload read-only");
+  return ro;
+}
+
+// Reads an upload: the header first, then data chunks into an unlinked spool file, under the
+// total cap. `Stream` is a ServerReader or a ServerReaderWriter.
+template <typename Stream>
+absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
+                                             grpc::ServerContext* ctx, Stream* stream,
+                                             v1::UploadHeader* header) {
+  v1::UploadChunk chunk;
+  if (!stream->Read(&chunk)) {
+    return absl::InvalidArgumentError("the upload ended before its header");
+  }
+  if (chunk.kind_case() != v1::UploadChunk::kHeader) {
+    return absl::InvalidArgumentError("the first message of an upload must be its header");
+  }
+  *header = std::move(*chunk.mutable_header());
+  if (absl::Status s = CheckUploadName(header->name()); !s.ok()) return s;
+  if (header->size() > options.max_upload_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the upload declares ", header->size(), " bytes, over the daemon's cap of ",
+                     options.max_upload_bytes, " (max_upload_bytes)"));
+  }
+  absl::StatusOr<base::UniqueFd> fd = SpoolFile(options.spool_dir);
+  if (!fd.ok()) return fd.status();
+  uint64_t total = 0;
+  while (stream->Read(&chunk)) {
+    if (chunk.kind_case() != v1::UploadChunk::kData) {
+      return absl::InvalidArgumentError("only the first message of an upload is a header");
+    }
+    const std::string& data = chunk.data();
+    if (data.size() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an upload chunk of ", data.size(), " bytes, over ", kMaxChunkBytes));
+    }
+    total += data.size();
+    if (total > options.max_upload_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the upload is over the daemon's cap of ", options.max_upload_bytes,
+          " bytes (max_upload_bytes)"));
+    }
+    if (header->size() != 0 && total > header->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the upload runs past the ", header->size(), " bytes its header declares"));
+    }
+    if (absl::Status s = base::WriteAll(fd->get(), data, "spool upload"); !s.ok()) return s;
+  }
+  if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
+  if (header->size() != 0 && total != header->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total,
+                                                   " of the ", header->size(),
+                                                   " bytes its header declares"));
+  }
+  return ReopenReadOnly(fd->get());
+}
+
+absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method default_method,
+                                 pipeline::ConvertRequest* request) {
+  if (in.dtype() == "bf16") {
+    request->to_bf16 = true;
+  } else if (!in.dtype().empty() && in.dtype() != "keep") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype \"", in.dtype(), "\": expected \"keep\" or \"bf16\""));
+  }
+  request->select = in.select();
+  request->strict = in.strict();
+  request->replace = in.replace();
+  request->sign.method = default_method;
+  if (in.sign_method() == "files") {
+    request->sign.method = signing::Method::kFiles;
+  } else if (in.sign_method() == "shards") {
+    request->sign.method = signing::Method::kShards;
+  } else if (!in.sign_method().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sign_method \"", in.sign_method(), "\": expected \"files\" or \"shards\""));
+  }
+  return absl::OkStatus();
+}
+
+// Replaces `from` with `to` at the start of every path a conversion report names.
+void RewritePaths(v1::FileReport* f, const std::string& from, const std::string& to) {
+  auto fix = [&](std::string* p) {
+    if (!from.empty() && absl::StartsWith(*p, from)) *p = to + p->substr(from.size());
+  };
+  if (f->has_conversion()) {
+    fix(f->mutable_conversion()->mutable_output());
+    fix(f->mutable_conversion()->mutable_signature());
+  }
+}
+
+// The answer of a conversion: the report, and whether (or why not) it was converted.
+v1::ConvertResponse ConvertAnswer(const absl::StatusOr<pipeline::ConvertResult>& result,
+                                  const std::string& input, const rules::RuleSet& rules,
+                                  const std::string& scanner_version) {
+  v1::ConvertResponse response;
+  v1::Report* report = response.mutable_report();
+  *report = MakeReport(rules, scanner_version);
+  if (!result.ok()) {
+    *report->add_files() = pipeline::UnreadableFileReport(input, result.status());
+  } else {
+    *report->add_files() = result->report;
+    for (const v1::FileReport& shard : result->shard_reports) *report->add_files() = shard;
+  }
+  SetWorstVerdict(report);
+  const bool safe = report->verdict() == v1::VERDICT_SAFE;
+  response.set_converted(result.ok() && safe && result->status.ok());
+  if (result.ok() && safe && !result->status.ok()) {
+    response.set_error(std::string(result->status.message()));
+  }
+  return response;
+}
+
+// "name" or "dir/name" -> ("dir" or "", "name").
+absl::StatusOr<std::pair<std::string, std::string>> SplitOutput(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : p.substr(0, slash == 0 ? 1 : slash);
+  std::string name = slash == std::string::npos ? p : p.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output \"", path, "\" does not end in a file or directory name"));
+  }
+  return std::make_pair(std::move(dir), std::move(name));
+}
+
+// Removes a private job directory and the files a conversion left in it.
+class JobDir {
+ public:
+  static absl::StatusOr<JobDir> Create(const std::string& spool) {
+    std::string tmpl = spool + "/job-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("job directory in ", spool));
+    }
+    return JobDir(std::move(tmpl));
+  }
+  JobDir(JobDir&& o) noexcept : dir_(std::move(o.dir_)) { o.dir_.clear(); }
+  ~JobDir() {
+    if (dir_.empty()) return;
+    for (const char* name : {"model.safetensors", "model.safetensors.sig"}) {
+      (void)::unlink(absl::StrCat(dir_, "/", name).c_str());
+    }
+    (void)::rmdir(dir_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit JobDir(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+}  // namespace
+
+// --- RulesHolder, Stats, Daemon -----------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<RulesHolder>> RulesHolder::Load(const std::string& path) {
+  std::shared_ptr<const rules::RuleSet> rules;
+  if (path.empty()) {
+    rules = rules::RuleSet::Default();
+  } else {
+    absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = rules::RuleSet::FromFile(path);
+    if (!loaded.ok()) return loaded.status();
+    rules = *std::move(loaded);
+  }
+  return std::unique_ptr<RulesHolder>(new RulesHolder(path, std::move(rules)));
+}
+
+std::shared_ptr<const rules::RuleSet> RulesHolder::Get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rules_;
+}
+
+absl::StatusOr<RulesHolder::Reloaded> RulesHolder::Reload() {
+  std::shared_ptr<const rules::RuleSet> fresh;
+  if (path_.empty()) {
+    fresh = rules::RuleSet::Default();
+  } else {
+    // Compiled and checked whole before anything changes: a bad file leaves the old rules.
+    absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = rules::RuleSet::FromFile(path_);
+    if (!loaded.ok()) return loaded.status();
+    fresh = *std::move(loaded);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Reloaded r{rules_->version(), fresh->version()};
+  rules_ = std::move(fresh);
+  return r;
+}
+
+void Stats::Record(const v1::FileReport& file) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++done_[file.verdict()];
+  for (const v1::Finding& f : file.findings()) {
+    if (f.rule_id() == "sandbox.violation") ++failures_["violation"];
+  }
+  for (const v1::ScanError& e : file.errors()) {
+    if (e.code() == "timeout" || e.code() == "sandbox" || e.code() == "cancelled" ||
+        (e.code() == "limit" && (e.limit_name() == "worker_memory" ||
+                                 e.limit_name() == "max_frame_bytes" ||
+                                 e.limit_name() == "file_size"))) {
+      ++failures_[e.code()];
+    }
+  }
+}
+
+void Stats::SetJailLayers(std::string layers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jail_layers_ = std::move(layers);
+}
+
+void Stats::Fill(v1::StatusResponse* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [verdict, count] : done_) {
+    v1::VerdictCount* c = out->add_jobs_done();
+    c->set_verdict(static_cast<v1::Verdict>(verdict));
+    c->set_count(count);
+  }
+  for (const auto& [kind, count] : failures_) {
+    v1::WorkerFailure* f = out->add_worker_failures();
+    f->set_kind(kind);
+    f->set_count(count);
+  }
+  out->set_jail_layers(jail_layers_);
+}
+
+void Daemon::Judged(const v1::FileReport& file) {
+  stats_.Record(file);
+  metrics_->Job(clients::VerdictName(file.verdict()));
+  metrics_->Scanned(file.size());
+  if (file.has_conversion()) metrics_->Converted(file.conversion().bytes());
+}
+
+Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
+  Caller caller;
+  const std::string peer = ctx.peer();
+  if (listener_ != nullptr) {
+    if (std::optional<PeerCred> cred = listener_->PeerOf(peer)) {
+      caller.name = absl::StrCat("uid:", cred->uid);
+      caller.authenticated = true;
+      caller.admin = options_.admin_uids.count(cred->uid) != 0;
+      return caller;
+    }
+  }
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    // A verified client certificate: its common name and every SAN are identities.
+    std::vector<std::string> ids;
+    for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
+      for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+        ids.emplace_back(v.data(), v.size());
+      }
+    }
+    caller.authenticated = !ids.empty();
+    caller.name = ids.empty() ? peer : absl::StrCat("cert:", ids.front());
+    for (const std::string& id : ids) {
+      if (options_.admin_identities.count(id) != 0) caller.admin = true;
+    }
+    return caller;
+  }
+  caller.name = peer;
+  return caller;
+}
+
+absl::StatusOr<RulesHolder::Reloaded> ReloadRules(Daemon* daemon, const std::string& by) {
+  absl::StatusOr<RulesHolder::Reloaded> r = daemon->rules().Reload();
+  LogLine line("reload_rules", r.ok() ? "info" : "error");
+  line.Str("caller", by).Str("source", daemon->rules().source());
+  if (r.ok()) {
+    line.Str("previous_version", r->previous_version).Str("rules_version", r->version);
+  } else {
+    line.Str("error", base::StdView(r.status().message()));
+  }
+  line.Emit();
+  return r;
+}
+
+// --- Scanner ------------------------------------------------------------------------------
+
+grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd,
+                                     const std::string& name, const v1::ScanOptions& options,
+                                     JobLog* log, v1::Report* response) {
+  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
+  const pipeline::JailOptions jail =
+      JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
+  absl::StatusOr<v1::FileReport> file =
+      pipeline::ScanFdJailed(std::move(fd), name, *rules, d_->options().limits, jail);
+  if (ctx->IsCancelled()) {
+    return log->Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  }
+  *response = MakeReport(*rules, d_->options().scanner_version);
+  v1::FileReport* out = response->add_files();
+  *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(name, file.status());
+  SetWorstVerdict(response);
+  d_->Judged(*out);
+  log->File(*out);
+  return log->Done(grpc::Status::OK);
+}
+
+grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx,
+                                      const v1::ScanPathRequest* request, v1::Report* response) {
+  const Caller caller = d_->Identify(*ctx);
+  JobLog log("ScanPath", caller, *ctx, &d_->metrics());
+  log.Name(request->path());
+  if (d_->roots() == nullptr) {
+    return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "this daemon has no roots configured (--root): it scans "
+                                 "uploads only"));
+  }
+  absl::StatusOr<base::UniqueFd> fd = d_->roots()->OpenForRead(request->path());
+  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  return ScanOne(ctx, *std::move(fd), request->path(), request->options(), &log, response);
+}
+
+grpc::Status ScannerService::ScanUpload(grpc::ServerContext* ctx,
+                                        grpc::ServerReader<v1::UploadChunk>* reader,
+                                        v1::Report* response) {
+  const Caller caller = d_->Identify(*ctx);
+  JobLog log("ScanUpload", caller, *ctx, &d_->metrics());
+  // Admitted before the bytes stream in: an upload holds a queue place (and a thread).
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  v1::UploadHeader header;
+  absl::StatusOr<base::UniqueFd> fd = ReceiveUpload(d_->options(), ctx, reader, &header);
+  log.Name(header.name());
+  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
+  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  return ScanOne(ctx, *std::move(fd), header.name(), header.options(), &log, response);
+}
+
+grpc::Status ScannerService::ConvertPath(grpc::ServerContext* ctx,
+                                         const v1::ConvertPathRequest* request,
+                                         v1::ConvertResponse* response) {
+  const Caller caller = d_->Identify(*ctx);
+  JobLog log("ConvertPath", caller, *ctx, &d_->metrics());
+  log.Name(request->input());
+  const ConfinedRoots* roots = d_->roots();
+  if (roots == nullptr) {
+    return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "this daemon has no roots configured (--root): it converts "
+                                 "uploads only"));
+  }
+  pipeline::ConvertRequest convert;
+  if (absl::Status s = ParseConvertOptions(request->options(), d_->options().sign_method, &convert);
+      !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  // The input (and a set's shards) opened beneath the roots only.
+  {
+    absl::StatusOr<base::UniqueFd> probe = roots->OpenForRead(request->input());
+    if (!probe.ok()) return log.Done(ToGrpc(probe.status()));
+  }
+  absl::StatusOr<std::pair<std::string, std::string>> out = SplitOutput(request->output());
+  if (!out.ok()) return log.Done(ToGrpc(out.status()));
+  const auto& [out_dir, out_name] = *out;
+  absl::StatusOr<base::UniqueFd> dir = roots->OpenDirectory(out_dir.empty() ? "." : out_dir);
+  if (!dir.ok()) return log.Done(ToGrpc(dir.status()));
+  struct stat st;
+  if (!convert.replace && ::fstatat(dir->get(), out_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !S_ISDIR(st.st_mode)) {
+    return log.Done(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                                 absl::StrCat(request->output(), " exists (set replace)")));
+  }
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
+  // The output goes into the directory already resolved beneath its root, through its
+  // descriptor: renaming or relinking a parent afterwards cannot redirect it.
+  const std::string proc_dir = absl::StrCat("/proc/self/fd/", dir->get());
+  const std::string display_dir = out_dir.empty() ? std::string(".") : out_dir;
+  convert.input = request->input();
+  convert.output = absl::StrCat(proc_dir, "/", out_name);
+  convert.scanner_version = d_->options().scanner_version;
+  convert.rules_version = rules->version();
+  convert.sign.key = &d_->key();
+  convert.sign.on_signed = [this](absl::Duration d) { d_->metrics().Phase("sign", d); };
+  convert.open_input = [roots](const std::string& path) { return roots->OpenForRead(path); };
+  const pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  absl::StatusOr<pipeline::ConvertResult> result =
+      pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
+  if (ctx->IsCancelled()) {
+    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  }
+  *response = ConvertAnswer(result, request->input(), *rules, d_->options().scanner_version);
+  for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
+    RewritePaths(&f, proc_dir, display_dir);
+    d_->Judged(f);
+  }
+  // A message that names the descriptor path names the caller's directory instead.
+  response->set_error(absl::StrReplaceAll(response->error(), {{proc_dir, display_dir}}));
+  log.File(response->report().files(0));
+  return log.Done(grpc::Status::OK);
+}
+
+grpc::Status ScannerService::ConvertUpload(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
+  const Caller caller = d_->Identify(*ctx);
+  JobLog log("ConvertUpload", caller, *ctx, &d_->metrics());
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  v1::UploadHeader header;
+  absl::StatusOr<base::UniqueFd> fd = ReceiveUpload(d_->options(), ctx, stream, &header);
+  log.Name(header.name());
+  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
+  pipeline::ConvertRequest convert;
+  if (absl::Status s = ParseConvertOptions(header.convert(), d_->options().sign_method, &convert);
+      !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  absl::StatusOr<JobDir> job = JobDir::Create(d_->options().spool_dir);
+  if (!job.ok()) return log.Done(ToGrpc(job.status()));
+  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
+    return log.Done(ToGrpc(s));
+  }
+  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
+  const int spooled = fd->get();
+  const std::string name = header.name();
+  convert.input = name;
+  convert.output = absl::StrCat(job->dir(), "/model.safetensors");
+  convert.replace = false;
+  convert.allow_index = false;  // a set's shards are not in the upload: sets convert by path
+  convert.scanner_version = d_->options().scanner_version;
+  convert.rules_version = rules->version();
+  convert.sign.key = &d_->key();
+  convert.sign.on_signed = [this](absl::Duration d) { d_->metrics().Phase("sign", d); };
+  convert.open_input = [spooled, name](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+    if (path != name) {
+      return absl::PermissionDeniedError("an upload can only read its own bytes");
+    }
+    return ReopenReadOnly(spooled);
+  };
+  const pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  absl::StatusOr<pipeline::ConvertResult> result =
+      pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
+  if (ctx->IsCancelled()) {
+    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  }
+  v1::ConvertChunk first;
+  v1::ConvertResponse* response = first.mutable_response();
+  *response = ConvertAnswer(result, name, *rules, d_->options().scanner_version);
+  // The files live in the job directory only until they are sent: the caller names them.
+  for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
+    if (f.has_conversion()) {
+      f.mutable_conversion()->clear_output();
+      f.mutable_conversion()->clear_signature();
+    }
+    d_->Judged(f);
+  }
+  response->set_error(absl::StrReplaceAll(response->error(), {{job->dir() + "/", ""}}));
+  log.File(response->report().files(0));
+  base::UniqueFd output;
+  uint64_t output_size = 0;
+  if (response->converted()) {
+    output = base::UniqueFd(::open(convert.output.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    absl::StatusOr<std::string> bundle = signing::ReadSmallFile(
+        pipeline::SignaturePathFor(convert.output), signing::Limits{}.max_bundle_bytes,
+        "Limits::max_bundle_bytes");
+    if (!output.valid() || ::fstat(output.get(), &st) != 0 || !bundle.ok()) {
+      return log.Done(grpc::Status(grpc::StatusCode::INTERNAL,
+                                   "the converted output could not be read back"));
+    }
+    output_size = static_cast<uint64_t>(st.st_size);
+    response->set_signature(*std::move(bundle));
+    response->set_output_size(output_size);
+  }
+  if (!stream->Write(first)) {
+    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  }
+  v1::ConvertChunk chunk;
+  std::string* data = chunk.mutable_data();
+  for (uint64_t offset = 0; offset < output_size;) {
+    data->resize(static_cast<size_t>(std::min<uint64_t>(kMaxChunkBytes, output_size - offset)));
+    const ssize_t got = ::pread(output.get(), data->data(), data->size(),
+                                static_cast<off_t>(offset));
+    if (got <= 0) {
+      return log.Done(grpc::Status(grpc::StatusCode::INTERNAL,
+                                   "the converted output could not be read back"));
+    }
+    data->resize(static_cast<size_t>(got));
+    if (!stream->Write(chunk)) {
+      return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+    }
+    offset += static_cast<uint64_t>(got);
+  }
+  return log.Done(grpc::Status::OK);
+}
+
+// --- Admin --------------------------------------------------------------------------------
+
+namespace {
+
+grpc::Status RequireAdmin(const Caller& caller) {
+  if (caller.admin) return grpc::Status::OK;
+  if (!caller.authenticated) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "Admin calls need an identity: a uid on the unix socket or a client "
+                        "certificate over mTLS");
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(caller.name, " is not in the daemon's admin list"));
+}
+
+}  // namespace
+
+grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequest*,
+                                  v1::StatusResponse* response) {
+  const Caller caller = d_->Identify(*ctx);
+  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  response->set_scanner_version(d_->options().scanner_version);
+  response->set_rules_version(d_->rules().Get()->version());
+  response->set_uptime_seconds(
+      static_cast<uint64_t>(absl::ToInt64Seconds(absl::Now() - d_->started())));
+  const JobSlots::Counts counts = d_->slots().counts();
+  response->set_jobs_running(counts.running);
+  response->set_jobs_queued(counts.queued);
+  response->set_jobs_refused(counts.refused);
+  response->set_draining(counts.draining);
+  response->set_max_running(d_->slots().max_running());
+  response->set_max_queued(d_->slots().max_queued());
+  if (d_->roots() != nullptr) {
+    for (const std::string& r : d_->roots()->roots()) response->add_roots(r);
+  }
+  response->set_signer(d_->key().public_key().hint());
+  d_->stats().Fill(response);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Metrics(grpc::ServerContext* ctx, const v1::MetricsRequest*,
+                                   v1::MetricsResponse* response) {
+  const Caller caller = d_->Identify(*ctx);
+  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  response->set_text(d_->metrics().Text());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::ReloadRulesRequest*,
+                                       v1::ReloadRulesResponse* response) {
+  const Caller caller = d_->Identify(*ctx);
+  if (grpc::Status s = RequireAdmin(caller); !s.ok()) {
+    LogLine("reload_rules", "warning").Str("caller", caller.name).Str("error", s.error_message()).Emit();
+    return s;
+  }
+  absl::StatusOr<RulesHolder::Reloaded> r = daemon::ReloadRules(d_, caller.name);
+  if (!r.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("the rules were not reloaded (the old rules stay in force): ",
+                                     r.status().message()));
+  }
+  response->set_previous_version(r->previous_version);
+  response->set_rules_version(r->version);
+  response->set_source(d_->rules().source());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::PublicKey(grpc::ServerContext* ctx, const v1::PublicKeyRequest*,
+                                     v1::PublicKeyResponse* response) {
+  const Caller caller = d_->Identify(*ctx);
+  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  response->set_pem(d_->key().public_key().pem());
+  response->set_hint(d_->key().public_key().hint());
+  return grpc::Status::OK;
+}
+
+}  // namespace ckptscan::daemon

@@ -1,0 +1,187 @@
+// ckptscand's gRPC services (proto/ckptscan/v1/scanner.proto; docs/daemon.md): Scanner (scan and
+// convert, by path beneath the configured roots or by upload) and Admin (status, rule reload,
+// the public key).
+//
+// Every job goes through the same pipeline as the CLI (pipeline/jailed_scan.h): a fresh jailed
+// worker per file parses it; this process decides the verdict with the rules, validates the
+// output and signs it. This process never parses an untrusted byte: uploads are spooled to an
+// unlinked file and handed to the worker as they are. The signing key stays here.
+//
+// Jobs are bounded by JobSlots (max_running at once, max_queued waiting: past both,
+// RESOURCE_EXHAUSTED at once). A caller's deadline or cancellation kills its job's worker. The
+// services use gRPC's synchronous API: a handler thread per call in flight, which JobSlots
+// bounds (uploads count as queued while they stream in).
+//
+// Thread-safe.
+#ifndef CKPTSCAN_DAEMON_SERVICE_H_
+#define CKPTSCAN_DAEMON_SERVICE_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ckptscan/v1/scanner.grpc.pb.h"
+#include "core/pickle/vm.h"
+#include "core/signing/keys.h"
+#include "core/signing/manifest.h"
+#include "daemon/confine.h"
+#include "daemon/job_slots.h"
+#include "daemon/metrics.h"
+#include "daemon/unix_listener.h"
+#include "pipeline/jailed_scan.h"
+#include "rules/rule_set.h"
+
+namespace ckptscan::daemon {
+
+inline constexpr uint64_t kMaxChunkBytes = 1u << 20;  // upload and download chunks
+inline constexpr size_t kMaxUploadNameBytes = 4096;
+
+struct ServiceOptions {
+  std::string scanner_version;
+  pipeline::JailOptions jail;  // timeout = the per-job limit (a caller's deadline may cut it)
+  pickle::Limits limits;
+  uint64_t max_upload_bytes = 64ull << 30;
+  std::string spool_dir;  // private to this daemon (0700); uploads are unlinked files in it
+  signing::Method sign_method = signing::Method::kFiles;
+  std::set<uid_t> admin_uids;              // unix socket peers allowed to call Admin
+  std::set<std::string> admin_identities;  // client-certificate CN / SAN allowed to call Admin
+};
+
+// The rules in force, swapped whole on reload (a bad file leaves the old ones).
+class RulesHolder final {
+ public:
+  // `path` empty: the built-in rules, and Reload() keeps them.
+  static absl::StatusOr<std::unique_ptr<RulesHolder>> Load(const std::string& path);
+  std::shared_ptr<const rules::RuleSet> Get() const;
+  struct Reloaded {
+    std::string previous_version;
+    std::string version;
+  };
+  absl::StatusOr<Reloaded> Reload();
+  std::string source() const { return path_.empty() ? "built-in" : path_; }
+
+ private:
+  RulesHolder(std::string path, std::shared_ptr<const rules::RuleSet> rules)
+      : path_(std::move(path)), rules_(std::move(rules)) {}
+  const std::string path_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const rules::RuleSet> rules_;
+};
+
+// Who is calling: "uid:N" on the unix socket, "cert:NAME" with a verified client certificate,
+// or the transport's peer string otherwise.
+struct Caller {
+  std::string name;
+  bool admin = false;
+  bool authenticated = false;  // a uid or a verified certificate
+};
+
+// What Status reports; updated by the services.
+class Stats final {
+ public:
+  void Record(const v1::FileReport& file);
+  void SetJailLayers(std::string layers);
+  void Fill(v1::StatusResponse* out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int, uint64_t> done_;                 // by v1::Verdict
+  std::map<std::string, uint64_t> failures_;     // by kind
+  std::string jail_layers_;
+};
+
+// The state both services share.
+class Daemon final {
+ public:
+  Daemon(ServiceOptions options, std::unique_ptr<RulesHolder> rules,
+         std::unique_ptr<ConfinedRoots> roots, signing::PrivateKey key, JobSlots* slots,
+         Metrics* metrics)
+      : options_(std::move(options)),
+        rules_(std::move(rules)),
+        roots_(std::move(roots)),
+        key_(std::move(key)),
+        slots_(slots),
+        metrics_(metrics),
+        started_(absl::Now()) {}
+
+  // The unix listener, once it exists (peer credentials come from it).
+  void SetListener(const UnixListener* listener) { listener_ = listener; }
+  Caller Identify(const grpc::ServerContext& ctx) const;
+
+  const ServiceOptions& options() const { return options_; }
+  RulesHolder& rules() { return *rules_; }
+  const ConfinedRoots* roots() const { return roots_.get(); }
+  const signing::PrivateKey& key() const { return key_; }
+  JobSlots& slots() { return *slots_; }
+  Stats& stats() { return stats_; }
+  Metrics& metrics() { return *metrics_; }
+  // A file judged: the status counters and the metrics.
+  void Judged(const v1::FileReport& file);
+  absl::Time started() const { return started_; }
+
+ private:
+  const ServiceOptions options_;
+  std::unique_ptr<RulesHolder> rules_;
+  std::unique_ptr<ConfinedRoots> roots_;  // null: no roots, by-path calls are refused
+  const signing::PrivateKey key_;
+  JobSlots* slots_;
+  Metrics* metrics_;
+  Stats stats_;
+  const UnixListener* listener_ = nullptr;
+  const absl::Time started_;
+};
+
+class JobLog;
+
+class ScannerService final : public v1::Scanner::Service {
+ public:
+  explicit ScannerService(Daemon* daemon) : d_(daemon) {}
+  grpc::Status ScanPath(grpc::ServerContext* ctx, const v1::ScanPathRequest* request,
+                        v1::Report* response) override;
+  grpc::Status ScanUpload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadChunk>* reader,
+                          v1::Report* response) override;
+  grpc::Status ConvertPath(grpc::ServerContext* ctx, const v1::ConvertPathRequest* request,
+                           v1::ConvertResponse* response) override;
+  grpc::Status ConvertUpload(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) override;
+
+ private:
+  // The rest of a scan once its input is open and it has a worker slot.
+  grpc::Status ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd, const std::string& name,
+                       const v1::ScanOptions& options, JobLog* log, v1::Report* response);
+
+  Daemon* d_;
+};
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  explicit AdminService(Daemon* daemon) : d_(daemon) {}
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+  grpc::Status Metrics(grpc::ServerContext* ctx, const v1::MetricsRequest* request,
+                       v1::MetricsResponse* response) override;
+  grpc::Status ReloadRules(grpc::ServerContext* ctx, const v1::ReloadRulesRequest* request,
+                           v1::ReloadRulesResponse* response) override;
+  grpc::Status PublicKey(grpc::ServerContext* ctx, const v1::PublicKeyRequest* request,
+                         v1::PublicKeyResponse* response) override;
+
+ private:
+  Daemon* d_;
+};
+
+// The rule reload both Admin.ReloadRules and SIGHUP run (logged either way).
+absl::StatusOr<RulesHolder::Reloaded> ReloadRules(Daemon* daemon, const std::string& by);
+
+}  // namespace ckptscan::daemon
+
+#endif  // CKPTSCAN_DAEMON_SERVICE_H_
