@@ -1,0 +1,18 @@
+"""A Python client of ckptscand, the ckptscan daemon (clients/python/README.md).
+
+    from ckptscan_client import ScanClient, report_to_dict
+    client = ScanClient("unix:/run/ckptscan/ckptscand.sock")
+    with open("model.pt", "rb") as f:
+        report = client.scan_bytes("model.pt", f)     # a ckptscan.v1.Report
+    if verdict_name(report.verdict) != "SAFE": ...    # report_to_dict(report): the CLI's JSON
+
+The gRPC stubs are generated from proto/ckptscan/v1 on first use (_stubs.py).
+"""
+
+from .client import (CHUNK_BYTES, ConvertResult, ScanClient, ScanClientError,
+                     default_socket_path)
+from .report import report_to_dict, severity_name, verdict_name
+from ._stubs import StubError, generate
+
+__all__ = ["CHUNK_BYTES", "ConvertResult", "ScanClient", "ScanClientError", "StubError",
+           "default_socket_path", "generate", "report_to_dict", "severity_name", "verdict_name"]

@@ -1,0 +1,281 @@
+"""ScanClient: ckptscand's Scanner and Admin services from Python (proto/ckptscan/v1/scanner.proto).
+
+A client holds one gRPC channel (it connects on first use) and is safe to share between threads,
+as a grpc.Channel is. Every call has a deadline; a failed call raises ScanClientError with the
+gRPC status code's name. A file that could not be verified is not an error: it is a report with
+verdict ERROR, as from `ckptscan scan`.
+"""
+
+import collections
+import os
+import stat
+
+import grpc
+
+from . import _stubs
+
+CHUNK_BYTES = 1 << 20  # the daemon's cap per upload message (UploadChunk.data)
+# Default deadlines, as the CLI sets them (clients/remote.cc): the daemon's own job limit and a
+# margin for the queue, plus the transfer at a slow rate for uploads.
+DEFAULT_TIMEOUT = 90.0
+MIN_UPLOAD_BYTES_PER_SECOND = 20 << 20
+# The largest message the daemon sends is a 1 MiB data chunk or a report; as the CLI allows.
+_MAX_RECEIVE_BYTES = CHUNK_BYTES + (1 << 20)
+
+
+class ScanClientError(Exception):
+    """A call that failed. `code` is the gRPC status code's name ("PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", ... as scanner.proto lists them; "DATA_LOSS" when the daemon's answer
+    is malformed), `details` the daemon's message, `target` the address called."""
+
+    def __init__(self, code, details, target):
+        super().__init__("ckptscand at %s: %s: %s" % (target, code, details))
+        self.code = code
+        self.details = details
+        self.target = target
+
+
+ConvertResult = collections.namedtuple("ConvertResult", ["response", "data", "signature"])
+ConvertResult.__doc__ = """convert_bytes' answer: the ConvertResponse; the safetensors bytes
+(b"" when not converted, None when they were written to `out`); the OMS signature bundle (JSON
+bytes, b"" when not converted)."""
+
+
+def default_socket_path():
+    """The daemon's default socket for this user, as daemon/paths.h computes it."""
+    if os.geteuid() == 0:
+        return "/run/ckptscan/ckptscand.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and runtime.startswith("/"):
+        return runtime + "/ckptscan/ckptscand.sock"
+    return "/tmp/ckptscan-%d/ckptscand.sock" % os.geteuid()
+
+
+def _pem(value, what):
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        data = f.read((1 << 20) + 1)
+    if len(data) > 1 << 20:
+        raise ValueError("%s %s: over 1 MiB, not a PEM file" % (what, value))
+    return data
+
+
+class ScanClient:
+    """A client of one ckptscand.
+
+    address: "unix:/path/to/socket"; "local" or None for the daemon's default socket for this
+        user (daemon/paths.h); or "host:port", always over TLS: tls_ca verifies the server (PEM,
+        default the system's CAs), tls_cert and tls_key present a client certificate (mTLS).
+        Each TLS argument is a file path or the PEM bytes.
+    timeout: the default deadline of a call, in seconds (uploads add their transfer at 20 MiB/s).
+    proto_dir, stubs_dir: where the protos are and where their stubs are generated (_stubs.py).
+    """
+
+    def __init__(self, address=None, *, tls_ca=None, tls_cert=None, tls_key=None,
+                 timeout=DEFAULT_TIMEOUT, proto_dir=None, stubs_dir=None):
+        self._pb = _stubs.load(proto_dir, stubs_dir)
+        if not address or address == "local":
+            address = "unix:" + default_socket_path()
+        options = [("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
+        if address.startswith("unix:"):
+            if tls_ca is not None or tls_cert is not None or tls_key is not None:
+                raise ValueError("tls_* arguments are for host:port servers, not unix:")
+            # A local socket: the daemon knows the caller by its uid.
+            self._channel = grpc.insecure_channel(address, options=options)
+        else:
+            if (tls_cert is None) != (tls_key is None):
+                raise ValueError("tls_cert and tls_key go together")
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_pem(tls_ca, "tls_ca"),
+                private_key=_pem(tls_key, "tls_key"),
+                certificate_chain=_pem(tls_cert, "tls_cert"))
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        self.target = address
+        self.timeout = timeout
+        self._scanner = self._pb.scanner_pb2_grpc.ScannerStub(self._channel)
+        self._admin = self._pb.scanner_pb2_grpc.AdminStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ Scanner
+
+    def scan_path(self, path, skip_digest=False, timeout=None):
+        """Scans a file the daemon opens itself: beneath one of its --root directories, absolute
+        or relative to the first root. Returns the ckptscan.v1.Report (files[0].path is `path`).
+        A path outside the roots raises ScanClientError with code PERMISSION_DENIED."""
+        pb = self._pb.scanner_pb2
+        request = pb.ScanPathRequest(path=os.fspath(path),
+                                     options=pb.ScanOptions(skip_digest=skip_digest))
+        return self._call(self._scanner.ScanPath, request, self._deadline(timeout, 0))
+
+    def scan_bytes(self, name, data, skip_digest=False, chunk=CHUNK_BYTES, timeout=None):
+        """Uploads bytes (bytes-like, or a binary file object read to its end) and scans them.
+        `name` is what the report calls the file; the daemon never opens it. Returns the
+        ckptscan.v1.Report. An upload over the daemon's cap raises RESOURCE_EXHAUSTED."""
+        pb = self._pb.scanner_pb2
+        size, chunks = _upload_source(data, chunk)
+        header = pb.UploadHeader(name=name, size=size,
+                                 options=pb.ScanOptions(skip_digest=skip_digest))
+        requests = _Requests(pb, header, chunks)
+        return self._call(self._scanner.ScanUpload, requests, self._deadline(timeout, size),
+                          requests)
+
+    def convert_path(self, input, output, dtype="keep", select="", strict=False, replace=False,
+                     sign_method="", timeout=None):  # pylint: disable=redefined-builtin
+        """Converts a file beneath the daemon's roots to safetensors at `output` (beneath a root
+        too: a file, or a new/empty directory for a sharded set), signed beside it
+        (OUTPUT.sig). Returns the ConvertResponse: `converted`, and the report with
+        files[0].conversion when written."""
+        pb = self._pb.scanner_pb2
+        request = pb.ConvertPathRequest(
+            input=os.fspath(input), output=os.fspath(output),
+            options=self._convert_options(dtype, select, strict, replace, sign_method))
+        return self._call(self._scanner.ConvertPath, request, self._deadline(timeout, 0))
+
+    def convert_bytes(self, name, data, dtype="keep", select="", strict=False, sign_method="",
+                      chunk=CHUNK_BYTES, out=None, timeout=None):
+        """Uploads a checkpoint and converts it. Returns ConvertResult(response, data,
+        signature): the safetensors bytes and the daemon's signature bundle over them when
+        response.converted, else b"". With `out` (a binary file object) the bytes are written to
+        it as they arrive and `data` is None; on an error `out` may hold a part.
+
+        The daemon's answer is checked: the ConvertResponse comes first, data only after a
+        converted response, exactly output_size bytes; else DATA_LOSS."""
+        pb = self._pb.scanner_pb2
+        size, chunks = _upload_source(data, chunk)
+        header = pb.UploadHeader(
+            name=name, size=size,
+            convert=self._convert_options(dtype, select, strict, False, sign_method))
+        requests = _Requests(pb, header, chunks)
+        # Twice the transfer: the input goes up and the output comes back.
+        call = self._scanner.ConvertUpload(iter(requests),
+                                           timeout=self._deadline(timeout, 2 * size))
+        response = None
+        parts = []
+        received = 0
+        try:
+            for message in call:
+                kind = message.WhichOneof("kind")
+                if kind == "response" and response is None:
+                    response = message.response
+                elif kind == "data" and response is not None and response.converted:
+                    if received + len(message.data) > response.output_size:
+                        call.cancel()
+                        raise self._data_loss("the daemon sent more bytes than it announced (%d)"
+                                              % response.output_size)
+                    if out is not None:
+                        out.write(message.data)
+                    else:
+                        parts.append(message.data)
+                    received += len(message.data)
+                else:
+                    call.cancel()
+                    raise self._data_loss("the daemon's answer is out of order")
+        except grpc.RpcError as e:
+            raise self._error(e, requests) from None
+        if response is None:
+            raise self._data_loss("the daemon ended the call without an answer")
+        if not response.converted:
+            return ConvertResult(response, b"", b"")
+        if received != response.output_size:
+            raise self._data_loss("the daemon announced %d bytes and sent %d"
+                                  % (response.output_size, received))
+        return ConvertResult(response, None if out is not None else b"".join(parts),
+                             response.signature)
+
+    # ------------------------------------------------------------------ Admin
+
+    def status(self, timeout=None):
+        """The daemon's StatusResponse (Admin service: an admin uid or certificate only)."""
+        return self._call(self._admin.Status, self._pb.scanner_pb2.StatusRequest(),
+                          self._deadline(timeout, 0))
+
+    def public_key(self, timeout=None):
+        """The daemon's signing key: PublicKeyResponse.pem (what `ckptscan verify --pubkey`
+        takes) and .hint (Admin service)."""
+        return self._call(self._admin.PublicKey, self._pb.scanner_pb2.PublicKeyRequest(),
+                          self._deadline(timeout, 0))
+
+    # ------------------------------------------------------------------ internals
+
+    def _convert_options(self, dtype, select, strict, replace, sign_method):
+        return self._pb.scanner_pb2.ConvertOptions(
+            dtype=dtype or "keep", select=select, strict=strict, replace=replace,
+            sign_method=sign_method)
+
+    def _deadline(self, timeout, transfer_bytes):
+        if timeout is not None:
+            return timeout
+        return self.timeout + transfer_bytes / MIN_UPLOAD_BYTES_PER_SECOND
+
+    def _call(self, method, request, timeout, requests=None):
+        try:
+            return method(iter(request) if requests is not None else request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise self._error(e, requests) from None
+
+    def _error(self, e, requests):
+        # Reading the caller's file object failed: that, not the CANCELLED it caused, is the error.
+        if requests is not None and requests.failure is not None:
+            return requests.failure
+        code = e.code() if callable(getattr(e, "code", None)) else None
+        details = e.details() if callable(getattr(e, "details", None)) else str(e)
+        return ScanClientError(code.name if code is not None else "UNKNOWN", details, self.target)
+
+    def _data_loss(self, details):
+        return ScanClientError("DATA_LOSS", details, self.target)
+
+
+def _upload_source(data, chunk):
+    """(declared size or 0 if unknown, iterator of byte chunks) for bytes or a file object."""
+    if not 0 < chunk <= CHUNK_BYTES:
+        raise ValueError("chunk must be 1..%d bytes, not %r" % (CHUNK_BYTES, chunk))
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data).cast("B")
+        return len(view), (bytes(view[i:i + chunk]) for i in range(0, len(view), chunk))
+    if not hasattr(data, "read"):
+        raise TypeError("data must be bytes-like or a binary file object, not %s"
+                        % type(data).__name__)
+    size = 0
+    try:  # a regular file: declare what is left of it, so that the daemon checks it
+        st = os.fstat(data.fileno())
+        if stat.S_ISREG(st.st_mode):
+            size = max(st.st_size - data.tell(), 0)
+    except (AttributeError, OSError, ValueError):
+        size = 0
+
+    def chunks():
+        while True:
+            block = data.read(chunk)
+            if not block:
+                return
+            yield bytes(block)
+    return size, chunks()
+
+
+class _Requests:
+    """The upload stream: the header, then the data chunks. An exception while reading the
+    caller's data is kept (gRPC would only cancel the call) and raised by the client."""
+
+    def __init__(self, pb, header, chunks):
+        self._pb = pb
+        self._header = header
+        self._chunks = chunks
+        self.failure = None
+
+    def __iter__(self):
+        yield self._pb.UploadChunk(header=self._header)
+        try:
+            for block in self._chunks:
+                yield self._pb.UploadChunk(data=block)
+        except Exception as e:  # pylint: disable=broad-except
+            self.failure = e
+            raise

@@ -1,0 +1,137 @@
+"""report_to_dict: a Report message as the dict `ckptscan scan --format json` prints.
+
+The dict is made by google.protobuf.json_format (proto field names kept, defaults included) and
+then brought to the CLI's rendering (clients/report_format.cc, docs/report.md):
+
+  json_format                            ckptscan scan --format json
+  "VERDICT_SAFE", "SEVERITY_CRITICAL"    "SAFE", "CRITICAL" (the enum's short name)
+  64-bit integers as strings ("1024")    JSON numbers (1024)
+  every field, in field-number order     the keys docs/report.md lists as "always", the others
+                                         only when set (Location.pickle_index/nested_depth when
+                                         non-zero, ScanError.limit_name/limit_value with a limit
+                                         name, FileReport.shards/expected_sha256 when non-empty,
+                                         conversion when present), in the CLI's order
+
+So json.dumps(report_to_dict(r), indent=2, ensure_ascii=False) + "\n" is the CLI's text for the
+same report. One deliberate difference: a conversion's `signature` and `signer`, which the CLI's
+JSON does not print, are kept (when set) at the end of the `conversion` object.
+"""
+
+from google.protobuf import json_format
+
+# Key order of each object, as the CLI prints it (optional keys included where they go).
+_LOCATION = ("member", "offset", "opcode", "pickle_index", "nested_depth")
+_FINDING = ("rule_id", "severity", "category", "global", "call", "location", "message",
+            "verdict")
+_ERROR = ("code", "message", "location", "limit_name", "limit_value")
+_TENSORS = ("count", "bytes", "storages", "shared", "unsupported")
+_CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "not_written",
+               "not_written_total", "signature", "signer")
+_FILE = ("path", "sha256", "size", "format", "verdict", "findings", "errors", "tensors",
+         "pickles", "globals", "shards", "expected_sha256", "conversion")
+_REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files")
+
+
+def verdict_name(value):
+    """The CLI's name of a Verdict, given as a number or the proto name: 1 -> "SAFE"
+    (clients/verdict.cc)."""
+    return _short(value, "VERDICT_")
+
+
+def severity_name(value):
+    """The CLI's name of a Severity (a number or the proto name): 5 -> "CRITICAL"."""
+    return _short(value, "SEVERITY_")
+
+
+def _short(value, prefix):
+    """"VERDICT_SAFE" -> "SAFE". Numbers are named through the enum; json_format gives a number
+    for a value the protos do not know, which the CLI prints as "UNSPECIFIED", as here."""
+    if not isinstance(value, str):
+        from . import _stubs  # pylint: disable=import-outside-toplevel
+        enum = {"VERDICT_": "Verdict", "SEVERITY_": "Severity"}[prefix]
+        values = _stubs.load().report_pb2.DESCRIPTOR.enum_types_by_name[enum].values_by_number
+        value = values[value].name if value in values else ""
+    if value.startswith(prefix) and value != prefix + "UNSPECIFIED":
+        return value[len(prefix):]
+    return "UNSPECIFIED"
+
+
+def _ordered(d, keys):
+    return {k: d[k] for k in keys if k in d}
+
+
+def _int(d, *keys):
+    for k in keys:
+        d[k] = int(d.get(k, 0))
+
+
+def _location(d):
+    d = dict(d or {})
+    d.setdefault("member", "")
+    d.setdefault("opcode", "")
+    _int(d, "offset", "pickle_index", "nested_depth")
+    for k in ("pickle_index", "nested_depth"):
+        if d[k] == 0:
+            del d[k]
+    return _ordered(d, _LOCATION)
+
+
+def _finding(d):
+    d = dict(d)
+    d["severity"] = _short(d.get("severity", ""), "SEVERITY_")
+    d["verdict"] = _short(d.get("verdict", ""), "VERDICT_")
+    d["location"] = _location(d.get("location"))
+    return _ordered(d, _FINDING)
+
+
+def _error(d):
+    d = dict(d)
+    d["location"] = _location(d.get("location"))
+    if d.get("limit_name"):
+        _int(d, "limit_value")
+    else:
+        d.pop("limit_name", None)
+        d.pop("limit_value", None)
+    return _ordered(d, _ERROR)
+
+
+def _conversion(d):
+    d = dict(d)
+    _int(d, "tensors", "aliases", "bytes", "not_written_total")
+    d["not_written"] = [{"path": n.get("path", ""), "type": n.get("type", "")}
+                        for n in d.get("not_written", [])]
+    for k in ("signature", "signer"):
+        if not d.get(k):
+            d.pop(k, None)
+    return _ordered(d, _CONVERSION)
+
+
+def _file(d):
+    d = dict(d)
+    _int(d, "size", "pickles", "globals")
+    d["verdict"] = _short(d.get("verdict", ""), "VERDICT_")
+    d["findings"] = [_finding(x) for x in d.get("findings", [])]
+    d["errors"] = [_error(x) for x in d.get("errors", [])]
+    t = dict(d.get("tensors") or {})
+    _int(t, *_TENSORS)
+    d["tensors"] = _ordered(t, _TENSORS)
+    if not d.get("shards"):
+        d.pop("shards", None)
+    if not d.get("expected_sha256"):
+        d.pop("expected_sha256", None)
+    if "conversion" in d:
+        d["conversion"] = _conversion(d["conversion"])
+    return _ordered(d, _FILE)
+
+
+def report_to_dict(report):
+    """A ckptscan.v1.Report (from scan_path, scan_bytes or a ConvertResponse's report) as the
+    dict `ckptscan scan --format json` prints for it. Only for Report messages."""
+    if report.DESCRIPTOR.full_name != "ckptscan.v1.Report":
+        raise TypeError("report_to_dict takes a ckptscan.v1.Report, not %s"
+                        % report.DESCRIPTOR.full_name)
+    d = json_format.MessageToDict(report, preserving_proto_field_name=True,
+                                  including_default_value_fields=True)
+    d["verdict"] = _short(d.get("verdict", ""), "VERDICT_")
+    d["files"] = [_file(f) for f in d.get("files", [])]
+    return _ordered(d, _REPORT)
