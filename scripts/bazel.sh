@@ -5,9 +5,11 @@
 #   scripts/bazel.sh                  parity check, bazel build //..., bazel test //...
 #   scripts/bazel.sh //clients/...    the same for some targets only
 # Environment: BAZEL_JOBS (default 2; the machines are shared), BAZEL_OUTPUT_USER_ROOT (Bazel's
-# cache; default ~/.cache/bazel).
+# cache; default ~/.cache/bazel), BAZEL_FLAGS (more build/test flags, e.g. --config=ci; split on
+# spaces). CI runs this through scripts/ci_bazel.sh.
 # The Bazel server is shut down at the end whatever happened (it is a Java daemon that otherwise
-# stays alive). Exit code: that of the first failing step.
+# stays alive). Each step's wall time is printed at the end. Exit code: that of the first failing
+# step.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -25,14 +27,38 @@ targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(//...)
 startup=()
 [[ -n "${BAZEL_OUTPUT_USER_ROOT:-}" ]] && startup+=("--output_user_root=$BAZEL_OUTPUT_USER_ROOT")
-jobs="--jobs=${BAZEL_JOBS:-2}"
+read -r -a flags <<<"${BAZEL_FLAGS:-}"
+flags+=("--jobs=${BAZEL_JOBS:-2}")
 
 rc=0
-/usr/bin/python3 "$root/scripts/check_build_parity.py" "$root" || rc=$?
-if [[ $rc -eq 0 ]]; then
-  bazel "${startup[@]}" build "$jobs" -- "${targets[@]}" && \
-    bazel "${startup[@]}" test "$jobs" -- "${targets[@]}"
-  rc=$?
-fi
-bazel "${startup[@]}" shutdown
+timings=()
+# step NAME COMMAND...: runs it unless an earlier step failed; records its wall time and the
+# first failure's exit code.
+step() {
+  local name=$1 start=$SECONDS status=0
+  shift
+  if [[ $rc -ne 0 ]]; then
+    timings+=("$(printf '%-9s skipped' "$name")")
+    return
+  fi
+  echo "bazel.sh: == $name ($(date +%T))" >&2
+  "$@" || status=$?
+  timings+=("$(printf '%-9s %4ds  exit %d' "$name" $((SECONDS - start)) "$status")")
+  [[ $status -eq 0 ]] || rc=$status
+}
+begin=$SECONDS
+step parity /usr/bin/python3 "$root/scripts/check_build_parity.py" "$root"
+# The first command starts the server; timed alone so that the build's time is the build's.
+step server bazel "${startup[@]}" info release
+step build bazel "${startup[@]}" build "${flags[@]}" -- "${targets[@]}"
+step test bazel "${startup[@]}" test "${flags[@]}" -- "${targets[@]}"
+# Always, even after a failure (rc is saved and restored around it).
+saved=$rc rc=0
+step shutdown bazel "${startup[@]}" shutdown
+[[ $saved -ne 0 ]] && rc=$saved
+{
+  echo "bazel.sh: wall times"
+  printf '  %s\n' "${timings[@]}"
+  printf '  %-9s %4ds  exit %d\n' total $((SECONDS - begin)) "$rc"
+} >&2
 exit $rc

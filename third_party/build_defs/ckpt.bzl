@@ -13,6 +13,10 @@ def ckpt_test(name, srcs, deps = [], data = [], local_defines = [], copts = [], 
 
     Links gtest, gmock and gtest_main; defines CKPT_SOURCE_DIR, the root that tests resolve
     fixture paths against.
+
+    Linked statically against our own libraries, as CMake links its static libraries into each
+    test and as the binaries are linked (the system libraries stay shared, as everywhere in
+    this build), instead of cc_test's default of one .so per library.
     """
     native.cc_test(
         name = name,
@@ -21,6 +25,7 @@ def ckpt_test(name, srcs, deps = [], data = [], local_defines = [], copts = [], 
         data = data,
         local_defines = ['CKPT_SOURCE_DIR=\\"%s\\"' % SOURCE_DIR] + local_defines,
         copts = copts,
+        linkstatic = True,
         **kwargs
     )
 

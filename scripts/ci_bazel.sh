@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# CI step for issue 10 (docs/bazel.md, "In CI"): on a clean clone, offline,
+#   1. scripts/check_build_parity.py (every CMake target has its Bazel twin and the reverse),
+#   2. bazel build //...,
+#   3. bazel test //...   (every Bazel test: the twins of all of CMake's ctests but build_parity,
+#                          which is step 1),
+#   4. bazel shutdown, whatever happened before,
+# with --config=ci (.bazelrc: the same -O2 code, no debug info) and a fresh, empty Bazel output
+# root in $TMPDIR, removed afterwards, so nothing is reused from an earlier run. Prints each
+# step's wall time. Exit code: that of the first failing step. Budget: about 8 minutes on 2 cores
+# (measured numbers in docs/bazel.md).
+#
+# Installs nothing: CI calls `scripts/setup.sh --bazel` first (Debian's bazel-bootstrap).
+# Environment: BAZEL_JOBS (default 2); BAZEL_OUTPUT_USER_ROOT to use (and keep) a given output
+# root instead of a fresh one. Arguments (targets, default //...) go to scripts/bazel.sh.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+
+if [[ -n "${BAZEL_OUTPUT_USER_ROOT:-}" ]]; then
+  fresh=""
+else
+  fresh="$(mktemp -d "${TMPDIR:-/tmp}/ckptscan-bazel-ci.XXXXXX")" || exit 1
+  export BAZEL_OUTPUT_USER_ROOT="$fresh"
+fi
+echo "ci_bazel.sh: output root $BAZEL_OUTPUT_USER_ROOT" >&2
+
+# On any exit, also a cancelled job's SIGINT/SIGTERM: the server down (bazel.sh does that itself
+# when it runs to the end; a second shutdown is then a no-op) and a fresh output root removed.
+child=""
+cleanup() {
+  if [[ -n "$child" ]] && kill -0 "$child" 2>/dev/null; then
+    pkill -INT -P "$child" 2>/dev/null   # the bazel client of the running step: cancel it
+    kill -TERM "$child" 2>/dev/null
+    wait "$child" 2>/dev/null
+  fi
+  bazel --output_user_root="$BAZEL_OUTPUT_USER_ROOT" shutdown 2>/dev/null
+  if [[ -n "$fresh" ]]; then
+    chmod -R u+w "$fresh" 2>/dev/null  # Bazel leaves parts of its output root read-only
+    rm -rf "$fresh"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# In the background and waited for, so that a signal runs the traps at once (bash defers them
+# until a foreground command ends).
+BAZEL_FLAGS="--config=ci ${BAZEL_FLAGS:-}" "$root/scripts/bazel.sh" "$@" &
+child=$!
+wait "$child"
+rc=$?
+child=""
+exit $rc
