@@ -147,6 +147,9 @@ if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]]; then
     "$bin" admin status --server "$main_sock" &&
     contains err.txt "PERMISSION_DENIED" && contains err.txt "uid:65534" &&
     pass "admin status refused for uid 65534 (PERMISSION_DENIED)"
+  grep -q '"event":"admin","rpc":"Status","caller":"uid:65534","code":7' "$tmp/main/log" &&
+    pass "the refused admin call is logged (event admin, caller uid:65534, code 7)" ||
+    fail "admin log" "$(grep '"event":"admin"' "$tmp/main/log" | tail -3)"
   run "reload as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
     "$bin" admin reload-rules --server "$main_sock" && pass "reload-rules refused for uid 65534"
   run "scan as nobody" 0 setpriv --reuid=65534 --regid=65534 --clear-groups \

@@ -648,23 +648,31 @@ grpc::Status ScannerService::ConvertUpload(
 
 namespace {
 
-grpc::Status RequireAdmin(const Caller& caller) {
-  if (caller.admin) return grpc::Status::OK;
-  if (!caller.authenticated) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "Admin calls need an identity: a uid on the unix socket or a client "
-                        "certificate over mTLS");
+// Admin calls are logged whether they are allowed or refused (one "admin" line each).
+grpc::Status RequireAdmin(const Caller& caller, std::string_view rpc) {
+  grpc::Status s = grpc::Status::OK;
+  if (!caller.admin && !caller.authenticated) {
+    s = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                     "Admin calls need an identity: a uid on the unix socket or a client "
+                     "certificate over mTLS");
+  } else if (!caller.admin) {
+    s = grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                     absl::StrCat(caller.name, " is not in the daemon's admin list"));
   }
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(caller.name, " is not in the daemon's admin list"));
+  LogLine line("admin", s.ok() ? "info" : "warning");
+  line.Str("rpc", rpc).Str("caller", caller.name).Int("code", static_cast<uint64_t>(s.error_code()));
+  if (!s.ok()) line.Str("error", s.error_message());
+  line.Emit();
+  return s;
 }
+
 
 }  // namespace
 
 grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequest*,
                                   v1::StatusResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(caller, "Status"); !s.ok()) return s;
   response->set_scanner_version(d_->options().scanner_version);
   response->set_rules_version(d_->rules().Get()->version());
   response->set_uptime_seconds(
@@ -687,7 +695,7 @@ grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
 grpc::Status AdminService::Metrics(grpc::ServerContext* ctx, const v1::MetricsRequest*,
                                    v1::MetricsResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(caller, "Metrics"); !s.ok()) return s;
   response->set_text(d_->metrics().Text());
   return grpc::Status::OK;
 }
@@ -695,10 +703,7 @@ grpc::Status AdminService::Metrics(grpc::ServerContext* ctx, const v1::MetricsRe
 grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::ReloadRulesRequest*,
                                        v1::ReloadRulesResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller); !s.ok()) {
-    LogLine("reload_rules", "warning").Str("caller", caller.name).Str("error", s.error_message()).Emit();
-    return s;
-  }
+  if (grpc::Status s = RequireAdmin(caller, "ReloadRules"); !s.ok()) return s;
   absl::StatusOr<RulesHolder::Reloaded> r = daemon::ReloadRules(d_, caller.name);
   if (!r.ok()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -714,7 +719,7 @@ grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::Reloa
 grpc::Status AdminService::PublicKey(grpc::ServerContext* ctx, const v1::PublicKeyRequest*,
                                      v1::PublicKeyResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(caller, "PublicKey"); !s.ok()) return s;
   response->set_pem(d_->key().public_key().pem());
   response->set_hint(d_->key().public_key().hint());
   return grpc::Status::OK;
