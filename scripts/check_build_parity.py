@@ -27,6 +27,12 @@ EXCEPTIONS = {
     "build_parity": "this check itself: a ctest that reads the source tree (every CMakeLists.txt "
                     "and BUILD.bazel), which a Bazel test cannot see outside its declared inputs; "
                     "scripts/bazel.sh runs it before building",
+    "install_layout_test": "runs `cmake --install` on the CMake build tree and checks the installed "
+                           "layout; Bazel has no install step (cmake/install.cmake)",
+    "k8s_manifests_test": "renders with the system's kubectl and validates with npm packages from "
+                          "the user's cache (scripts/setup.sh --k8s), both outside Bazel's "
+                          "declared inputs, and skips (exit 77) where they are absent, for which "
+                          "Bazel has no code",
     # Bazel-only.
     "ckpt_pickle_vm_header": "core/pickle/vm.h alone, for trusted-side code that includes it "
                              "(sandbox/job.h, pipeline/jailed_scan.h) without linking the VM; "
@@ -78,6 +84,11 @@ def created_names(command, args):
 
 def cmake_targets(root):
     files = list(walk(root, "CMakeLists.txt"))
+    # Included CMake files (cmake/install.cmake registers tests too).
+    cmake_dir = os.path.join(root, "cmake")
+    if os.path.isdir(cmake_dir):
+        files += sorted(os.path.join(cmake_dir, f) for f in os.listdir(cmake_dir)
+                        if f.endswith(".cmake"))
     texts = {f: open(f).read() for f in files}
     # function(name params...) ... endfunction(): which names does each create, in terms of
     # its parameters?
