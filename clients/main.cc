@@ -251,17 +251,6 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
   return *std::move(client);
 }
 
-// A file the daemon could not be asked about: ERROR, never a pass.
-v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status) {
-  v1::FileReport f;
-  f.set_path(path);
-  v1::ScanError* e = f.add_errors();
-  e->set_code("server");
-  e->set_message(std::string(status.message()));
-  f.set_verdict(v1::VERDICT_ERROR);
-  return f;
-}
-
 struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
@@ -289,6 +278,14 @@ void AddError(v1::FileReport* file, std::string_view code, std::string message) 
   e->set_code(std::string(code));
   e->set_message(std::move(message));
   file->set_verdict(rules::WorseVerdict(file->verdict(), v1::VERDICT_ERROR));
+}
+
+// A file the daemon could not be asked about: ERROR, never a pass.
+v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status) {
+  v1::FileReport f;
+  f.set_path(path);
+  AddError(&f, "server", std::string(status.message()));
+  return f;
 }
 
 int RunScan(const ScanOptions& opt) {

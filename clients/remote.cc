@@ -24,28 +24,6 @@ namespace {
 constexpr size_t kChunkBytes = 1u << 20;  // the daemon's cap per upload message
 constexpr uint64_t kMinUploadBytesPerSecond = 20u << 20;  // deadline allowance for transfer
 
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    default: return "?";
-  }
-}
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   absl::StatusOr<std::string> text = signing::ReadSmallFile(path, 1u << 20, "1 MiB");
@@ -109,7 +87,10 @@ absl::StatusOr<std::pair<base::UniqueFd, uint64_t>> OpenInput(const std::string&
 absl::Status FromGrpc(const grpc::Status& status, const std::string& target) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat("ckptscand at ", target, ": ", CodeName(status.error_code()),
+                      // gRPC's codes are absl's, number for number.
+                      absl::StrCat("ckptscand at ", target, ": ",
+                                   absl::StatusCodeToString(
+                                       static_cast<absl::StatusCode>(status.error_code())),
                                    ": ", status.error_message()));
 }
 
