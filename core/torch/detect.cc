@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"
@@ -129,13 +131,16 @@ class Reader {
       ReadShardIndex(data, options_.index, out_);
       return;
     }
-    pickle::PickleFacts first = vm_.RunOne(data, 0);
-    if (IsLegacyMagic(first)) {
+    // One reading of the stream serves both questions (a legacy file's first pickle is its
+    // magic number): reading the first pickle on its own as well would hold two graphs of it
+    // at once, twice the memory and time of a large pickle.
+    MemberFacts m;
+    m.stream = vm_.ScanStream(data, 0);
+    if (!m.stream.pickles.empty() && IsLegacyMagic(m.stream.pickles[0])) {
+      m.stream = {};
       ReadLegacy(data, vm_, out_);
     } else {
       out_->format = "pickle";
-      MemberFacts m;
-      m.stream = vm_.ScanStream(data, 0);
       if (NamesJoblibArrays(m.stream)) {
         // joblib.load reads array bytes inline where pickle.load would fail: the joblib
         // reading is the one a loader of this file performs.
@@ -190,8 +195,7 @@ class Reader {
       f.data_bytes = layout->file_size - layout->data_start;
       f.has_metadata = layout->has_metadata;
     } else {
-      Error(layout.status().code() == absl::StatusCode::kResourceExhausted ? "limit" : "malformed",
-            std::string(layout.status().message()), "", 0);
+      Error(layout.status(), std::string(layout.status().message()), "", 0);
     }
     PickleReading(data, "(as pickle)", true);
     ZipInTail(data, "(in the tensor data)");
@@ -200,6 +204,18 @@ class Reader {
   void Error(std::string_view code, std::string message, std::string_view member,
              uint64_t offset) {
     out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
+  }
+  // An error for a failed status: its code from the status ("limit" for ResourceExhausted),
+  // and the limit's name and value when the status names one (base::LimitError).
+  void Error(const absl::Status& status, std::string message, std::string_view member,
+             uint64_t offset) {
+    v1::ScanError e = ContainerError(base::ErrorCodeOf(status), std::move(message), member,
+                                     offset);
+    if (std::optional<base::LimitHit> hit = base::LimitOf(status)) {
+      e.set_limit_name(hit->name);
+      e.set_limit_value(hit->value);
+    }
+    out_->errors.push_back(std::move(e));
   }
   void Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
                bool must_flag = true) {
@@ -215,11 +231,7 @@ class Reader {
     } else {
       out_->format = "tar";
       if (!ar.ok()) {
-        absl::StatusCode c = ar.status().code();
-        Error(c == absl::StatusCode::kResourceExhausted ? "limit"
-              : c == absl::StatusCode::kUnimplemented   ? "unsupported"
-                                                        : "malformed",
-              std::string(ar.status().message()), "", 0);
+        Error(ar.status(), std::string(ar.status().message()), "", 0);
       } else {
         for (const ContainerAnomaly& a : ar->anomalies) out_->anomalies.push_back(a);
         Error("unsupported",
@@ -286,8 +298,7 @@ class Reader {
       ar = zip::Archive::Open(data, options_.zip, zip::Mode::kZipfile);
     }
     if (!ar.ok()) {
-      Error(ar.status().code() == absl::StatusCode::kResourceExhausted ? "limit" : "malformed",
-            absl::StrCat("zip: ", ar.status().message()), outer, base);
+      Error(ar.status(), absl::StrCat("zip: ", ar.status().message()), outer, base);
       return;
     }
     for (const zip::Anomaly& a : ar->anomalies()) ZipAnomaly(a, outer, base);
@@ -336,7 +347,7 @@ class Reader {
     if (data_pkl != nullptr) {
       absl::StatusOr<zip::Member> m = ar->Read(*data_pkl);
       if (!m.ok()) {
-        Error("malformed", absl::StrCat("data.pkl: ", m.status().message()),
+        Error(m.status(), absl::StrCat("data.pkl: ", m.status().message()),
               MemberName(outer, data_pkl->name), base + data_pkl->data_offset);
       } else {
         AddMemberAnomalies(*m, outer, base);
@@ -378,7 +389,7 @@ class Reader {
       std::string name = MemberName(outer, e.name);
       if (!m.ok()) {
         if (format == "npz" || format == "zip") {
-          Error("malformed", absl::StrCat(e.name, ": ", m.status().message()), name,
+          Error(m.status(), absl::StrCat(e.name, ": ", m.status().message()), name,
                 base + e.data_offset);
         }
         continue;

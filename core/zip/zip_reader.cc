@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/byte_reader.h"
+#include "core/base/limit_status.h"
 #include "core/base/checked.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
@@ -155,10 +156,11 @@ absl::Status MemberError(const Entry& e, uint64_t offset, std::string_view what)
 
 absl::Status Limit(std::string_view limit, uint64_t value, uint64_t max, uint64_t offset,
                    std::string_view member = "") {
-  return absl::ResourceExhaustedError(
+  return base::LimitError(
       absl::StrFormat("zip%s: %s is %d, over the limit %d (Limits::%s; at byte offset %d)",
                       member.empty() ? "" : absl::StrCat(" member ", Quoted(member)),
-                      AbslView(limit), value, max, AbslView(limit), offset));
+                      AbslView(limit), value, max, AbslView(limit), offset),
+      limit, max);
 }
 
 // A reader over data[offset, offset + length), or an error naming `what`.
