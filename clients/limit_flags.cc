@@ -15,7 +15,7 @@ using pickle::Limits;
 
 // A new Limits field must be added to Fields() below (and documented in
 // docs/cli.md).
-static_assert(sizeof(Limits) == 13 * sizeof(uint64_t),
+static_assert(sizeof(Limits) == 14 * sizeof(uint64_t),
               "pickle::Limits changed: update the --limit table in "
               "clients/limit_flags.cc");
 
@@ -51,6 +51,9 @@ const std::vector<Field>& Fields() {
           "values of the loaded object with shared references copied out",
           d.max_expanded_values, kU64Max},
          &Limits::max_expanded_values},
+        {{"max_value_depth", "nesting depth of one value (containers in containers)",
+          d.max_value_depth, kU64Max},
+         &Limits::max_value_depth},
         {{"max_string_bytes", "declared length of one str/bytes argument",
           d.max_string_bytes, kU64Max},
          &Limits::max_string_bytes},

@@ -15,9 +15,9 @@ using ::testing::HasSubstr;
 TEST(LimitFlagsTest, EveryLimitsFieldIsSettableByName) {
   const std::vector<std::string> names = {
       "max_opcodes",      "max_stack_depth",  "max_mark_depth",      "max_memo_entries",
-      "max_memo_index",   "max_nodes",        "max_expanded_values", "max_string_bytes",
-      "max_line_bytes",   "max_total_bytes",  "max_kept_string",     "max_pickles",
-      "max_nested_depth", "max_nested_bytes"};
+      "max_memo_index",   "max_nodes",        "max_expanded_values", "max_value_depth",
+      "max_string_bytes", "max_line_bytes",   "max_total_bytes",     "max_kept_string",
+      "max_pickles",      "max_nested_depth", "max_nested_bytes"};
   ASSERT_EQ(LimitFlags().size(), names.size());
   std::vector<std::string> specs;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -33,13 +33,14 @@ TEST(LimitFlagsTest, EveryLimitsFieldIsSettableByName) {
   EXPECT_EQ(l->max_memo_index, 104u);
   EXPECT_EQ(l->max_nodes, 105u);
   EXPECT_EQ(l->max_expanded_values, 106u);
-  EXPECT_EQ(l->max_string_bytes, 107u);
-  EXPECT_EQ(l->max_line_bytes, 108u);
-  EXPECT_EQ(l->max_total_bytes, 109u);
-  EXPECT_EQ(l->max_kept_string, 110u);
-  EXPECT_EQ(l->max_pickles, 111u);
-  EXPECT_EQ(l->max_nested_depth, 112u);
-  EXPECT_EQ(l->max_nested_bytes, 113u);
+  EXPECT_EQ(l->max_value_depth, 107u);
+  EXPECT_EQ(l->max_string_bytes, 108u);
+  EXPECT_EQ(l->max_line_bytes, 109u);
+  EXPECT_EQ(l->max_total_bytes, 110u);
+  EXPECT_EQ(l->max_kept_string, 111u);
+  EXPECT_EQ(l->max_pickles, 112u);
+  EXPECT_EQ(l->max_nested_depth, 113u);
+  EXPECT_EQ(l->max_nested_bytes, 114u);
 }
 
 TEST(LimitFlagsTest, NoFlagsGiveTheDefaults) {

@@ -58,9 +58,10 @@ wait_for_worker() {
   return 1
 }
 
-# A pickle that keeps a worker busy for a second or two (millions of harmless opcodes), and a
-# sparse file whose SHA-256 keeps a job busy as long (no disk, no memory).
-python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x02' + b'N0' * 2000000 + b'N.')" >slow.pkl
+# A pickle that keeps a worker busy for a second or two (None memoized 4 million times: the
+# memo is real work, a stream of None is not), and a sparse file whose SHA-256 keeps a job
+# busy as long (no disk, no memory).
+python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x04N' + b'\x94' * 4000000 + b'.')" >slow.pkl
 truncate -s 3G long.bin
 # The corpus both modes scan: every torch fixture and a sample of every malicious kind.
 corpus=("$fixtures/torch" "$fixtures/pickles" "$fixtures/zip")

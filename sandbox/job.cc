@@ -74,6 +74,7 @@ void LimitsToProto(const pickle::Limits& l, worker::v1::VmLimits* out) {
   out->set_max_pickles(l.max_pickles);
   out->set_max_nested_depth(l.max_nested_depth);
   out->set_max_nested_bytes(l.max_nested_bytes);
+  out->set_max_value_depth(l.max_value_depth);
 }
 
 pickle::Limits LimitsFromProto(const worker::v1::VmLimits& in) {
@@ -92,6 +93,7 @@ pickle::Limits LimitsFromProto(const worker::v1::VmLimits& in) {
   l.max_pickles = in.max_pickles();
   l.max_nested_depth = in.max_nested_depth();
   l.max_nested_bytes = in.max_nested_bytes();
+  l.max_value_depth = in.max_value_depth();
   return l;
 }
 

@@ -234,8 +234,8 @@ class ScanTest(DaemonTestCase):
         self.assertIn("disk on fire", str(caught.exception))
 
     def test_deadline_exceeded(self):
-        # Millions of harmless opcodes keep a worker busy for a second or more.
-        slow = b"\x80\x02" + b"N0" * 2000000 + b"N."
+        # None memoized 4 million times keeps a worker busy for a second or more.
+        slow = b"\x80\x04N" + b"\x94" * 4000000 + b"."
         self.assertCode("DEADLINE_EXCEEDED", self.client.scan_bytes, "slow.pkl", slow,
                         timeout=0.2)
         # The daemon still serves.

@@ -9,7 +9,10 @@
 #ifndef CKPTSCAN_CORE_PICKLE_FACTS_H_
 #define CKPTSCAN_CORE_PICKLE_FACTS_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,30 +51,129 @@ struct Node {
   // 128 bits and only `text` is meaningful).
   bool b = false;
   bool fits = true;
+  // kStr/kBytes/kByteArray: whether `text` is a prefix of the value (see `text`).
+  bool truncated = false;
+  // Whether the value is exactly the stream bytes [data_offset, data_offset + len) (see below).
+  bool in_stream = false;
+  // kGlobal: index into Graph::globals. kCall/kPersistent: index into Graph::calls of the
+  // call that produced it.
+  uint32_t ref = 0;
+  // Containers: nesting depth as built (an empty container is 1, a scalar 0): 1 + the deepest
+  // item when it was created or last appended to. Exact for values built bottom-up, as every
+  // pickler writes them; a lower bound when an already nested container is appended to
+  // afterwards. Bounded by Limits::max_value_depth.
+  uint32_t depth = 0;
   absl::int128 i = 0;
   double f = 0;
   // kStr: UTF-8 (lone surrogates as 3-byte sequences). kBytes/kByteArray: raw bytes.
   // Stored whole up to Limits::max_kept_string; `len` is always the full length and
   // `truncated` says whether `text` is a prefix.
-  std::string text;
   uint64_t len = 0;
-  bool truncated = false;
   // Where the value's bytes start in the stream (kBytes/kStr/kByteArray). When `in_stream`,
   // the value is exactly the stream bytes [data_offset, data_offset + len) (binary opcodes),
   // which lets nested-pickle scanning read it whole even when `text` is truncated.
   uint64_t data_offset = 0;
-  bool in_stream = false;
+  std::string text;
   // Containers: tuple/list/set/frozenset items; dict: k0, v0, k1, v1, ... in insertion order
   // (a repeated key appears again; consumers apply Python's overwrite rule).
   // kPersistent: items[0] is the pid.
   std::vector<NodeId> items;
-  // kGlobal: index into Graph::globals. kCall/kPersistent: index into Graph::calls of the
-  // call that produced it.
-  uint32_t ref = 0;
   // BUILD states applied to this object, in order (kCall/kGlobal targets).
   std::vector<NodeId> states;
   // SETITEM(S)/APPEND(S)/ADDITEMS applied to a non-container (kCall target): the call sites.
   std::vector<uint32_t> mutations;
+};
+
+// The nodes of a graph, in chunks of kChunkNodes: growing never moves or copies the nodes past
+// the first chunk, so a graph near Limits::max_nodes costs its nodes and at most one chunk
+// more, not the 2-3x of a doubling vector's reallocation. The first chunk grows like a vector
+// (a stream of ten thousand one-value pickles costs ten thousand small graphs, not ten thousand
+// chunks). The vector-like subset the code uses.
+class NodeList {
+ public:
+  static constexpr size_t kChunkNodes = 4096;
+
+  NodeList() = default;
+  NodeList(const NodeList& other) { *this = other; }
+  NodeList& operator=(const NodeList& other) {
+    if (this == &other) return *this;
+    clear();
+    for (const Node& n : other) push_back(n);
+    return *this;
+  }
+  NodeList(NodeList&&) noexcept = default;
+  NodeList& operator=(NodeList&&) noexcept = default;
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Node& operator[](size_t i) {
+    return i < kChunkNodes ? head_[i] : tail_[i / kChunkNodes - 1][i % kChunkNodes];
+  }
+  const Node& operator[](size_t i) const {
+    return i < kChunkNodes ? head_[i] : tail_[i / kChunkNodes - 1][i % kChunkNodes];
+  }
+  Node& back() { return (*this)[size_ - 1]; }
+  const Node& back() const { return (*this)[size_ - 1]; }
+  Node& emplace_back() {
+    if (size_ < kChunkNodes) {
+      ++size_;
+      return head_.emplace_back();
+    }
+    if (size_ == (tail_.size() + 1) * kChunkNodes) {
+      tail_.push_back(std::make_unique<Node[]>(kChunkNodes));
+    }
+    return (*this)[size_++];
+  }
+  void push_back(Node n) { emplace_back() = std::move(n); }
+  // Grows with default nodes or drops the last ones (whole chunks are freed).
+  void resize(size_t n) {
+    while (size_ < n) emplace_back();
+    while (size_ > n && size_ > kChunkNodes) (*this)[--size_] = Node();
+    if (size_ > n) {
+      head_.resize(n);
+      size_ = n;
+    }
+    tail_.resize(size_ > kChunkNodes ? (size_ - 1) / kChunkNodes : 0);
+  }
+  void clear() {
+    head_.clear();
+    tail_.clear();
+    size_ = 0;
+  }
+
+  template <typename List, typename Value>
+  class Iter {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Node;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Value*;
+    using reference = Value&;
+    Iter(List* list, size_t i) : list_(list), i_(i) {}
+    reference operator*() const { return (*list_)[i_]; }
+    pointer operator->() const { return &(*list_)[i_]; }
+    Iter& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const Iter& o) const { return i_ == o.i_; }
+    bool operator!=(const Iter& o) const { return i_ != o.i_; }
+
+   private:
+    List* list_;
+    size_t i_;
+  };
+  using iterator = Iter<NodeList, Node>;
+  using const_iterator = Iter<const NodeList, const Node>;
+  iterator begin() { return {this, 0}; }
+  iterator end() { return {this, size_}; }
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size_}; }
+
+ private:
+  std::vector<Node> head_;                      // nodes [0, kChunkNodes)
+  std::vector<std::unique_ptr<Node[]>> tail_;   // chunk k holds [(k+1), (k+2)) * kChunkNodes
+  size_t size_ = 0;
 };
 
 enum class Via : uint8_t { kGlobal, kStackGlobal, kInst, kExt };
@@ -121,7 +223,7 @@ struct CallSite {
 
 // A value graph plus what was imported and called, for one pickle.
 struct Graph {
-  std::vector<Node> nodes;
+  NodeList nodes;
   std::vector<GlobalRef> globals;
   std::vector<CallSite> calls;
 

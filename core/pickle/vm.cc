@@ -128,10 +128,76 @@ class Machine final {
       }
       out_.error = std::move(e);
     }
+    stack_ = {};
+    memo_ = {};
+    Prune();
     return std::move(out_);
   }
 
  private:
+  // Drops the nodes nothing can observe: values reachable neither from the root nor from a
+  // call site, that are not byte strings either (nested-pickle scanning reads those). They
+  // are what the stream built and threw away (popped, or left on the stack of a pickle that
+  // failed); CPython frees them too. The facts handed on, and the frame to the trusted side,
+  // then grow with what a loader keeps, not with what a stream discards: 20 million lists
+  // built and popped leave a handful of nodes, not 20 million to encode. Order-preserving
+  // and iterative (no recursion on the graph's depth); ids are renumbered.
+  void Prune() {
+    Graph& g = out_.graph;
+    const size_t n = g.nodes.size();
+    std::vector<uint8_t> keep(n, 0);
+    std::vector<NodeId> work;
+    auto mark = [&](NodeId id) {
+      if (id < n && keep[id] == 0) {
+        keep[id] = 1;
+        work.push_back(id);
+      }
+    };
+    mark(out_.root);
+    for (const CallSite& c : g.calls) {
+      mark(c.callee);
+      mark(c.args);
+      mark(c.kwargs);
+      mark(c.result);
+    }
+    for (size_t id = 0; id < n; ++id) {
+      Kind k = g.nodes[id].kind;
+      if (k == Kind::kStr || k == Kind::kBytes || k == Kind::kByteArray) {
+        mark(static_cast<NodeId>(id));
+      }
+    }
+    while (!work.empty()) {
+      NodeId id = work.back();
+      work.pop_back();
+      for (NodeId item : g.nodes[id].items) mark(item);
+      for (NodeId state : g.nodes[id].states) mark(state);
+    }
+    size_t kept = 0;
+    for (uint8_t k : keep) kept += k;
+    if (kept == n) return;
+    std::vector<NodeId> remap(n, kNoNode);
+    NodeList nodes;
+    for (size_t id = 0; id < n; ++id) {
+      if (keep[id] == 0) continue;
+      remap[id] = static_cast<NodeId>(nodes.size());
+      nodes.push_back(std::move(g.nodes[id]));
+    }
+    g.nodes = std::move(nodes);
+    auto re = [&](NodeId id) { return id < n ? remap[id] : id; };
+    for (size_t id = 0; id < g.nodes.size(); ++id) {
+      Node& node = g.nodes[id];
+      for (NodeId& item : node.items) item = re(item);
+      for (NodeId& state : node.states) state = re(state);
+    }
+    for (CallSite& c : g.calls) {
+      c.callee = re(c.callee);
+      c.args = re(c.args);
+      c.kwargs = re(c.kwargs);
+      c.result = re(c.result);
+    }
+    out_.root = re(out_.root);
+  }
+
   // ---- errors ----
   absl::Status Malformed(std::string msg) const {
     return absl::InvalidArgumentError(std::move(msg));
@@ -258,8 +324,31 @@ class Machine final {
 
   NodeId NewContainer(Kind k, std::vector<NodeId> items) {
     NodeId id = New(k);
-    N(id).items = std::move(items);
+    Node& n = N(id);
+    n.depth = 1 + DeepestOf(items);
+    max_depth_ = std::max(max_depth_, n.depth);
+    n.items = std::move(items);
     return id;
+  }
+  uint32_t DeepestOf(const std::vector<NodeId>& items) {
+    uint32_t d = 0;
+    for (NodeId item : items) d = std::max(d, N(item).depth);
+    return d;
+  }
+  // Items appended to a container already built: it is now at least one deeper than them.
+  void Deepen(Node& container, const std::vector<NodeId>& items) {
+    uint32_t d = DeepestOf(items);
+    if (d >= container.depth) container.depth = d + 1;
+    max_depth_ = std::max(max_depth_, container.depth);
+  }
+  // None, True and False are immutable singletons in Python too: one node each per pickle,
+  // so a stream of them costs no graph memory.
+  NodeId Singleton(NodeId& slot, Kind k, bool b) {
+    if (slot == kNoNode) {
+      slot = New(k);
+      N(slot).b = b;
+    }
+    return slot;
   }
 
   // ---- stack (with _pickle.c's MARK fence) ----
@@ -369,7 +458,7 @@ class Machine final {
   // reached, saturating. Children created after their parent (APPEND of a later value,
   // cycles) count once: the bound is for fan-out, which only reaches back.
   absl::Status CheckExpandedSize() {
-    const std::vector<Node>& nodes = out_.graph.nodes;
+    const NodeList& nodes = out_.graph.nodes;
     std::vector<uint64_t> size(nodes.size(), 1);
     const uint64_t cap = limits_.max_expanded_values;
     auto add = [&](NodeId id, NodeId child, uint64_t* s) {
@@ -536,6 +625,9 @@ class Machine final {
       if (out_.graph.nodes.size() > limits_.max_nodes) {
         return Limit("max_nodes", limits_.max_nodes);
       }
+      if (max_depth_ > limits_.max_value_depth) {
+        return Limit("max_value_depth", limits_.max_value_depth);
+      }
       if (trace_ != nullptr) {
         TraceEvent ev;
         ev.offset = op_offset_;
@@ -613,6 +705,7 @@ class Machine final {
     Kind k = N(target).kind;
     if (k == Kind::kList) {
       Node& list = N(target);
+      Deepen(list, items);
       list.items.insert(list.items.end(), items.begin(), items.end());
       return absl::OkStatus();
     }
@@ -636,6 +729,7 @@ class Machine final {
     if (k == Kind::kDict) {
       for (size_t i = 0; i < items.size(); i += 2) CKPT_RETURN_IF_ERROR(CheckHashable(items[i]));
       Node& dict = N(target);
+      Deepen(dict, items);
       dict.items.insert(dict.items.end(), items.begin(), items.end());
       return absl::OkStatus();
     }
@@ -725,14 +819,9 @@ class Machine final {
         if (stack_.size() <= fence()) return Underflow();
         Push(stack_.back());
         return absl::OkStatus();
-      case NONE: Push(New(Kind::kNone)); return absl::OkStatus();
-      case NEWTRUE:
-      case NEWFALSE: {
-        NodeId id = New(Kind::kBool);
-        N(id).b = op_ == NEWTRUE;
-        Push(id);
-        return absl::OkStatus();
-      }
+      case NONE: Push(Singleton(none_, Kind::kNone, false)); return absl::OkStatus();
+      case NEWTRUE: Push(Singleton(true_, Kind::kBool, true)); return absl::OkStatus();
+      case NEWFALSE: Push(Singleton(false_, Kind::kBool, false)); return absl::OkStatus();
       case INT: {
         CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
         CKPT_ASSIGN_OR_RETURN(IntValue v, ParseIntLine(line));
@@ -884,10 +973,10 @@ class Machine final {
         }
         return absl::OkStatus();
       }
-      case EMPTY_TUPLE: Push(New(Kind::kTuple)); return absl::OkStatus();
-      case EMPTY_LIST: Push(New(Kind::kList)); return absl::OkStatus();
-      case EMPTY_DICT: Push(New(Kind::kDict)); return absl::OkStatus();
-      case EMPTY_SET: Push(New(Kind::kSet)); return absl::OkStatus();
+      case EMPTY_TUPLE: Push(NewContainer(Kind::kTuple, {})); return absl::OkStatus();
+      case EMPTY_LIST: Push(NewContainer(Kind::kList, {})); return absl::OkStatus();
+      case EMPTY_DICT: Push(NewContainer(Kind::kDict, {})); return absl::OkStatus();
+      case EMPTY_SET: Push(NewContainer(Kind::kSet, {})); return absl::OkStatus();
       case TUPLE: {
         CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
         CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
@@ -935,6 +1024,7 @@ class Machine final {
         if (k == Kind::kSet) {
           for (NodeId item : items) CKPT_RETURN_IF_ERROR(CheckHashable(item));
           Node& set = N(target);
+          Deepen(set, items);
           set.items.insert(set.items.end(), items.begin(), items.end());
           return absl::OkStatus();
         }
@@ -1138,6 +1228,10 @@ class Machine final {
   const TraceSink* trace_;
   uint32_t pickle_index_;
   uint32_t depth_;
+  uint32_t max_depth_ = 0;  // the deepest Node::depth so far
+  NodeId none_ = kNoNode;
+  NodeId true_ = kNoNode;
+  NodeId false_ = kNoNode;
   Loader loader_;
   uint32_t joblib_depth_;
 

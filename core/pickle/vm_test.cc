@@ -303,10 +303,17 @@ TEST(VmTest, DeepNestingNeitherRecursesNorCopies) {
   std::string data(n, ']');
   data += std::string(n - 1, 'a');
   data += ".";
-  StreamFacts f = Vm().ScanStream(data);
+  Limits deep;
+  deep.max_value_depth = n;
+  StreamFacts f = Vm(deep).ScanStream(data);
   ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(f.pickles[0].graph.at(f.pickles[0].root).depth, static_cast<uint32_t>(n));
   std::string s = Summarize(f.pickles[0].graph, f.pickles[0].root);
   EXPECT_LT(s.size(), 200u);
+  // By default that depth is refused: pickle.dump cannot write it.
+  StreamFacts refused = Vm().ScanStream(data);
+  ASSERT_TRUE(refused.pickles[0].error.has_value());
+  EXPECT_EQ(refused.pickles[0].error->limit_name, "max_value_depth");
   // Billion laughs: DUP fan-out shares one node instead of copying.
   std::string laughs = "]";
   for (int i = 0; i < 30; ++i) laughs += "2\x86";  // (x, x)
@@ -320,6 +327,39 @@ TEST(VmTest, DeepNestingNeitherRecursesNorCopies) {
   StreamFacts bomb = Vm().ScanStream(laughs);
   ASSERT_TRUE(bomb.pickles[0].error.has_value());
   EXPECT_EQ(bomb.pickles[0].error->limit_name, "max_expanded_values");
+}
+
+TEST(VmTest, ValueDepthIsBoundedHoweverTheNestingIsBuilt) {
+  Limits lim;
+  lim.max_value_depth = 100;
+  auto depth_error = [&](const std::string& data) -> std::string {
+    StreamFacts f = Vm(lim).ScanStream(data);
+    return f.pickles[0].error.has_value() ? f.pickles[0].error->limit_name : "";
+  };
+  // TUPLE1 around TUPLE1 (no MARK, one stack slot): 99 levels over None pass, 100 do not.
+  EXPECT_EQ(depth_error("N" + std::string(100, '\x85') + "."), "");
+  EXPECT_EQ(depth_error("N" + std::string(101, '\x85') + "."), "max_value_depth");
+  // MARK-built tuples, dicts by SETITEM, sets by ADDITEMS and a list appended to itself.
+  EXPECT_EQ(depth_error(std::string(101, '(') + std::string(101, 't') + "."), "max_value_depth");
+  std::string dicts = "}";
+  for (int i = 0; i < 101; ++i) dicts = "}K\x01" + dicts + "s";
+  EXPECT_EQ(depth_error("\x80\x04" + dicts + "."), "max_value_depth");
+  EXPECT_EQ(depth_error("\x80\x04\x8f(\x8f" + std::string(101, '\x85') + "\x90."),
+            "max_value_depth");  // a tuple of depth 101 added to a set
+  EXPECT_EQ(depth_error("]q\x00" + std::string(101, '2') + std::string(101, 'a') + "."),
+            "max_value_depth");  // L.append(L) 101 times: a cycle only deepens per append
+  // The error names the opcode that went too deep.
+  StreamFacts f = Vm(lim).ScanStream("N" + std::string(101, '\x85') + ".");
+  EXPECT_EQ(f.pickles[0].error->offset, 101u);
+}
+
+TEST(VmTest, NoneTrueAndFalseAreOneNodeEachLikeInPython) {
+  StreamFacts f = Vm().ScanStream("\x80\x02(" + std::string(1000, 'N') + "\x88\x89\x88\x89l.");
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  // None, True, False and the list: four nodes for 1,004 items.
+  EXPECT_EQ(f.pickles[0].graph.nodes.size(), 4u);
+  EXPECT_EQ(f.pickles[0].graph.at(f.pickles[0].root).items.size(), 1004u);
+  EXPECT_EQ(Summarize(f.pickles[0].graph, f.pickles[0].root).substr(0, 12), "[None, None,");
 }
 
 TEST(VmTest, EveryTruncationOfARealPickleIsAnErrorNeverACrash) {

@@ -10,10 +10,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../../clients/test_lib.sh"
 enter_tmp
 
-# A pickle the worker needs a second or so for (a million harmless opcode pairs), padded with
-# a sparse tail so that hashing it takes a while too.
+# A pickle the worker needs a second or so for (None memoized 4 million times: memo entries
+# are real work, a stream of None is not), padded with a sparse tail below so that hashing it
+# takes a while too.
 make_slow() {
-  /usr/bin/python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x02' + b'N0' * 1000000 + b'N.')" >"$1"
+  /usr/bin/python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x04N' + b'\x94' * 4000000 + b'.')" >"$1"
 }
 
 # --- a file that shrinks under the scan -----------------------------------------------------
