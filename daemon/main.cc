@@ -58,6 +58,9 @@
 namespace ckptscan::daemon {
 namespace {
 
+// Stack size of every thread the daemon starts (see main).
+constexpr size_t kThreadStackBytes = 2 << 20;
+
 using base::AbslView;
 
 struct Flags {
@@ -185,6 +188,19 @@ int Run(int argc, char** argv) {
   // flight that is resident memory that grows with the peak concurrency ever seen and is never
   // returned. Two arenas keep RSS flat (bench/README.md, "Daemon load").
   ::mallopt(M_ARENA_MAX, 2);
+  // Threads get 2 MiB stacks instead of glibc's default (RLIMIT_STACK, usually 8 MiB): the
+  // handlers do not recurse, and a thread per call in flight then reserves a quarter of the
+  // address space. Under a tight address-space limit (RLIMIT_AS, docs/operations.md) an 8 MiB
+  // stack per thread is what ran out first, and gRPC does not survive a thread it cannot
+  // create (tests/faults/daemon_faults_test.py, scenario B).
+  {
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) == 0) {
+      pthread_attr_setstacksize(&attr, kThreadStackBytes);
+      pthread_setattr_default_np(&attr);
+      pthread_attr_destroy(&attr);
+    }
+  }
 
   Flags f;
   CLI::App app{

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <new>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -425,6 +426,56 @@ absl::StatusOr<RulesHolder::Reloaded> ReloadRules(Daemon* daemon, const std::str
 
 // --- Scanner ------------------------------------------------------------------------------
 
+namespace {
+
+// Runs a handler body. If the daemon cannot allocate (std::bad_alloc: an address-space limit,
+// a container's memory limit with overcommit off), the call is answered RESOURCE_EXHAUSTED and
+// logged as a job, instead of the exception reaching gRPC, which answers UNKNOWN and logs
+// nothing. Unwinding releases the call's job place, descriptors and spooled upload (RAII);
+// the daemon carries on with its other calls.
+template <typename Body>
+grpc::Status OutOfMemoryGuard(Daemon* d, std::string_view rpc, grpc::ServerContext* ctx,
+                              Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "ckptscand ran out of memory for this call; try again later");
+    try {
+      JobLog log(rpc, d->Identify(*ctx), *ctx, &d->metrics());
+      return log.Done(status);
+    } catch (const std::bad_alloc&) {
+      return status;  // not even the log line fits: the answer still goes out
+    }
+  }
+}
+
+}  // namespace
+
+grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx,
+                                      const v1::ScanPathRequest* request, v1::Report* response) {
+  return OutOfMemoryGuard(d_, "ScanPath", ctx, [&] { return DoScanPath(ctx, request, response); });
+}
+
+grpc::Status ScannerService::ScanUpload(grpc::ServerContext* ctx,
+                                        grpc::ServerReader<v1::UploadChunk>* reader,
+                                        v1::Report* response) {
+  return OutOfMemoryGuard(d_, "ScanUpload", ctx,
+                          [&] { return DoScanUpload(ctx, reader, response); });
+}
+
+grpc::Status ScannerService::ConvertPath(grpc::ServerContext* ctx,
+                                         const v1::ConvertPathRequest* request,
+                                         v1::ConvertResponse* response) {
+  return OutOfMemoryGuard(d_, "ConvertPath", ctx,
+                          [&] { return DoConvertPath(ctx, request, response); });
+}
+
+grpc::Status ScannerService::ConvertUpload(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
+  return OutOfMemoryGuard(d_, "ConvertUpload", ctx, [&] { return DoConvertUpload(ctx, stream); });
+}
+
 grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd,
                                      const std::string& name, const v1::ScanOptions& options,
                                      JobLog* log, v1::Report* response) {
@@ -445,7 +496,7 @@ grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd
   return log->Done(grpc::Status::OK);
 }
 
-grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx,
+grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
                                       const v1::ScanPathRequest* request, v1::Report* response) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ScanPath", caller, *ctx, &d_->metrics());
@@ -465,7 +516,7 @@ grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx,
   return ScanOne(ctx, *std::move(fd), request->path(), request->options(), &log, response);
 }
 
-grpc::Status ScannerService::ScanUpload(grpc::ServerContext* ctx,
+grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
                                         grpc::ServerReader<v1::UploadChunk>* reader,
                                         v1::Report* response) {
   const Caller caller = d_->Identify(*ctx);
@@ -483,7 +534,7 @@ grpc::Status ScannerService::ScanUpload(grpc::ServerContext* ctx,
   return ScanOne(ctx, *std::move(fd), header.name(), header.options(), &log, response);
 }
 
-grpc::Status ScannerService::ConvertPath(grpc::ServerContext* ctx,
+grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
                                          const v1::ConvertPathRequest* request,
                                          v1::ConvertResponse* response) {
   const Caller caller = d_->Identify(*ctx);
@@ -550,7 +601,7 @@ grpc::Status ScannerService::ConvertPath(grpc::ServerContext* ctx,
   return log.Done(grpc::Status::OK);
 }
 
-grpc::Status ScannerService::ConvertUpload(
+grpc::Status ScannerService::DoConvertUpload(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ConvertUpload", caller, *ctx, &d_->metrics());

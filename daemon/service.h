@@ -156,6 +156,18 @@ class ScannerService final : public v1::Scanner::Service {
       grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) override;
 
  private:
+  // The handlers' bodies. The overrides above run them under OutOfMemoryGuard (service.cc):
+  // an allocation failure in the daemon answers RESOURCE_EXHAUSTED and is logged, instead of
+  // reaching gRPC as UNKNOWN with no log line.
+  grpc::Status DoScanPath(grpc::ServerContext* ctx, const v1::ScanPathRequest* request,
+                          v1::Report* response);
+  grpc::Status DoScanUpload(grpc::ServerContext* ctx, grpc::ServerReader<v1::UploadChunk>* reader,
+                            v1::Report* response);
+  grpc::Status DoConvertPath(grpc::ServerContext* ctx, const v1::ConvertPathRequest* request,
+                             v1::ConvertResponse* response);
+  grpc::Status DoConvertUpload(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream);
   // The rest of a scan once its input is open and it has a worker slot.
   grpc::Status ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd, const std::string& name,
                        const v1::ScanOptions& options, JobLog* log, v1::Report* response);

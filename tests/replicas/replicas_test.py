@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -51,6 +50,9 @@ if not shutil.which("openssl"):
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
+                            short_tmpdir)
 _stubs = None  # clients/python/ckptscan_client/_stubs.py, imported in main()
 
 SCANNER = "ckptscan.v1.Scanner"
@@ -65,25 +67,6 @@ SERVICE_CONFIG = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [{"name": [{"service": SCANNER}], "retryPolicy": RETRY_POLICY}],
 }
-
-failures = []
-
-
-def check(ok, what, detail=""):
-    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, (" -- " + detail) if detail and not ok
-                        else ""), flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def short_tmpdir(prefix):
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    if len(tmp) > 60:
-        os.rmdir(tmp)
-        tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
-    return tmp
-
 
 def make_pki(pki):
     """A CA and a server certificate for localhost and 127.0.0.1, as daemon/daemon_test.sh."""
@@ -178,11 +161,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckptscand", required=True)
     parser.add_argument("--fixtures", required=True)
-    parser.add_argument("--proto-dir", help="the protos (default: the source tree's proto/)")
-    parser.add_argument("--stubs-dir", help="where the stubs are generated (default: a temp dir)")
-    parser.add_argument("--client-dir", default=os.path.join(HERE, "..", "..", "clients", "python"),
-                        help="the Python client, for its stub generation (default: the source "
-                        "tree's clients/python)")
+    add_client_args(parser)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--time-cap", type=float, default=60.0,
@@ -194,13 +173,8 @@ def main():
     if args.without_retry_policy:
         del SERVICE_CONFIG["methodConfig"]
     global _stubs
-    sys.path.insert(0, os.path.abspath(args.client_dir))
-    from ckptscan_client import _stubs  # noqa: E402  (the same stubs as the Python client)
-    if args.proto_dir:
-        os.environ["CKPTSCAN_PROTO_DIR"] = os.path.abspath(args.proto_dir)
     tmp = short_tmpdir("ckptscan-replicas-")
-    os.environ["CKPTSCAN_STUBS_DIR"] = (os.path.abspath(args.stubs_dir) if args.stubs_dir
-                                        else os.path.join(tmp, "stubs"))
+    _stubs = client_package(args, tmp)._stubs  # the same stubs as the Python client
     daemons = []
     try:
         run(args, tmp, daemons)
@@ -208,10 +182,7 @@ def main():
         for d in daemons:
             d.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("FAILED: %d check(s): %s" % (len(failures), "; ".join(failures)))
-        sys.exit(1)
-    print("OK: all checks passed")
+    finish()
 
 
 def run(args, tmp, daemons):

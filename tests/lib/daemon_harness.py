@@ -1,0 +1,63 @@
+"""What the Python tests that run live ckptscand daemons share (tests/replicas,
+tests/faults/daemon_faults_test.py): PASS/FAIL checks, a temp dir short enough for unix
+sockets, and the Python client's gRPC stubs (clients/python/ckptscan_client, generated from our
+protos on first use) set up from the same command-line arguments.
+
+Stdlib only; the caller has already checked that Debian's python3-grpcio is importable.
+"""
+
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+failures = []
+
+
+def check(ok, what, detail=""):
+    """Prints PASS/FAIL: what (-- detail when it failed); remembers failures."""
+    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, (" -- " + detail) if detail and not ok
+                        else ""), flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def short_tmpdir(prefix):
+    """A temp dir whose paths leave room for a socket name inside sun_path (108 bytes)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    if len(tmp) > 60:
+        os.rmdir(tmp)
+        tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    return tmp
+
+
+def add_client_args(parser):
+    """--proto-dir, --stubs-dir, --client-dir: where the client's stubs come from."""
+    parser.add_argument("--proto-dir", help="the protos (default: the source tree's proto/)")
+    parser.add_argument("--stubs-dir", help="where the stubs are generated (default: a temp dir)")
+    parser.add_argument("--client-dir", default=os.path.join(HERE, "..", "..", "clients", "python"),
+                        help="the Python client, for its stub generation (default: the source "
+                        "tree's clients/python)")
+
+
+def client_package(args, tmp):
+    """Imports and returns clients/python's ckptscan_client package, its stubs generated from
+    --proto-dir into --stubs-dir (or TMP/stubs)."""
+    sys.path.insert(0, os.path.abspath(args.client_dir))
+    import ckptscan_client  # noqa: E402
+    from ckptscan_client import _stubs  # noqa: E402,F401  (loaded into the package)
+    if args.proto_dir:
+        os.environ["CKPTSCAN_PROTO_DIR"] = os.path.abspath(args.proto_dir)
+    os.environ["CKPTSCAN_STUBS_DIR"] = (os.path.abspath(args.stubs_dir) if args.stubs_dir
+                                        else os.path.join(tmp, "stubs"))
+    return ckptscan_client
+
+
+def finish():
+    """Prints the outcome and exits 1 if a check failed."""
+    if failures:
+        print("FAILED: %d check(s): %s" % (len(failures), "; ".join(failures)))
+        sys.exit(1)
+    print("OK: all checks passed")
