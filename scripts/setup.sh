@@ -7,6 +7,9 @@
 #   scripts/setup.sh --dev    also Debian's python3-torch/numpy/joblib, needed only to regenerate fixtures
 #   scripts/setup.sh --bazel  also Debian's bazel-bootstrap (Bazel 4.2.3 + a JDK), for the optional
 #                             Bazel build (docs/bazel.md; scripts/bazel.sh). Not needed for CMake.
+#   scripts/setup.sh --hardening
+#                             also clang-14 and its sanitizer/libFuzzer runtimes, for the sanitizer
+#                             suite and the fuzz targets (scripts/ci_hardening.sh; docs/security.md)
 #   scripts/setup.sh --k8s    also Node.js + npm, and npm's kubernetes-models and js-yaml installed
 #                             into ${CKPT_K8S_TOOLS:-~/.cache/ckptscan/k8s-tools}: the Kubernetes
 #                             schema check of deploy/kubernetes (k8s_manifests_test). Optional.
@@ -34,8 +37,10 @@ for opt in "$@"; do
     # bazel-bootstrap pulls default-jdk-headless itself; the rule sets it would download are
     # replaced by stubs in third_party/bazel (docs/bazel.md).
     --bazel) packages+=(bazel-bootstrap) ;;
+    --hardening) packages+=(clang-14 libclang-rt-14-dev llvm-14) ;;
     --k8s) k8s=1; command -v node >/dev/null || packages+=(nodejs) ;;
-    *) echo "setup: unknown option: $opt (expected --dev, --bazel, --k8s)" >&2; exit 64 ;;
+    *) echo "setup: unknown option: $opt (expected --dev, --bazel, --hardening, --k8s)" >&2
+       exit 64 ;;
   esac
 done
 
