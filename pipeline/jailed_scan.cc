@@ -184,6 +184,43 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
   return report;
 }
 
+namespace {
+
+// A second descriptor of the input, kept by the trusted side while the worker reads its own.
+base::UniqueFd Watch(int fd) { return base::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+// Whether the input is still what it was when the job started. Any write updates mtime and
+// ctime (ctime cannot be set back by a user), a truncation the size, a rename-over the inode:
+// if one differs, the bytes the worker parsed and the bytes hashed may be two different
+// contents, and neither the verdict nor the digest can be trusted. The report keeps its
+// findings and gets an error, so it blocks (ERROR, or DANGEROUS if that is worse); a
+// conversion is then not published (the verdict is not SAFE). A shrink the hash sees first
+// is reported by the hash ("the file shrank").
+void CheckInputUnchanged(int watch, const struct stat& before, v1::FileReport* report) {
+  struct stat after;
+  std::string what;
+  if (watch < 0 || ::fstat(watch, &after) != 0) {
+    what = "it could not be examined again after the scan";
+  } else if (after.st_dev != before.st_dev || after.st_ino != before.st_ino) {
+    what = "it is another file now";
+  } else if (after.st_size != before.st_size) {
+    what = absl::StrCat("its size went from ", before.st_size, " to ", after.st_size, " bytes");
+  } else if (after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+             after.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
+             after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+             after.st_ctim.tv_nsec != before.st_ctim.tv_nsec) {
+    what = "it was written to (its modification or change time moved)";
+  } else {
+    return;
+  }
+  *report->add_errors() = Error(
+      "io", absl::StrCat("the file changed while it was being scanned: ", what,
+                         "; the verdict and the digest may be of different contents"));
+  report->set_verdict(rules::WorseVerdict(report->verdict(), v1::VERDICT_ERROR));
+}
+
+}  // namespace
+
 absl::StatusOr<v1::FileReport> ScanFileJailed(const std::string& path, const rules::RuleSet& rules,
                                               const pickle::Limits& limits,
                                               const JailOptions& options) {
@@ -204,11 +241,13 @@ absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string
   if (options.sha256) {
     CKPT_ASSIGN_OR_RETURN(hash, BackgroundSha256::Start(fd.get(), size));
   }
+  const base::UniqueFd watch = Watch(fd.get());
   const JailedRun run =
       RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
   absl::StatusOr<std::string> sha256 = hash ? hash->Wait() : std::string();
   if (!sha256.ok()) return sha256.status();
   v1::FileReport report = ReportForRun(run, options, rules);
+  CheckInputUnchanged(watch.get(), st, &report);
   report.set_path(path);
   report.set_sha256(*std::move(sha256));
   report.set_size(size);
@@ -272,6 +311,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
 
   ConvertResult result;
+  const base::UniqueFd watch = Watch(fd.get());
   absl::StatusOr<OutputFile> out = OutputFile::Create(request.output);
   absl::StatusOr<base::UniqueFd> worker_out =
       out.ok() ? out->DupForWorker() : absl::StatusOr<base::UniqueFd>(out.status());
@@ -305,6 +345,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   absl::StatusOr<ShardDigests> early_digests = absl::NotFoundError("none");
   if (early.has_value()) early_digests = early->Result();
   result.report = ReportForRun(run, options, rules);
+  CheckInputUnchanged(watch.get(), st, &result.report);
   result.report.set_path(request.input);
   result.report.set_sha256(*sha256);
   result.report.set_size(size);

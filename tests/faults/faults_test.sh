@@ -2,8 +2,9 @@
 # Fault tests (issue 9): what the jailed CLI answers when the world changes under a scan.
 #   faults_test.sh CKPTSCAN
 # Proves: a file that shrinks while it is scanned is never SAFE (the hash notices, or the worker
-# sees the short file); a worker killed at random points of its run always leaves an ERROR
-# report and exit 2, never a verdict, never a crash of ckptscan.
+# sees the short file), nor is one rewritten in place at the same size (its mtime and ctime
+# move); a worker killed at random points of its run always leaves an ERROR report and exit 2,
+# never a verdict, never a crash of ckptscan.
 set -uo pipefail
 bin="$(realpath "$1")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,6 +33,58 @@ for delay in 0.05 0.2 0.5; do
     fail "shrink after ${delay}s" "rc=$rc $(head -c 300 out.txt) $(head -c 200 err.txt)"
   fi
 done
+
+# --- a file rewritten in place, same size, under the scan -----------------------------------
+# Neither the hash nor the worker can see this by length: the trusted side compares the file's
+# size, inode, mtime and ctime before and after (pipeline/jailed_scan.cc).
+# (No sparse tail here: trailing bytes would make the file SUSPICIOUS, which outranks ERROR.)
+for delay in 0.1 0.4; do
+  make_slow rewrite.pkl
+  # The byte written is the one already there: only the write itself can be noticed.
+  (sleep "$delay"; printf '\x94' | dd of=rewrite.pkl bs=1 seek=1000 conv=notrunc status=none) &
+  writer=$!
+  "$bin" scan rewrite.pkl >out.txt 2>err.txt
+  rc=$?
+  wait "$writer"
+  if [[ $rc -eq 2 ]] && grep -q 'changed while it was being scanned' out.txt &&
+     ! grep -q ': SAFE' out.txt; then
+    pass "rewritten in place after ${delay}s: ERROR, exit 2 (the file changed while it was being scanned)"
+  else
+    fail "rewrite after ${delay}s" "rc=$rc $(head -c 300 out.txt) $(head -c 200 err.txt)"
+  fi
+done
+
+# A conversion whose input is rewritten the same way is not published: no output, exit 2.
+/usr/bin/python3 - <<'PY'
+import struct, zipfile
+def text(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+# A torch archive of one 4-float tensor whose data.pkl first memoizes None 4 million times.
+p = b"\x80\x02N" + b"\x94" * 4_000_000 + b"0ccollections\nOrderedDict\n)R("
+p += (text("w") + b"ctorch._utils\n_rebuild_tensor_v2\n((" + text("storage") +
+      b"ctorch\nFloatStorage\n" + text("0") + text("cpu") +
+      b"K\x04tQK\x00K\x04\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRu.")
+with zipfile.ZipFile("slow.pt", "w", zipfile.ZIP_STORED) as z:
+    z.writestr("archive/data.pkl", p)
+    z.writestr("archive/data/0", b"\0" * 16)
+    z.writestr("archive/version", "3\n")
+PY
+"$bin" convert slow.pt -o untouched.safetensors >out.txt 2>err.txt
+rc=$?
+[[ $rc -eq 0 && -s untouched.safetensors ]] && pass "the slow archive converts when left alone" ||
+  fail "slow archive convert" "rc=$rc $(head -c 300 out.txt) $(head -c 200 err.txt)"
+(sleep 0.3; printf '\x94' | dd of=slow.pt bs=1 seek=2000 conv=notrunc status=none) &
+writer=$!
+"$bin" convert slow.pt -o changed.safetensors >out.txt 2>err.txt
+rc=$?
+wait "$writer"
+leftovers=$(find . -maxdepth 1 -name 'changed.safetensors*' | wc -l)
+if [[ $rc -eq 2 ]] && grep -q 'changed while it was being scanned' out.txt && ((leftovers == 0)); then
+  pass "input rewritten during convert: ERROR, exit 2, no output published"
+else
+  fail "rewrite during convert" "rc=$rc leftovers=$leftovers $(head -c 300 out.txt) $(head -c 200 err.txt)"
+fi
 
 # --- a worker killed at random points -------------------------------------------------------
 make_slow slow.pkl
