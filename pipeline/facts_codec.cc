@@ -322,7 +322,7 @@ bool CountValues(google::protobuf::io::CodedInputStream* in, int level, uint64_t
 // Anomalies, tensors, storages: every index and dtype checked, so that a compromised worker
 // cannot make the trusted side (or the converter after it) read outside what it was given.
 absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
-  constexpr size_t kMaxDims = 64;
+  constexpr size_t kMaxDims = torch::kMaxTensorDims;
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
     facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
                                                        a.message(), a.must_flag()});

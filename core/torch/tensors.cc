@@ -573,9 +573,17 @@ class Extractor {
     t->storage = Storage(a[0], &view_offset);
     uint64_t offset = 0;
     if (t->storage < 0 || !AsUInt(g_, a[1], &offset) || !AsIntList(g_, a[2], &t->shape) ||
-        !AsIntList(g_, a[3], &t->stride) || t->shape.size() != t->stride.size()) {
+        !AsIntList(g_, a[3], &t->stride) || t->shape.size() != t->stride.size() ||
+        t->shape.size() > kMaxTensorDims) {
       t->kind = TensorFact::Kind::kOther;
-      t->problem = "storage, offset, size or stride is malformed";
+      t->problem = t->shape.size() > kMaxTensorDims && t->shape.size() == t->stride.size()
+                       ? absl::StrFormat("%d dimensions (at most %d)", t->shape.size(),
+                                         kMaxTensorDims)
+                       : "storage, offset, size or stride is malformed";
+      // What was parsed before the failure is not a shape: the facts carry none (the
+      // trusted side refuses a tensor whose sizes and strides differ in number).
+      t->shape.clear();
+      t->stride.clear();
       return false;
     }
     if (!base::CheckedAdd(offset, view_offset, &t->storage_offset)) {

@@ -74,6 +74,9 @@ struct OtherValue {
 
 // At most this many OtherValues are listed per file; OtherValues::total counts them all.
 inline constexpr size_t kMaxListedOtherValues = 1000;
+// Most dimensions a tensor's facts carry (the trusted side's decoder refuses more; numpy's
+// NPY_MAXDIMS is the same 64). A pickle asking for more gives a malformed tensor.
+inline constexpr size_t kMaxTensorDims = 64;
 
 struct OtherValues {
   std::vector<OtherValue> listed;  // in walk order, at most kMaxListedOtherValues
