@@ -1002,7 +1002,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   scan->add_option("--fail-on", scan_opt.fail_on,
                    "Least verdict that exits 1: suspicious (SUSPICIOUS or DANGEROUS) or "
-                   "dangerous (DANGEROUS only; SUSPICIOUS then exits 0). ERROR always exits 2")
+                   "dangerous (DANGEROUS only; SUSPICIOUS then exits 0, or 2 if that file also "
+                   "has an error). ERROR always exits 2")
       ->check(CLI::IsMember({"suspicious", "dangerous"}))
       ->capture_default_str();
   scan->add_option("--exclude", scan_opt.excludes,

@@ -66,6 +66,9 @@ int ExitCodeFor(const v1::Report& report, FailOn fail_on) {
         break;
       case v1::VERDICT_SUSPICIOUS:
         suspicious = suspicious || fail_on == FailOn::kSuspicious;
+        // Not parsed whole (a limit, a malformed stream, a file that changed): what follows
+        // the error was never judged, so --fail-on dangerous must not let it pass.
+        error = error || f.errors_size() > 0;
         break;
       default:  // ERROR, and anything unspecified: never passes
         error = true;

@@ -38,6 +38,17 @@ TEST(FailOnTest, ErrorBesideSuspiciousStillExitsTwoWithFailOnDangerous) {
   EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 2);
 }
 
+TEST(FailOnTest, SuspiciousFileWithAnErrorIsNeverAPass) {
+  // A suspicious global, then a parse error: the rest of the stream was never judged.
+  v1::Report r = ReportOf({v1::VERDICT_SUSPICIOUS});
+  r.mutable_files(0)->add_errors()->set_code("malformed");
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 2);
+  // Without the error it passes under --fail-on dangerous, as documented.
+  r.mutable_files(0)->clear_errors();
+  EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 0);
+}
+
 TEST(FailOnTest, DangerousFailsWhateverTheThreshold) {
   const v1::Report r = ReportOf({v1::VERDICT_ERROR, v1::VERDICT_DANGEROUS});
   EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);
