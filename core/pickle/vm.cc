@@ -147,9 +147,11 @@ class Machine final {
     const size_t n = g.nodes.size();
     std::vector<uint8_t> keep(n, 0);
     std::vector<NodeId> work;
+    size_t kept = 0;
     auto mark = [&](NodeId id) {
       if (id < n && keep[id] == 0) {
         keep[id] = 1;
+        ++kept;
         work.push_back(id);
       }
     };
@@ -172,8 +174,6 @@ class Machine final {
       for (NodeId item : g.nodes[id].items) mark(item);
       for (NodeId state : g.nodes[id].states) mark(state);
     }
-    size_t kept = 0;
-    for (uint8_t k : keep) kept += k;
     if (kept == n) return;
     std::vector<NodeId> remap(n, kNoNode);
     NodeList nodes;
@@ -325,19 +325,15 @@ class Machine final {
   NodeId NewContainer(Kind k, std::vector<NodeId> items) {
     NodeId id = New(k);
     Node& n = N(id);
-    n.depth = 1 + DeepestOf(items);
-    max_depth_ = std::max(max_depth_, n.depth);
+    Deepen(n, items);
     n.items = std::move(items);
     return id;
   }
-  uint32_t DeepestOf(const std::vector<NodeId>& items) {
+  // Items put into a container (new, or already built): it is now at least one deeper than
+  // the deepest of them, and an empty new container is 1 deep.
+  void Deepen(Node& container, const std::vector<NodeId>& items) {
     uint32_t d = 0;
     for (NodeId item : items) d = std::max(d, N(item).depth);
-    return d;
-  }
-  // Items appended to a container already built: it is now at least one deeper than them.
-  void Deepen(Node& container, const std::vector<NodeId>& items) {
-    uint32_t d = DeepestOf(items);
     if (d >= container.depth) container.depth = d + 1;
     max_depth_ = std::max(max_depth_, container.depth);
   }
