@@ -49,19 +49,14 @@ import threading
 import time
 import zipfile
 
-try:
-    import grpc
-    import google.protobuf  # noqa: F401
-except ImportError as missing:
-    print("SKIPPED: the daemon faults test needs Debian's python3-grpcio and python3-protobuf "
-          "(scripts/setup.sh installs them): %s" % missing)
-    sys.exit(77)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from daemon_harness import (add_client_args, check, client_package,  # noqa: E402
-                            finish, short_tmpdir)
+from daemon_harness import (add_client_args, check, child_pids, client_package,  # noqa: E402
+                            finish, log_events, require_grpc, short_tmpdir)
+
+require_grpc("the daemon faults test")
+import grpc  # noqa: E402
 _stubs = None  # clients/python/ckptscan_client/_stubs.py, imported in main()
 ScanClient = None
 ScanClientError = None
@@ -153,29 +148,15 @@ class Daemon:
             " ".join(flags), open(self.log_path, "rb").read().decode(errors="replace")[-2000:]))
 
     def events(self):
-        out = []
-        with open(self.log_path, "rb") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
+        return log_events(self.log_path)
 
     def alive(self):
         return self.proc.poll() is None
 
     def workers(self):
         """Pids of its ckptscan-worker children (the jailed workers of the jobs it runs)."""
-        kids = []
-        try:
-            for task in os.listdir("/proc/%d/task" % self.pid):
-                with open("/proc/%d/task/%s/children" % (self.pid, task)) as f:
-                    kids += [int(k) for k in f.read().split()]
-        except OSError:
-            pass
         workers = []
-        for k in kids:
+        for k in child_pids(self.pid):
             try:
                 exe = os.path.basename(os.readlink("/proc/%d/exe" % k))
             except OSError:

@@ -3,9 +3,10 @@ tests/faults/daemon_faults_test.py): PASS/FAIL checks, a temp dir short enough f
 sockets, and the Python client's gRPC stubs (clients/python/ckptscan_client, generated from our
 protos on first use) set up from the same command-line arguments.
 
-Stdlib only; the caller has already checked that Debian's python3-grpcio is importable.
+Stdlib only: a test calls require_grpc() before it imports grpc.
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -13,6 +14,43 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 failures = []
+
+
+def require_grpc(test):
+    """Exits 77 (the tests' SKIP_RETURN_CODE) with the reason when Debian's python3-grpcio or
+    python3-protobuf is missing."""
+    try:
+        import grpc  # noqa: F401
+        import google.protobuf  # noqa: F401
+    except ImportError as missing:
+        print("SKIPPED: %s needs Debian's python3-grpcio and python3-protobuf "
+              "(scripts/setup.sh installs them): %s" % (test, missing))
+        sys.exit(77)
+
+
+def log_events(path):
+    """The JSON lines of a daemon's log (others, e.g. a partial last line, are skipped)."""
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def child_pids(pid):
+    """The pids of a process's children, from every thread's /proc children list ([] once it
+    is gone)."""
+    kids = []
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                kids += [int(k) for k in f.read().split()]
+    except OSError:
+        pass
+    return kids
 
 
 def check(ok, what, detail=""):

@@ -37,22 +37,17 @@ import threading
 import time
 import uuid
 
-try:
-    import grpc
-    import google.protobuf  # noqa: F401
-except ImportError as missing:
-    print("SKIPPED: the replicas test needs Debian's python3-grpcio and python3-protobuf "
-          "(scripts/setup.sh installs them): %s" % missing)
-    sys.exit(77)
-if not shutil.which("openssl"):
-    print("SKIPPED: openssl(1) is needed to make the test certificates")
-    sys.exit(77)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
-                            short_tmpdir)
+from daemon_harness import (add_client_args, check, child_pids, client_package,  # noqa: E402
+                            finish, log_events, require_grpc, short_tmpdir)
+
+require_grpc("the replicas test")
+import grpc  # noqa: E402
+if not shutil.which("openssl"):
+    print("SKIPPED: openssl(1) is needed to make the test certificates")
+    sys.exit(77)
 _stubs = None  # clients/python/ckptscan_client/_stubs.py, imported in main()
 
 SCANNER = "ckptscan.v1.Scanner"
@@ -113,30 +108,14 @@ class Daemon:
             name, open(self.log_path, "rb").read().decode(errors="replace")))
 
     def events(self):
-        """The JSON lines of its log (others, e.g. a partial last line, are skipped)."""
-        out = []
-        with open(self.log_path, "rb") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
+        return log_events(self.log_path)
 
     def jobs(self):
         return [e for e in self.events() if e.get("event") == "job"]
 
     def workers(self):
         """Pids of its children (the jailed workers of the jobs it runs)."""
-        pid = self.proc.pid
-        kids = []
-        try:
-            for task in os.listdir("/proc/%d/task" % pid):
-                with open("/proc/%d/task/%s/children" % (pid, task)) as f:
-                    kids += [int(k) for k in f.read().split()]
-        except OSError:
-            pass
-        return kids
+        return child_pids(self.proc.pid)
 
     def kill(self):
         if self.proc.poll() is None:
