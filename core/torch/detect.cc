@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
-#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"
@@ -205,17 +203,9 @@ class Reader {
              uint64_t offset) {
     out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
   }
-  // An error for a failed status: its code from the status ("limit" for ResourceExhausted),
-  // and the limit's name and value when the status names one (base::LimitError).
   void Error(const absl::Status& status, std::string message, std::string_view member,
              uint64_t offset) {
-    v1::ScanError e = ContainerError(base::ErrorCodeOf(status), std::move(message), member,
-                                     offset);
-    if (std::optional<base::LimitHit> hit = base::LimitOf(status)) {
-      e.set_limit_name(hit->name);
-      e.set_limit_value(hit->value);
-    }
-    out_->errors.push_back(std::move(e));
+    out_->errors.push_back(StatusError(status, std::move(message), member, offset));
   }
   void Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
                bool must_flag = true) {

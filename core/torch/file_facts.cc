@@ -1,9 +1,11 @@
 #include "core/torch/file_facts.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 
 namespace ckptscan::torch {
@@ -25,6 +27,16 @@ v1::ScanError ContainerError(std::string_view code, std::string message, std::st
   e.set_message(std::move(message));
   e.mutable_location()->set_member(std::string(member));
   e.mutable_location()->set_offset(offset);
+  return e;
+}
+
+v1::ScanError StatusError(const absl::Status& status, std::string message,
+                          std::string_view member, uint64_t offset) {
+  v1::ScanError e = ContainerError(base::ErrorCodeOf(status), std::move(message), member, offset);
+  if (std::optional<base::LimitHit> hit = base::LimitOf(status)) {
+    e.set_limit_name(hit->name);
+    e.set_limit_value(hit->value);
+  }
   return e;
 }
 

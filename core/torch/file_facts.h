@@ -87,6 +87,11 @@ struct FileFacts {
 // A report error found while reading a container ("malformed", "unsupported", "limit").
 v1::ScanError ContainerError(std::string_view code, std::string message, std::string_view member,
                              uint64_t offset);
+// The same for a failed status: its code from the status (base::ErrorCodeOf: "limit" for
+// ResourceExhausted), and the limit's name and value when the status names one
+// (base::LimitError).
+v1::ScanError StatusError(const absl::Status& status, std::string message,
+                          std::string_view member, uint64_t offset);
 
 }  // namespace ckptscan::torch
 

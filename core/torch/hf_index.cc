@@ -250,10 +250,9 @@ void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts*
                                   /*ignore_comments=*/false);
   if (!ok) {
     const absl::Status& s = handler.status();
-    out->errors.push_back(ContainerError(
-        absl::IsResourceExhausted(s) ? "limit" : "malformed",
-        absl::StrCat("JSON index: ", s.ok() ? absl::string_view("the parser stopped") : s.message()), "",
-        handler.error_offset()));
+    out->errors.push_back(StatusError(
+        s, absl::StrCat("JSON index: ", s.ok() ? absl::string_view("the parser stopped") : s.message()),
+        "", handler.error_offset()));
     return;
   }
   if (!handler.saw_weight_map()) {

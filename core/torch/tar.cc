@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
+#include "core/base/limit_status.h"
 #include "core/base/escape.h"
 #include "core/base/strings.h"
 #include "core/torch/tensors.h"
@@ -358,8 +359,7 @@ class TorchTar {
       t.offset = p.start;
       absl::Status s = ReadGeometry(&r, key, &t);
       if (!s.ok()) {
-        Error("tensors", r.offset(), std::string(s.message()),
-              s.code() == absl::StatusCode::kResourceExhausted ? "limit" : "malformed");
+        out_->errors.push_back(StatusError(s, std::string(s.message()), "tensors", r.offset()));
         return false;
       }
       t.name = absl::StrCat("tensors record ", key);
@@ -392,8 +392,9 @@ class TorchTar {
           absl::StrFormat("tensor %d: negative ndim %d (torch: struct.error)", key, ndim));
     }
     if (static_cast<uint32_t>(ndim) > limits_.max_dims) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "tensor %d: %d dimensions exceed max_dims (%d)", key, ndim, limits_.max_dims));
+      return base::LimitError(absl::StrFormat("tensor %d: %d dimensions exceed max_dims (%d)", key,
+                                              ndim, limits_.max_dims),
+                              "max_dims", limits_.max_dims);
     }
     absl::Status skip = r->Skip(4);
     if (!skip.ok()) return skip;
