@@ -47,6 +47,17 @@ if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]] &&
    setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
   can_be_nobody=true
 fi
+# What uid 65534 runs and reads is copied into $tmp/nobody, which it can read: the checkout and
+# the build tree may sit in a private home directory (/root/src) that no other uid can enter.
+if $can_be_nobody; then
+  mkdir -p "$tmp/nobody"
+  cp "$bin" "$daemon_bin" "$(dirname "$bin")/ckptscan-worker" "$fixtures/torch/tied.pt" "$tmp/nobody/"
+  chmod 0755 "$tmp" "$tmp/nobody"
+  chmod 0644 "$tmp/nobody/tied.pt"
+  nobody_bin="$tmp/nobody/$(basename "$bin")"
+  nobody_daemon="$tmp/nobody/$(basename "$daemon_bin")"
+  nobody_tied="$tmp/nobody/tied.pt"
+fi
 # wait_for_worker PID: the pid of a ckptscan-worker child of the daemon, once one runs.
 wait_for_worker() {
   for _ in $(seq 200); do
@@ -152,16 +163,16 @@ run "admin status as root" 0 "$bin" admin status --server "$main_sock" &&
   contains out.txt "running (max 2)" && pass "admin status for an admin uid"
 if $can_be_nobody; then
   run "admin as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
-    "$bin" admin status --server "$main_sock" &&
+    "$nobody_bin" admin status --server "$main_sock" &&
     contains err.txt "PERMISSION_DENIED" && contains err.txt "uid:65534" &&
     pass "admin status refused for uid 65534 (PERMISSION_DENIED)"
   grep -q '"event":"admin","rpc":"Status","caller":"uid:65534","code":7' "$tmp/main/log" &&
     pass "the refused admin call is logged (event admin, caller uid:65534, code 7)" ||
     fail "admin log" "$(grep '"event":"admin"' "$tmp/main/log" | tail -3)"
   run "reload as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
-    "$bin" admin reload-rules --server "$main_sock" && pass "reload-rules refused for uid 65534"
+    "$nobody_bin" admin reload-rules --server "$main_sock" && pass "reload-rules refused for uid 65534"
   run "scan as nobody" 0 setpriv --reuid=65534 --regid=65534 --clear-groups \
-    "$bin" scan --server "$main_sock" "$fixtures/torch/tied.pt" && pass "Scanner open to non-admins"
+    "$nobody_bin" scan --server "$main_sock" "$nobody_tied" && pass "Scanner open to non-admins"
 else
   echo "skip admin-as-another-uid cases: needs root, setpriv and a mappable uid 65534 (not here)"
 fi
@@ -222,7 +233,7 @@ for m in admin_metrics.txt port_metrics.txt; do
 done
 if $can_be_nobody; then
   run "metrics as nobody" 2 setpriv --reuid=65534 --regid=65534 --clear-groups \
-    "$bin" admin metrics --server "$main_sock" && pass "admin metrics refused for a non-admin uid"
+    "$nobody_bin" admin metrics --server "$main_sock" && pass "admin metrics refused for a non-admin uid"
 else
   echo "skip metrics-as-another-uid: needs root, setpriv and a mappable uid 65534 (not here)"
 fi
@@ -327,12 +338,12 @@ if $can_be_nobody; then
   chmod 0755 "$tmp/user"
   as_user=(env -i PATH=/usr/bin:/bin HOME="$tmp/user/home" XDG_RUNTIME_DIR="$tmp/user/run"
            setpriv --reuid=65534 --regid=65534 --clear-groups)
-  "${as_user[@]}" "$daemon_bin" 2>"$tmp/user/log" &
+  "${as_user[@]}" "$nobody_daemon" 2>"$tmp/user/log" &
   upid=$!
   pids+=("$upid")
   for _ in $(seq 100); do grep -q '"event":"listening"' "$tmp/user/log" && break; sleep 0.05; done
-  run "no-flags daemon, --server local" 0 "${as_user[@]}" "$bin" scan --server local \
-    "$fixtures/torch/tied.pt" && contains out.txt "tied.pt: SAFE" &&
+  run "no-flags daemon, --server local" 0 "${as_user[@]}" "$nobody_bin" scan --server local \
+    "$nobody_tied" && contains out.txt "tied.pt: SAFE" &&
     [[ -S "$tmp/user/run/ckptscan/ckptscand.sock" ]] &&
     [[ -f "$tmp/user/home/.local/state/ckptscan/signing-key.pem" ]] &&
     pass "ckptscand with no flags serves 'ckptscan scan --server local' (per-user socket, key made)"

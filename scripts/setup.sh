@@ -30,6 +30,11 @@ packages=(
 )
 # deploy/kubernetes: k8s_consistency_test reads the manifests with PyYAML.
 packages+=(python3-yaml)
+# Programs the tests call that a minimal Debian (debootstrap --variant=minbase) lacks:
+# openssl (the signing cross-check, certificate and TLS cases; libssl-dev does not bring it),
+# pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests find
+# workers with it). Checked by scripts/fresh_root_check.sh.
+packages+=(openssl python3-pkg-resources procps)
 k8s=0
 for opt in "$@"; do
   case "$opt" in

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Tries the README's two commands as a new user on a fresh Debian 12 machine would:
+#   1. makes a fresh root with `debootstrap --variant=minbase bookworm` (nothing but Debian's
+#      minimal base: no compiler, no openssl, no python);
+#   2. copies this checkout (the files git tracks or would track, as they are in the working tree)
+#      into /root/src there, a private home directory (mode 0700) as on a real machine;
+#   3. runs `scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt`, then
+#      `scripts/run.sh test`, inside it as root, and prints how long each took.
+# Exits non-zero if either command fails. Needs root and debootstrap (apt-get install debootstrap).
+#
+#   scripts/fresh_root_check.sh [--dir DIR] [--keep] [--mirror URL] [--test-args "ARGS"]
+#     --dir DIR       where the root is made (default /var/tmp/ckptscan-fresh-root); it must not
+#                     exist yet, so every run starts from nothing
+#     --keep          leave the root in place afterwards (default: unmounted and removed)
+#     --mirror URL    the Debian mirror for debootstrap (default: the first one apt uses here)
+#     --test-args A   extra arguments for the test command, passed to ctest (e.g. "-R daemon")
+set -euo pipefail
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dir=/var/tmp/ckptscan-fresh-root
+keep=0
+mirror=""
+test_args=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dir) dir="$2"; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --mirror) mirror="$2"; shift 2 ;;
+    --test-args) test_args="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "fresh_root_check: unknown argument: $1 (see --help)" >&2; exit 64 ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "fresh_root_check: needs root (debootstrap, chroot, mounts)" >&2; exit 1; }
+command -v debootstrap >/dev/null ||
+  { echo "fresh_root_check: debootstrap is not installed (apt-get install debootstrap)" >&2; exit 1; }
+[[ ! -e "$dir" ]] || { echo "fresh_root_check: $dir exists; remove it or pass --dir" >&2; exit 1; }
+if [[ -z "$mirror" ]]; then
+  mirror=$(grep -hoE '^(URIs:|deb) *https?://[^ ]+/debian/?( |$)' \
+             /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list \
+             2>/dev/null | head -1 | grep -oE 'https?://[^ ]+' || true)
+  mirror="${mirror:-http://deb.debian.org/debian}"
+fi
+
+mounts=()
+cleanup() {
+  local m
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[$i]}" 2>/dev/null || true; done
+  if [[ $keep -eq 0 ]]; then
+    rm -rf --one-file-system "$dir"
+  else
+    echo "fresh_root_check: the root is kept in $dir"
+  fi
+}
+trap cleanup EXIT
+mount_in() {  # mount_in TYPE SOURCE TARGET [OPTIONS]
+  mkdir -p "$dir/$3"
+  mount -t "$1" ${4:+-o "$4"} "$2" "$dir/$3"
+  mounts+=("$dir/$3")
+}
+
+t0=$SECONDS
+echo "=== fresh root: debootstrap --variant=minbase bookworm $dir ($mirror)"
+debootstrap --variant=minbase bookworm "$dir" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
+  { tail -20 "$dir.debootstrap.log"; exit 1; }
+rm -f "$dir.debootstrap.log"
+# The same package sources as a fresh install: the release, its updates and security.
+cat >"$dir/etc/apt/sources.list" <<EOF
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+deb ${mirror%/debian*}/debian-security bookworm-security main
+EOF
+cp /etc/resolv.conf "$dir/etc/resolv.conf"
+# What the installer writes and debootstrap does not: without it, localhost does not resolve
+# (the TLS tests connect to localhost).
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$dir/etc/hosts"
+mount_in proc proc /proc
+mount_in sysfs sys /sys
+mount_in devtmpfs udev /dev
+mount_in devpts devpts /dev/pts gid=5,mode=620
+mount_in tmpfs tmpfs /dev/shm
+mount_in tmpfs tmpfs /tmp mode=1777
+echo "=== fresh root: made in $((SECONDS - t0)) s"
+
+# The checkout, as git would hand it to a new user, in a home directory others cannot read.
+chmod 0700 "$dir/root"
+mkdir -p "$dir/root/src"
+(cd "$src" && git ls-files -z --cached --others --exclude-standard |
+   while IFS= read -r -d '' f; do [[ -e "$f" || -L "$f" ]] && printf '%s\0' "$f"; done |
+   tar --null -T - -cf -) | tar -C "$dir/root/src" -xf -
+
+in_root() {
+  chroot "$dir" env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/src && $1"
+}
+rc=0
+t=$SECONDS
+echo "=== fresh root: scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt"
+in_root "scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt" || rc=$?
+scan_s=$((SECONDS - t))
+echo "=== fresh root: the scan command exited $rc after $scan_s s"
+[[ $rc -eq 0 ]] || exit 1
+t=$SECONDS
+echo "=== fresh root: scripts/run.sh test $test_args"
+in_root "scripts/run.sh test $test_args" || rc=$?
+test_s=$((SECONDS - t))
+echo "=== fresh root: the test command exited $rc after $test_s s"
+echo "=== fresh root: scan command $scan_s s (set-up, build, scan), test command $test_s s," \
+     "$((SECONDS - t0)) s in all"
+exit "$rc"
