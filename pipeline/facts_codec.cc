@@ -69,6 +69,8 @@ void EncodeGraph(const pickle::Graph& g, wv1::Graph* out) {
     p->set_opcode(r.opcode);
     p->set_via(static_cast<uint32_t>(r.via));
     p->set_ext_code(r.ext_code);
+    p->set_module_computed(r.module_computed);
+    p->set_name_computed(r.name_computed);
   }
   for (const pickle::CallSite& c : g.calls) {
     wv1::CallSite* p = out->add_calls();
@@ -113,7 +115,7 @@ absl::StatusOr<uint8_t> Byte(uint32_t v, const std::string& where, const char* w
 
 absl::StatusOr<VmError> DecodeVmError(const wv1::VmError& p, const std::string& where) {
   VmError e;
-  if (p.code() > static_cast<uint32_t>(VmError::Code::kUnsupported)) {
+  if (p.code() > static_cast<uint32_t>(VmError::Code::kStricter)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "error code ", p.code(), " is not a VmError::Code"));
   }
@@ -165,12 +167,14 @@ absl::Status DecodeGraph(const wv1::Graph& p, const std::string& where, pickle::
     absl::StatusOr<uint8_t> op = Byte(pr.opcode(), where, "global opcode");
     if (!op.ok()) return op.status();
     r.opcode = *op;
-    if (pr.via() > static_cast<uint32_t>(Via::kExt)) {
+    if (pr.via() > static_cast<uint32_t>(Via::kDynamic)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "global ", i, ": via ", pr.via(), " is not a pickle::Via"));
     }
     r.via = static_cast<Via>(pr.via());
     r.ext_code = pr.ext_code();
+    r.module_computed = pr.module_computed();
+    r.name_computed = pr.name_computed();
   }
   g->calls.resize(static_cast<size_t>(p.calls_size()));
   for (int i = 0; i < p.calls_size(); ++i) {
@@ -431,6 +435,7 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
   for (const MemberFacts& m : facts.members) {
     wv1::MemberFacts* pm = out->add_members();
     pm->set_member(m.member);
+    pm->set_alternative(m.alternative);
     wv1::StreamFacts* ps = pm->mutable_stream();
     for (const pickle::PickleFacts& f : m.stream.pickles) {
       wv1::PickleFacts* pp = ps->add_pickles();
@@ -538,6 +543,7 @@ absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
   for (int i = 0; i < in.members_size(); ++i) {
     MemberFacts& m = facts.members[static_cast<size_t>(i)];
     m.member = in.members(i).member();
+    m.alternative = in.members(i).alternative();
     if (absl::Status s = DecodeStream(in.members(i).stream(), static_cast<size_t>(i), &m.stream);
         !s.ok()) {
       return s;

@@ -410,7 +410,7 @@ TEST(FactsCodecTest, MutationOutOfRange) {
 
 TEST(FactsCodecTest, UnknownViaAndCallOp) {
   ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
-                   s->mutable_pickles(0)->mutable_graph()->mutable_globals(0)->set_via(4);
+                   s->mutable_pickles(0)->mutable_graph()->mutable_globals(0)->set_via(5);
                  }),
                  "is not a pickle::Via");
   ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) {
@@ -431,7 +431,7 @@ TEST(FactsCodecTest, OpcodeThatIsNotAByte) {
 }
 
 TEST(FactsCodecTest, UnknownVmErrorCode) {
-  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_stream_error()->set_code(3); }),
+  ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_stream_error()->set_code(4); }),
                  "is not a VmError::Code");
 }
 

@@ -27,6 +27,7 @@ const char* VmErrorCode(pickle::VmError::Code code) {
     case pickle::VmError::Code::kLimit:
       return "limit";
     case pickle::VmError::Code::kUnsupported:
+    case pickle::VmError::Code::kStricter:
       return "unsupported";
   }
   return "malformed";
@@ -70,18 +71,23 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
       const pickle::PickleFacts& p = m.stream.pickles[i];
       ++pickles;
       globals += p.graph.globals.size();
-      if (p.error.has_value()) {
+      // Another loader's reading that its loader would also stop at this point: that
+      // loader fails to load the file here, which is no error of the file.
+      const bool loader_stops = m.alternative && p.error.has_value() &&
+                                pickle::AlternativeStopIsClean(m.stream, i);
+      if (p.error.has_value() && !loader_stops) {
         *report.add_errors() =
             ToScanError(*p.error, m.member, static_cast<uint32_t>(i), p.depth);
       } else if (p.depth == 0) {
         complete_top_level = true;
       }
     }
-    if (m.stream.stream_error.has_value()) {
+    if (m.stream.stream_error.has_value() &&
+        !(m.alternative && pickle::LoaderStopsToo(*m.stream.stream_error))) {
       *report.add_errors() =
           ToScanError(*m.stream.stream_error, m.member, 0, 0);
     }
-    if (!complete_top_level && report.errors_size() == errors_before) {
+    if (!complete_top_level && report.errors_size() == errors_before && !m.alternative) {
       v1::ScanError e = MalformedError("no complete pickle in the stream");
       e.mutable_location()->set_member(m.member);
       *report.add_errors() = std::move(e);

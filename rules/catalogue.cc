@@ -104,6 +104,11 @@ std::vector<RuleInfo> Build() {
                "the module and name are not in the file, so what is imported depends on the "
                "loading process. Never SAFE. torch.save never writes EXT opcodes.",
                kSuspicious, v1::SEVERITY_HIGH},
+      RuleInfo{"global.dynamic", "Import of a name computed at load time",
+               "STACK_GLOBAL takes the module and name from the stack; here at least one of "
+               "them is the result of a call (e.g. _codecs.encode('bf', 'rot13') gives 'os'), "
+               "so the file does not say what it imports. No pickler writes this.",
+               kDangerous, v1::SEVERITY_CRITICAL},
       RuleInfo{"call.callee", "Call of something that is not a named global",
                "A call opcode (REDUCE, NEWOBJ, OBJ, INST) calls a value that is not a global "
                "the pickle imported by name, typically the result of another call: the shape "

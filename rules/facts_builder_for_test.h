@@ -76,6 +76,17 @@ class FactsBuilder {
     ref.opcode = via == pickle::Via::kStackGlobal ? 0x93 : via == pickle::Via::kInst ? 'i' : 'c';
     return AddGlobal(std::move(ref));
   }
+  // A STACK_GLOBAL whose module (and, with `name` empty, name) was computed at load time.
+  NodeId Dynamic(std::string name = "") {
+    pickle::GlobalRef ref;
+    ref.via = pickle::Via::kDynamic;
+    ref.module_computed = true;
+    ref.name_computed = name.empty();
+    ref.name = ref.resolved_name = std::move(name);
+    ref.offset = offset_++;
+    ref.opcode = 0x93;
+    return AddGlobal(std::move(ref));
+  }
   NodeId Ext(int64_t code) {
     pickle::GlobalRef ref;
     ref.via = pickle::Via::kExt;

@@ -37,10 +37,16 @@ std::string GlobalName(const pickle::GlobalRef& ref) {
   return absl::StrCat(ShownName(ref.resolved_module), ".", ShownName(ref.resolved_name));
 }
 
+std::string DynamicGlobalName(const pickle::GlobalRef& ref) {
+  return absl::StrCat("<computed ", ref.module_computed ? "?" : ShownName(ref.resolved_module),
+                      ".", ref.name_computed ? "?" : ShownName(ref.resolved_name), ">");
+}
+
 std::string GlobalName(const Graph& g, const Node& n) {
   if (n.kind != Kind::kGlobal || n.ref >= g.globals.size()) return "";
   const pickle::GlobalRef& ref = g.globals[n.ref];
   if (ref.via == pickle::Via::kExt) return absl::StrCat("<ext ", ref.ext_code, ">");
+  if (ref.via == pickle::Via::kDynamic) return DynamicGlobalName(ref);
   return GlobalName(ref);
 }
 

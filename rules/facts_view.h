@@ -39,6 +39,8 @@ std::string Sanitized(std::string_view s, size_t max_bytes, bool escape_backslas
 std::string ShownName(std::string_view s);
 // "module.qualname" (resolved names) for display.
 std::string GlobalName(const pickle::GlobalRef& ref);
+// "<computed module.?>" for a Via::kDynamic global: the parts computed at load time as '?'.
+std::string DynamicGlobalName(const pickle::GlobalRef& ref);
 // The same for a kGlobal node ("<ext N>" for EXT); "" if the node is not a valid kGlobal.
 std::string GlobalName(const pickle::Graph& g, const pickle::Node& n);
 

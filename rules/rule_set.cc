@@ -395,7 +395,7 @@ class RuleSet::Impl::Run {
     infos_.assign(g.globals.size(), GlobalInfo{});
     for (size_t gi = 0; gi < g.globals.size(); ++gi) {
       const GlobalRef& ref = g.globals[gi];
-      if (ref.via != Via::kExt && !TooLong(ref)) {
+      if (ref.via != Via::kExt && ref.via != Via::kDynamic && !TooLong(ref)) {
         infos_[gi].allow = rules_.FindAllow(ref.resolved_module, ref.resolved_name);
       }
     }
@@ -577,6 +577,21 @@ class RuleSet::Impl::Run {
       SetMessage(f, absl::StrCat("EXT extension code ", ref.ext_code,
                                  " names a global through copyreg's extension registry: what it "
                                  "imports depends on the loading process, so it is never SAFE"));
+      return;
+    }
+    if (ref.via == Via::kDynamic) {
+      v1::Finding* f = Add("global.dynamic", v1::VERDICT_DANGEROUS, v1::SEVERITY_CRITICAL,
+                           ref.offset, ref.opcode);
+      if (f == nullptr) return;
+      f->set_category("import");
+      f->set_global(internal::DynamicGlobalName(ref));
+      with_call(f);
+      SetMessage(f, absl::StrCat("STACK_GLOBAL imports a ",
+                                 ref.module_computed && ref.name_computed ? "module and name"
+                                 : ref.module_computed                    ? "module"
+                                                                          : "name",
+                                 " computed at load time (the result of a call), not written in "
+                                 "the file: whatever the call returns is imported"));
       return;
     }
     if (info.allow != nullptr) return;
@@ -860,7 +875,7 @@ class RuleSet::Impl::Run {
     }
     if (callee->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
     const GlobalRef& ref = g_->globals[callee->ref];
-    if (ref.via == Via::kExt) return;  // opcode.ext carries this call
+    if (ref.via == Via::kExt || ref.via == Via::kDynamic) return;  // the global's finding carries it
     const v1::AllowedGlobal* allowed = infos_[callee->ref].allow;
     if (allowed == nullptr) return;  // the global's own finding carries this call
 

@@ -877,6 +877,11 @@ std::vector<pickle::StreamFacts> EveryRuleScenario() {
   global("mypkg", "Foo");          // global.unlisted
   global("mypkg", "Foo.__doc__");  // global.dunder
   {
+    FactsBuilder b;  // global.dynamic
+    b.Dynamic("system");
+    out.push_back(b.Stream());
+  }
+  {
     FactsBuilder b;  // opcode.ext
     b.Ext(1);
     out.push_back(b.Stream());
@@ -941,7 +946,7 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
 TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
   std::vector<std::string> expected = {"global.unlisted",
                                        "global.dunder",
-                                       "opcode.ext",
+                                       "opcode.ext", "global.dynamic",
                                        "call.callee",
                                        "call.shape",
                                        "call.build",

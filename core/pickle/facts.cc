@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/strings.h"
+#include "core/pickle/opcodes.h"
 
 namespace ckptscan::pickle {
 
@@ -37,6 +38,7 @@ const char* ViaName(Via v) {
     case Via::kStackGlobal: return "STACK_GLOBAL";
     case Via::kInst: return "INST";
     case Via::kExt: return "EXT";
+    case Via::kDynamic: return "STACK_GLOBAL";
   }
   return "?";
 }
@@ -61,6 +63,32 @@ bool StreamFacts::ok() const {
   if (stream_error.has_value()) return false;
   for (const PickleFacts& p : pickles) {
     if (p.error.has_value()) return false;
+  }
+  return true;
+}
+
+bool LoaderStopsToo(const VmError& e) {
+  return e.code == VmError::Code::kMalformed || e.code == VmError::Code::kUnsupported;
+}
+
+bool AlternativeStopIsClean(const StreamFacts& s, size_t i) {
+  if (i >= s.pickles.size()) return false;
+  const PickleFacts& p = s.pickles[i];
+  if (!p.error.has_value() || LoaderStopsToo(*p.error)) return true;
+  if (i != 0 || p.depth != 0) return false;
+  if (p.error->has_opcode && (p.error->opcode == PERSID || p.error->opcode == BINPERSID)) {
+    return true;
+  }
+  for (const CallSite& c : p.graph.calls) {
+    if (c.op == CallOp::kPersistentLoad && c.offset <= p.error->offset) return true;
+  }
+  return false;
+}
+
+bool StreamFacts::StopsWhereLoaderStops() const {
+  if (stream_error.has_value() && !LoaderStopsToo(*stream_error)) return false;
+  for (size_t i = 0; i < pickles.size(); ++i) {
+    if (!AlternativeStopIsClean(*this, i)) return false;
   }
   return true;
 }
@@ -107,6 +135,12 @@ class Printer {
         const GlobalRef& gr = g_.globals[n.ref];
         if (gr.via == Via::kExt) {
           Put(absl::StrCat("<ext ", gr.ext_code, ">"));
+        } else if (gr.via == Via::kDynamic) {
+          Put("<computed ");
+          if (gr.module_computed) Put("?"); else Escaped(gr.resolved_module);
+          Put(".");
+          if (gr.name_computed) Put("?"); else Escaped(gr.resolved_name);
+          Put(">");
         } else {
           Escaped(gr.resolved_module);
           Put(".");

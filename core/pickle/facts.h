@@ -176,7 +176,9 @@ class NodeList {
   size_t size_ = 0;
 };
 
-enum class Via : uint8_t { kGlobal, kStackGlobal, kInst, kExt };
+// kDynamic: a STACK_GLOBAL whose module or name is not a str literal but a value computed at
+// load time (a call's result): the loader imports whatever that value turns out to be.
+enum class Via : uint8_t { kGlobal, kStackGlobal, kInst, kExt, kDynamic };
 const char* ViaName(Via v);
 
 struct GlobalRef {
@@ -191,6 +193,10 @@ struct GlobalRef {
   uint8_t opcode = 0;
   Via via = Via::kGlobal;
   int64_t ext_code = 0;  // Via::kExt only; module/name are empty (the registry is unknown)
+  // Via::kDynamic only: module/name hold the operand's text where it is a str literal and are
+  // empty where it is computed; which of the two were computed.
+  bool module_computed = false;
+  bool name_computed = false;
 };
 
 enum class CallOp : uint8_t {
@@ -231,8 +237,13 @@ struct Graph {
 };
 
 // An error that stopped the VM. Findings gathered before it stay valid.
+// kMalformed: the real unpickler (CPython's _pickle.c) stops here too, with that error.
+// kUnsupported: a construct the real loaders reject as well, that we name as unsupported
+// (NEXT_BUFFER: no loader we model passes out-of-band buffers).
+// kLimit: one of our Limits; the real unpickler would read on.
+// kStricter: a rule of ours that CPython 3.11 does not enforce (framing), so it would read on.
 struct VmError {
-  enum class Code : uint8_t { kMalformed, kLimit, kUnsupported };
+  enum class Code : uint8_t { kMalformed, kLimit, kUnsupported, kStricter };
   Code code = Code::kMalformed;
   std::string message;  // what went wrong, as _pickle.c would put it where possible
   uint64_t offset = 0;  // absolute byte offset of the opcode being executed
@@ -272,7 +283,24 @@ struct StreamFacts {
   std::optional<VmError> stream_error;
 
   bool ok() const;  // no pickle and no stream-level error
+  // For a reading by another loader than the format's own (torch::MemberFacts::alternative):
+  // whether each pickle ends where that loader ends (AlternativeStopIsClean). A stop on a
+  // limit or a stricter rule of ours is not such an end: the loader reads on, into bytes we
+  // never judged.
+  bool StopsWhereLoaderStops() const;
 };
+
+// Whether the real unpickler raises this error at the same point (see VmError::Code).
+bool LoaderStopsToo(const VmError& e);
+
+// Whether pickle `i` of an alternative reading (bytes that a loader other than the format's
+// own would read as a pickle) ends where that loader ends: it has no error, or an error the
+// unpickler raises too (LoaderStopsToo), or — for the first pickle — any error at or after its
+// first persistent id. Every loader that reads such bytes as a pickle reads the first pickle
+// without a persistent_load function (pickle.load, numpy.load, joblib's unpickler, and
+// torch.load's legacy magic-number load) and so stops there, before the id's line is even
+// read (_pickle.c load_persid).
+bool AlternativeStopIsClean(const StreamFacts& s, size_t i);
 
 // Renders a bounded, single-line Python-like summary of a value: strings truncated, depth and
 // total length capped, globals as module.name, call results as callee(args). Never recurses

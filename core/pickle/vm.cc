@@ -117,7 +117,8 @@ class Machine final {
       VmError e;
       e.code = st.code() == absl::StatusCode::kResourceExhausted ? VmError::Code::kLimit
                : st.code() == absl::StatusCode::kUnimplemented ? VmError::Code::kUnsupported
-                                                               : VmError::Code::kMalformed;
+               : st.code() == absl::StatusCode::kFailedPrecondition ? VmError::Code::kStricter
+                                                                    : VmError::Code::kMalformed;
       e.message = std::string(st.message());
       e.offset = op_offset_;
       e.opcode = op_;
@@ -202,6 +203,14 @@ class Machine final {
   absl::Status Malformed(std::string msg) const {
     return absl::InvalidArgumentError(std::move(msg));
   }
+  // A rule of ours that the real loader does not enforce (VmError::kStricter): it reads on.
+  absl::Status Stricter(std::string msg) const {
+    return absl::FailedPreconditionError(std::move(msg));
+  }
+  static constexpr const char kJoblibReadsOn[] =
+      " (joblib.load reads on here; ckptscan does not follow it)";
+  static constexpr const char kReadsAcross[] =
+      " (CPython 3.11 reads across frames; ckptscan does not follow it)";
   absl::Status Limit(const char* name, uint64_t value) {
     limit_name_ = name;
     limit_value_ = value;
@@ -224,9 +233,10 @@ class Machine final {
     MaybeLeaveFrame();
     if (n > r_.remaining()) {
       if (in_frame_) {
-        return Malformed(absl::StrFormat(
-            "argument of %d bytes crosses the end of its frame at offset %d", n,
-            r_.end_offset()));
+        return Stricter(absl::StrCat(
+            absl::StrFormat("argument of %d bytes crosses the end of its frame at offset %d", n,
+                            r_.end_offset()),
+            kReadsAcross));
       }
       return Malformed(absl::StrFormat("pickle data was truncated: %d bytes needed, %d remain",
                                        n, r_.remaining()));
@@ -258,8 +268,9 @@ class Machine final {
     if (nl == std::string_view::npos) {
       if (window.size() > cap) return Limit("max_line_bytes", cap);
       if (in_frame_) {
-        return Malformed(absl::StrFormat("line crosses the end of its frame at offset %d",
-                                         r_.end_offset()));
+        return Stricter(absl::StrCat(
+            absl::StrFormat("line crosses the end of its frame at offset %d", r_.end_offset()),
+            kReadsAcross));
       }
       return Malformed("pickle data was truncated (no end of line)");
     }
@@ -411,15 +422,21 @@ class Machine final {
     g.opcode = op_;
     g.via = via;
     g.ext_code = ext_code;
-    if (via != Via::kExt) ResolveCompatNames(proto_, &g);
+    if (via == Via::kExt || via == Via::kDynamic) {
+      g.resolved_module = g.module;
+      g.resolved_name = g.name;
+    } else {
+      ResolveCompatNames(proto_, &g);
+    }
     out_.graph.globals.push_back(std::move(g));
     NodeId id = New(Kind::kGlobal);
     N(id).ref = static_cast<uint32_t>(out_.graph.globals.size() - 1);
     if (trace_ != nullptr) {
       const GlobalRef& gr = out_.graph.globals.back();
-      note_ = via == Via::kExt ? absl::StrCat("global <extension code ", ext_code, ">")
-                               : absl::StrCat("global ", gr.resolved_module, ".",
-                                              gr.resolved_name);
+      note_ = via == Via::kExt       ? absl::StrCat("global <extension code ", ext_code, ">")
+              : via == Via::kDynamic ? std::string("global <computed at load time>")
+                                     : absl::StrCat("global ", gr.resolved_module, ".",
+                                                    gr.resolved_name);
     }
     return id;
   }
@@ -475,14 +492,72 @@ class Machine final {
     return absl::OkStatus();
   }
 
-  // ---- joblib's inline arrays ----
-  bool IsJoblibWrapper(NodeId inst) {
+  // ---- joblib's inline arrays (joblib 1.2 NumpyUnpickler.load_build, numpy 1.24) ----
+  // joblib checks isinstance(stack[-1], (NumpyArrayWrapper, NDArrayWrapper)) after every
+  // BUILD, however the object was made. The one construction modelled is what joblib.dump
+  // writes: NEWOBJ of NumpyArrayWrapper with no arguments, then one BUILD with a dict state.
+  // Any other object that could be a placeholder stops the reading (Stricter): reading on
+  // would skip bytes differently from joblib.
+  static bool IsJoblibClass(const GlobalRef& g) {
+    return g.resolved_module == "joblib.numpy_pickle" ||
+           g.resolved_module == "joblib.numpy_pickle_compat" ||
+           g.resolved_module == "sklearn.externals.joblib.numpy_pickle" ||
+           g.resolved_module == "sklearn.externals.joblib.numpy_pickle_compat";
+  }
+  bool IsJoblibClassNode(NodeId id) {
+    const Node& n = N(id);
+    if (n.kind != Kind::kGlobal) return false;
+    if (n.ref >= out_.graph.globals.size()) return true;
+    const GlobalRef& g = out_.graph.globals[n.ref];
+    return g.via == Via::kExt || g.via == Via::kDynamic || IsJoblibClass(g);
+  }
+  // The call site that made `inst`, or nullptr when `inst` is not a call's result.
+  const CallSite* MadeBy(NodeId inst) {
     const Node& n = N(inst);
-    if (n.kind != Kind::kCall || n.ref >= out_.graph.calls.size()) return false;
-    NodeId callee = out_.graph.calls[n.ref].callee;
-    if (callee == kNoNode || N(callee).kind != Kind::kGlobal) return false;
-    const GlobalRef& g = out_.graph.globals[N(callee).ref];
+    if (n.kind != Kind::kCall || n.ref >= out_.graph.calls.size()) return nullptr;
+    return &out_.graph.calls[n.ref];
+  }
+  bool IsJoblibWrapper(NodeId inst) {
+    const CallSite* c = MadeBy(inst);
+    if (c == nullptr || c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal) return false;
+    const GlobalRef& g = out_.graph.globals[N(c->callee).ref];
     return g.resolved_module == "joblib.numpy_pickle" && g.resolved_name == "NumpyArrayWrapper";
+  }
+  // A call's result that was made by calling something other than a named global (a class
+  // built at load time, e.g. by type(...)).
+  bool IsComputedClass(NodeId id) {
+    const CallSite* c = MadeBy(id);
+    return c != nullptr && (c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal);
+  }
+  // Whether the object BUILD just set `state` on may be a joblib placeholder in a form this
+  // model does not follow.
+  bool MayBeOtherPlaceholder(NodeId inst, NodeId state) {
+    // A slot state sets attributes with setattr: `__class__` turns any plain object into one.
+    const Node& s = N(state);
+    if (s.kind == Kind::kTuple && s.items.size() == 2) {
+      const Node& slots = N(s.items[1]);
+      if (IsOpaque(slots.kind)) return true;
+      if (slots.kind == Kind::kDict) {
+        for (size_t i = 0; i < slots.items.size(); i += 2) {
+          const Node& k = N(slots.items[i]);
+          if (k.kind != Kind::kStr || k.text == "__class__") return true;
+        }
+      }
+    }
+    if (IsOpaque(s.kind)) return true;
+    const CallSite* c = MadeBy(inst);
+    if (c == nullptr) return N(inst).kind != Kind::kGlobal;  // persistent ids, buffers
+    // A class computed at load time (type(...) subclasses, getattr chains), a placeholder
+    // class called any way, or passed to a constructor (copyreg._reconstructor, __newobj__).
+    if (IsComputedClass(inst) || IsJoblibClassNode(c->callee)) return true;
+    if (c->args != kNoNode) {
+      const Node& a = N(c->args);
+      if (IsOpaque(a.kind)) return true;
+      for (NodeId item : a.items) {
+        if (IsJoblibClassNode(item) || IsComputedClass(item)) return true;
+      }
+    }
+    return false;
   }
 
   // The value of `key` in a plain dict node, or kNoNode.
@@ -496,71 +571,157 @@ class Machine final {
     return found;
   }
 
-  absl::Status JoblibArray(NodeId state) {
-    auto bad = [](std::string why) {
-      return absl::InvalidArgumentError(absl::StrCat("joblib array: ", why));
+  // What numpy 1.24 makes of numpy.dtype(code, align, copy) followed by __setstate__(state):
+  // the item size and whether the array holds Python objects (dtype.hasobject).
+  struct ArrayDtype {
+    uint64_t itemsize = 0;
+    bool has_object = false;
+  };
+  absl::StatusOr<ArrayDtype> JoblibDtype(NodeId dtype) {
+    auto not_modelled = [this](std::string why) {
+      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
     };
-    if (N(state).kind != Kind::kDict) return bad("the wrapper's state is not a dict");
+    const CallSite* dc = MadeBy(dtype);
+    if (dc == nullptr || dc->callee == kNoNode || N(dc->callee).kind != Kind::kGlobal) {
+      return not_modelled("dtype is not a numpy.dtype(...) call");
+    }
+    const GlobalRef& callee = out_.graph.globals[N(dc->callee).ref];
+    if (callee.resolved_name != "dtype" ||
+        (callee.resolved_module != "numpy" && callee.resolved_module != "numpy.core.multiarray")) {
+      return not_modelled("dtype is not a numpy.dtype(...) call");
+    }
+    const Node& dn = N(dtype);
+    if (dc->args == kNoNode || N(dc->args).kind != Kind::kTuple || N(dc->args).items.size() != 3 ||
+        N(N(dc->args).items[0]).kind != Kind::kStr || dn.states.size() != 1) {
+      return not_modelled("dtype is not numpy.dtype(code, align, copy) with one state");
+    }
+    const Node& copy = N(N(dc->args).items[2]);
+    if (copy.kind != Kind::kBool && copy.kind != Kind::kInt) {
+      return not_modelled("dtype's copy argument is not a bool");
+    }
+    const bool copied = copy.kind == Kind::kBool ? copy.b : copy.i != 0;
+    // The codes dtype.__reduce__ writes: kind and item size (numpy's builtin types on 64-bit
+    // Linux), or S/U/V with their size in the state.
+    const std::string& code = N(N(dc->args).items[0]).text;
+    static constexpr std::pair<std::string_view, uint64_t> kSized[] = {
+        {"b1", 1}, {"i1", 1}, {"i2", 2}, {"i4", 4}, {"i8", 8}, {"u1", 1}, {"u2", 2},
+        {"u4", 4}, {"u8", 8}, {"f2", 2}, {"f4", 4}, {"f8", 8}, {"f16", 16}, {"c8", 8},
+        {"c16", 16}, {"c32", 32}, {"O8", 8}, {"M8", 8}, {"m8", 8}};
+    ArrayDtype out;
+    bool flexible = false;
+    for (const auto& [c, size] : kSized) {
+      if (code == c) out.itemsize = size;
+    }
+    if (out.itemsize == 0) {
+      flexible = !code.empty() && (code[0] == 'S' || code[0] == 'U' || code[0] == 'V') &&
+                 code.size() <= 11 &&
+                 code.find_first_not_of("0123456789", 1) == std::string::npos;
+      if (!flexible) return not_modelled(absl::StrCat("dtype code '", Sanitized(code), "'"));
+    }
+    const bool object_kind = code == "O8";
+    if (!copied) {
+      // numpy hands back its builtin descriptor, on which __setstate__ changes nothing.
+      if (flexible) return not_modelled("a flexible dtype with copy=False");
+      out.has_object = object_kind;
+      return out;
+    }
+    const Node& st = N(dn.states[0]);
+    if (st.kind != Kind::kTuple || (st.items.size() != 8 && st.items.size() != 9)) {
+      return not_modelled("dtype state is not numpy's 8- or 9-tuple");
+    }
+    const Node& version = N(st.items[0]);
+    const Node& subarray = N(st.items[2]);
+    const Node& fields = N(st.items[4]);
+    const Node& elsize = N(st.items[5]);
+    const Node& flags = N(st.items[7]);
+    if (version.kind != Kind::kInt || !version.fits || flags.kind != Kind::kInt || !flags.fits ||
+        subarray.kind != Kind::kNone) {
+      return not_modelled("dtype state with a version, subarray or flags numpy does not write");
+    }
+    if (version.i >= 3) {
+      out.has_object = (flags.i & 1) != 0;  // NPY_ITEM_HASOBJECT, as the state says
+    } else {
+      if (fields.kind != Kind::kNone) return not_modelled("fields in a dtype state before version 3");
+      out.has_object = flags.i != 0 || object_kind;
+    }
+    if (flexible) {
+      // Only flexible types take their size from the state.
+      if (elsize.kind != Kind::kInt || !elsize.fits || elsize.i <= 0 || elsize.i >= (1 << 30) ||
+          (code[0] == 'U' && elsize.i % 4 != 0)) {
+        return not_modelled("a flexible dtype whose state has no usable size");
+      }
+      out.itemsize = static_cast<uint64_t>(elsize.i);
+    }
+    return out;
+  }
+
+  static std::string Sanitized(std::string_view s) {
+    std::string out;
+    for (char c : s.substr(0, 32)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    return out;
+  }
+
+  absl::Status JoblibArray(NodeId inst, NodeId state) {
+    auto not_modelled = [this](std::string why) {
+      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
+    };
+    const CallSite* made = MadeBy(inst);
+    if (made->op != CallOp::kNewObj || made->args == kNoNode ||
+        N(made->args).kind != Kind::kTuple || !N(made->args).items.empty()) {
+      return not_modelled("a placeholder made otherwise than by NEWOBJ with no arguments");
+    }
+    if (N(inst).states.size() != 1) {
+      return not_modelled("a second BUILD on a placeholder (joblib reads another array)");
+    }
+    if (N(state).kind != Kind::kDict) return not_modelled("the placeholder's state is not a dict");
     NodeId shape = DictValue(state, "shape");
     NodeId dtype = DictValue(state, "dtype");
     NodeId align = DictValue(state, "numpy_array_alignment_bytes");
+    NodeId allow_mmap = DictValue(state, "allow_mmap");
     if (shape == kNoNode || N(shape).kind != Kind::kTuple || dtype == kNoNode) {
-      return bad("shape or dtype missing");
+      return not_modelled("shape or dtype missing");
     }
     uint64_t count = 1;
     for (NodeId d : N(shape).items) {
       const Node& v = N(d);
       if (v.kind != Kind::kInt || !v.fits || v.i < 0 || v.i > absl::int128(INT64_MAX) ||
           !base::CheckedMul(count, static_cast<uint64_t>(v.i), &count)) {
-        return bad("a dimension is not a small non-negative int");
+        return not_modelled("a dimension is not a small non-negative int");
       }
     }
-    // numpy.dtype(code, False, True) with BUILD state (version, byteorder, subarray, names,
-    // fields, elsize, alignment, flags): the item size is elsize when positive, else the
-    // code's digits; flags bit 0 (NPY_ITEM_HASOBJECT) or code 'O' means Python objects.
-    const Node& dn = N(dtype);
-    if (dn.kind != Kind::kCall || dn.ref >= out_.graph.calls.size()) return bad("dtype is not a call");
-    const CallSite& dc = out_.graph.calls[dn.ref];
-    if (dc.args == kNoNode || N(dc.args).kind != Kind::kTuple || N(dc.args).items.empty() ||
-        N(N(dc.args).items[0]).kind != Kind::kStr || dn.states.size() != 1 ||
-        N(dn.states[0]).kind != Kind::kTuple || N(dn.states[0]).items.size() < 8) {
-      return bad("dtype is not numpy.dtype(code, ...) with its state");
-    }
-    const std::string& code = N(N(dc.args).items[0]).text;
-    const std::vector<NodeId>& ds = N(dn.states[0]).items;
-    const Node& elsize = N(ds[5]);
-    const Node& flags = N(ds[7]);
-    bool has_object = (!code.empty() && code[0] == 'O') ||
-                      (flags.kind == Kind::kInt && flags.fits && (flags.i & 1) != 0);
-    uint64_t itemsize = 0;
-    if (elsize.kind == Kind::kInt && elsize.fits && elsize.i > 0 && elsize.i < (1 << 30)) {
-      itemsize = static_cast<uint64_t>(elsize.i);
-    } else {
-      size_t d = code.find_first_of("0123456789");
-      if (d == std::string::npos || code.size() - d > 6) return bad("no item size in the dtype");
-      for (size_t i = d; i < code.size(); ++i) {
-        if (code[i] < '0' || code[i] > '9') return bad("no item size in the dtype");
-        itemsize = itemsize * 10 + static_cast<uint64_t>(code[i] - '0');
-      }
-    }
+    CKPT_ASSIGN_OR_RETURN(ArrayDtype dt, JoblibDtype(dtype));
     MaybeLeaveFrame();
-    if (in_frame_) return bad("array data inside an unfinished frame");
-    if (has_object) {
-      // joblib: pickle.load(file) — a separate pickle (its own memo) at this offset.
+    if (in_frame_) {
+      // joblib reads the array from the file, past the frame the unpickler still reads from.
+      return not_modelled("array data inside an unfinished frame");
+    }
+    if (dt.has_object) {
+      // joblib.load(mmap_mode=...) maps such an array's bytes raw when allow_mmap is set, and
+      // joblib.load() unpickles them: two readings of the same bytes. The pickle is scanned,
+      // then the reading stops.
+      const bool mapped_too = allow_mmap != kNoNode && N(allow_mmap).kind != Kind::kNone &&
+                              !(N(allow_mmap).kind == Kind::kBool && !N(allow_mmap).b);
+      // joblib: pickle.load(file) — a separate pickle (its own memo) at this offset, read by
+      // the C unpickler, which knows nothing of placeholders.
       if (joblib_depth_ >= limits_.max_nested_depth) {
         return Limit("max_nested_depth", limits_.max_nested_depth);
       }
       std::string_view rest = r_.Peek();
-      PickleFacts inner = Machine(limits_, rest, r_.offset(), trace_, pickle_index_, 0, loader_,
-                                  joblib_depth_ + 1)
+      PickleFacts inner = Machine(limits_, rest, r_.offset(), trace_, pickle_index_, 0,
+                                  Loader::kPickle, joblib_depth_ + 1)
                               .Run();
       const uint64_t used = inner.end - r_.offset();
       std::optional<VmError> error = inner.error;
-      std::vector<PickleFacts> nested = std::move(inner.inline_pickles);
-      inner.inline_pickles.clear();
       out_.inline_pickles.push_back(std::move(inner));
-      for (PickleFacts& p : nested) out_.inline_pickles.push_back(std::move(p));
-      if (error) return bad(absl::StrCat("the object array's pickle failed: ", error->message));
+      if (error) {
+        std::string msg = absl::StrCat("joblib array: the object array's pickle failed: ",
+                                       error->message);
+        return LoaderStopsToo(*error) ? Malformed(std::move(msg))
+                                      : Stricter(absl::StrCat(msg, kJoblibReadsOn));
+      }
+      if (mapped_too) {
+        return not_modelled("an object array with allow_mmap (read raw under mmap_mode)");
+      }
       note_ = absl::StrCat("joblib object array: a pickle of ", used, " bytes");
       return r_.Skip(used);
     }
@@ -569,7 +730,7 @@ class Machine final {
       CKPT_RETURN_IF_ERROR(Read(pad).status());
     }
     uint64_t nbytes;
-    if (!base::CheckedMul(count, itemsize, &nbytes)) return bad("array size overflows");
+    if (!base::CheckedMul(count, dt.itemsize, &nbytes)) return not_modelled("array size overflows");
     CKPT_RETURN_IF_ERROR(CheckLength(nbytes));
     CKPT_RETURN_IF_ERROR(Read(nbytes).status());
     note_ = absl::StrCat("joblib array data: ", nbytes, " bytes");
@@ -771,7 +932,8 @@ class Machine final {
           return Malformed("FRAME length exceeds system's maximum");
         }
         if (in_frame_ && r_.remaining() > 0) {
-          return Malformed("beginning of a new frame before end of current frame");
+          return Stricter(absl::StrCat("beginning of a new frame before end of current frame",
+                                       kReadsAcross));
         }
         in_frame_ = false;
         (void)r_.SetEnd(r_.data_end_offset());
@@ -1083,8 +1245,25 @@ class Machine final {
       case STACK_GLOBAL: {
         CKPT_ASSIGN_OR_RETURN(NodeId name, Pop());
         CKPT_ASSIGN_OR_RETURN(NodeId module, Pop());
-        if (N(name).kind != Kind::kStr || N(module).kind != Kind::kStr) {
+        const bool module_computed = IsOpaque(N(module).kind);
+        const bool name_computed = IsOpaque(N(name).kind);
+        if ((N(name).kind != Kind::kStr && !name_computed) ||
+            (N(module).kind != Kind::kStr && !module_computed)) {
           return Malformed("STACK_GLOBAL requires str");
+        }
+        if (module_computed || name_computed) {
+          // Operands computed at load time (a call's result may be any str): an import of a
+          // name the file does not spell out.
+          std::string m = module_computed ? "" : N(module).text;
+          std::string n = name_computed ? "" : N(name).text;
+          arg_ = absl::StrCat(module_computed ? "<computed>" : QuoteForTrace(m), " ",
+                              name_computed ? "<computed>" : QuoteForTrace(n));
+          NodeId id = AddGlobal(std::move(m), std::move(n), Via::kDynamic);
+          GlobalRef& g = out_.graph.globals.back();
+          g.module_computed = module_computed;
+          g.name_computed = name_computed;
+          Push(id);
+          return absl::OkStatus();
         }
         std::string m = N(module).text, n = N(name).text;
         arg_ = absl::StrCat(QuoteForTrace(m), " ", QuoteForTrace(n));
@@ -1154,7 +1333,15 @@ class Machine final {
         if (IsOpaque(k)) {
           N(inst).states.push_back(state);
           AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
-          if (loader_ == Loader::kJoblib && IsJoblibWrapper(inst)) return JoblibArray(state);
+          if (loader_ == Loader::kJoblib) {
+            if (IsJoblibWrapper(inst)) return JoblibArray(inst, state);
+            if (MayBeOtherPlaceholder(inst, state)) {
+              return Stricter(absl::StrCat(
+                  "joblib array: BUILD on an object that may be a joblib placeholder, made in a "
+                  "way ckptscan does not model",
+                  kJoblibReadsOn));
+            }
+          }
           return absl::OkStatus();
         }
         // No __setstate__: a (state, slotstate) pair is split; a non-None state needs a

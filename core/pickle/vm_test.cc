@@ -19,6 +19,9 @@ std::vector<std::string> Globals(const PickleFacts& p, bool resolved = false) {
   for (const GlobalRef& g : p.graph.globals) {
     if (g.via == Via::kExt) {
       out.push_back("<ext " + std::to_string(g.ext_code) + ">");
+    } else if (g.via == Via::kDynamic) {
+      out.push_back("<computed " + (g.module_computed ? "?"s : g.module) + "." +
+                    (g.name_computed ? "?"s : g.name) + ">");
     } else {
       out.push_back(resolved ? g.resolved_module + "." + g.resolved_name : g.module + "." + g.name);
     }
@@ -152,13 +155,19 @@ TEST(VmTest, ArgumentCrossingItsFrameIsRejected) {
   ASSERT_TRUE(f.pickles[0].error.has_value());
   EXPECT_NE(f.pickles[0].error->message.find("crosses the end of its frame"), std::string::npos)
       << f.pickles[0].error->message;
+  // CPython 3.11 reads on: the stop is ours, never a clean end of another loader's reading.
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+  EXPECT_FALSE(f.StopsWhereLoaderStops());
 }
 
 TEST(VmTest, FrameInsideAnUnfinishedFrameIsRejected) {
   std::string nested =
       "\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00" "N\x95\x01\x00\x00\x00\x00\x00\x00\x00" "N.N."s;
   StreamFacts f = Vm().ScanStream(nested);
-  EXPECT_EQ(ErrorOf(f.pickles[0]), "beginning of a new frame before end of current frame");
+  EXPECT_EQ(ErrorOf(f.pickles[0]),
+            "beginning of a new frame before end of current frame (CPython 3.11 reads across "
+            "frames; ckptscan does not follow it)");
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
 }
 
 TEST(VmTest, LineCrossingItsFrameIsRejected) {
@@ -445,6 +454,109 @@ TEST(VmTest, JoblibArrayBytesPastTheEndAreAnError) {
     StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data.substr(0, cut));
     EXPECT_FALSE(f.ok()) << "cut at " << cut;
   }
+}
+
+TEST(VmTest, StackGlobalOfACallResultIsADynamicImport) {
+  // _codecs.encode('bf', 'rot13') is 'os' at load time: STACK_GLOBAL('os'?, 'system').
+  std::string s = "\x80\x04" "c_codecs\nencode\n" "\x8c\x02" "bf" "\x8c\x05" "rot13" "\x86R"
+                  "\x8c\x06" "system" "\x93" "\x8c\x04" "true" "\x85R."s;
+  StreamFacts f = Vm().ScanStream(s);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(Globals(f.pickles[0]), (std::vector<std::string>{"_codecs.encode",
+                                                            "<computed ?.system>"}));
+  const GlobalRef& g = f.pickles[0].graph.globals[1];
+  EXPECT_EQ(g.via, Via::kDynamic);
+  EXPECT_TRUE(g.module_computed);
+  EXPECT_FALSE(g.name_computed);
+}
+
+TEST(VmTest, StackGlobalOfANonStrLiteralIsStillMalformed) {
+  StreamFacts f = Vm().ScanStream("\x80\x04K\x01\x8c\x01x\x93."s);
+  EXPECT_EQ(ErrorOf(f.pickles[0]), "STACK_GLOBAL requires str");
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kMalformed);
+}
+
+TEST(VmTest, ErrorsCPythonRaisesTooEndAnotherLoadersReadingCleanly) {
+  // An invalid opcode: _pickle.c stops there as well.
+  StreamFacts bad = Vm().ScanStream("\x80\x02N\x00"s);
+  EXPECT_TRUE(bad.StopsWhereLoaderStops());
+  // A limit of ours: the loader reads on.
+  Limits small;
+  small.max_line_bytes = 4;
+  StreamFacts limit = Vm(small).ScanStream("Ilonger than four\n."s);
+  ASSERT_TRUE(limit.pickles[0].error.has_value());
+  EXPECT_EQ(limit.pickles[0].error->code, VmError::Code::kLimit);
+  EXPECT_FALSE(limit.StopsWhereLoaderStops());
+  // The same limit hit while reading a persistent id: pickle.load (no persistent_load) stops
+  // at the PERSID before reading its line.
+  StreamFacts persid = Vm(small).ScanStream("Plonger than four\n."s);
+  ASSERT_TRUE(persid.pickles[0].error.has_value());
+  EXPECT_TRUE(persid.StopsWhereLoaderStops());
+}
+
+// What joblib.dump writes for one array, with its dtype code, state elsize and flags.
+std::string JoblibOneArray(std::string_view code, int32_t elsize, int32_t flags, uint32_t n,
+                           std::string_view after) {
+  auto ustr = [](std::string_view s) {
+    std::string out = "X";
+    uint32_t len = static_cast<uint32_t>(s.size());
+    out.append(reinterpret_cast<const char*>(&len), 4);
+    out.append(s);
+    return out;
+  };
+  auto i32 = [](int32_t v) {
+    std::string out = "J";
+    out.append(reinterpret_cast<const char*>(&v), 4);
+    return out;
+  };
+  std::string dtype = "cnumpy\ndtype\n" + ustr(code) + "\x89\x88\x87R(K\x03" + ustr("|") +
+                      "NNN" + i32(elsize) + i32(-1) + i32(flags) + "tb";
+  return "\x80\x02" "cjoblib.numpy_pickle\nNumpyArrayWrapper\n)\x81}(" + ustr("shape") + "(" +
+         i32(static_cast<int32_t>(n)) + "t" + ustr("dtype") + dtype + "ub" + std::string(after) +
+         ".";
+}
+
+TEST(VmTest, JoblibItemSizeIsNumpysNotTheStatesElsize) {
+  // 'i4' with a state claiming 16-byte items: numpy keeps 4, so joblib reads 3 x 4 bytes.
+  std::string data = JoblibOneArray("i4", 16, 0, 3, std::string(12, '\0') + "N0");
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(f.pickles[0].end, data.size());
+}
+
+TEST(VmTest, JoblibFlexibleDtypeTakesItsSizeFromTheState) {
+  std::string data = JoblibOneArray("S1", 5, 0, 2, std::string(10, 'z'));
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  EXPECT_EQ(f.pickles[0].end, data.size());
+}
+
+TEST(VmTest, JoblibHasObjectComesFromTheStatesFlags) {
+  // f8 with NPY_ITEM_HASOBJECT: joblib unpickles what follows.
+  std::string data = JoblibOneArray("f8", -1, 1, 4, "cposix\nsystem\n(S'true'\ntR.");
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.ok()) << ErrorOf(f.pickles[0]);
+  ASSERT_EQ(f.pickles.size(), 2u);
+  EXPECT_EQ(Globals(f.pickles[1]), (std::vector<std::string>{"posix.system"}));
+}
+
+TEST(VmTest, JoblibDtypeByNameIsNotModelled) {
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib)
+                      .ScanStream(JoblibOneArray("float64", -1, 0, 1, std::string(8, '\0')));
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+  EXPECT_NE(ErrorOf(f.pickles[0]).find("dtype code 'float64'"), std::string::npos);
+}
+
+TEST(VmTest, JoblibPlaceholderMadeByReconstructorStopsTheReading) {
+  std::string data =
+      "\x80\x02" "ccopyreg\n_reconstructor\n" "cjoblib.numpy_pickle\nNumpyArrayWrapper\n"
+      "cbuiltins\nobject\nN\x87R}b."s;
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+  // pickle.load knows nothing of placeholders: the same bytes are a clean pickle there.
+  EXPECT_TRUE(Vm().ScanStream(data).ok());
 }
 
 }  // namespace

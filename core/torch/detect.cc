@@ -60,6 +60,13 @@ bool HasContent(const pickle::StreamFacts& s) {
   return false;
 }
 
+// Whether another loader's reading of some bytes must be kept: it names a global, or it
+// stopped where the real loader would read on (a limit, a stricter rule of ours). Dropping the
+// second kind would judge the file by a prefix of what that loader reads.
+bool MustKeep(const pickle::StreamFacts& s) {
+  return HasContent(s) || !s.StopsWhereLoaderStops();
+}
+
 // A joblib.dump pickle: NumpyArrayWrapper (joblib >= 0.10) or NDArrayWrapper (older).
 bool NamesJoblibArrays(const pickle::StreamFacts& s) {
   for (const pickle::PickleFacts& p : s.pickles) {
@@ -140,15 +147,21 @@ class Reader {
     } else {
       out_->format = "pickle";
       if (NamesJoblibArrays(m.stream)) {
-        // joblib.load reads array bytes inline where pickle.load would fail: the joblib
-        // reading is the one a loader of this file performs.
+        // joblib.load reads array bytes inline where pickle.load reads them as opcodes; both
+        // loaders open such a file (pickle.load, torch.load and numpy.load know nothing of
+        // joblib), so both readings are judged: joblib's, and pickle.load's as an alternative.
         out_->format = "joblib";
+        MemberFacts plain{"(as pickle.load)", std::move(m.stream), /*alternative=*/true};
         pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
         m.stream = joblib.ScanStream(data, 0, options_.trace);
-      } else if (options_.trace != nullptr) {
-        m.stream = vm_.ScanStream(data, 0, options_.trace);  // the listing of the same reading
+        out_->members.push_back(std::move(m));
+        out_->members.push_back(std::move(plain));
+      } else {
+        if (options_.trace != nullptr) {
+          m.stream = vm_.ScanStream(data, 0, options_.trace);  // the listing of the same reading
+        }
+        out_->members.push_back(std::move(m));
       }
-      out_->members.push_back(std::move(m));
     }
     ZipInTail(data, "(after the pickle)");
   }
@@ -260,15 +273,16 @@ class Reader {
     Anomaly(KindId(a.kind), MemberName(outer, a.member), base + a.offset, a.message, a.must_flag);
   }
 
-  // The same bytes as pickle.load reads them; kept only if that reading names anything.
+  // The same bytes as pickle.load reads them: kept if that reading names anything, or if it
+  // stopped where pickle.load would read on (MustKeep).
   void PickleReading(std::string_view data, std::string_view label, bool anomaly) {
     pickle::StreamFacts s = vm_.ScanStream(data, 0);
-    if (!HasContent(s)) return;
-    if (anomaly) {
+    if (!MustKeep(s)) return;
+    if (anomaly && HasContent(s)) {
       Anomaly("polyglot", std::string(label), 0,
               "the bytes are also a pickle that imports or calls something");
     }
-    out_->members.push_back(MemberFacts{std::string(label), std::move(s)});
+    out_->members.push_back(MemberFacts{std::string(label), std::move(s), /*alternative=*/true});
   }
 
   std::string MemberName(std::string_view outer, std::string_view name) const {
@@ -415,9 +429,13 @@ class Reader {
                 "a record torch.save does not write");
       }
       // Scanned as a pickle in any case (constants.pkl, code/ pickles, payloads hidden under
-      // another name or extension); kept when it names anything, or when it is constants.pkl.
+      // another name or extension); kept when it names anything or stopped where a loader
+      // would read on (MustKeep), or when it is constants.pkl. torch.load never unpickles
+      // these members: any loader that does is another loader (an alternative reading).
       pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
-      if (HasContent(s) || &e == constants) out_->members.push_back(MemberFacts{name, std::move(s)});
+      if (MustKeep(s) || &e == constants) {
+        out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/&e != constants});
+      }
     }
   }
 

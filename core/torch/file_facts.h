@@ -21,6 +21,13 @@ namespace ckptscan::torch {
 struct MemberFacts {
   std::string member;  // "" for a raw pickle file
   pickle::StreamFacts stream;
+  // A reading by a loader other than the one the format names (pickle.load of a joblib file,
+  // of a zip, tar or safetensors file, of a zip member torch never reads). Its findings count
+  // like any other. An error that the real unpickler raises at the same point ends it cleanly
+  // (that loader fails there, having imported and called only what the findings list); a stop
+  // on a limit or on a rule stricter than the loader is an error of the file, since the loader
+  // would read on into bytes nobody judged.
+  bool alternative = false;
 };
 
 // Something about the container that the real loader reads differently from a naive reader,

@@ -85,7 +85,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CKPT_FUZZ_CHECK(report.errors_size() == 0 && facts.errors.empty(), "SAFE with errors");
     for (const torch::MemberFacts& m : facts.members) {
       CKPT_FUZZ_CHECK(!m.stream.stream_error.has_value(), "SAFE with a stream error");
-      for (const pickle::PickleFacts& p : m.stream.pickles) {
+      for (size_t i = 0; i < m.stream.pickles.size(); ++i) {
+        const pickle::PickleFacts& p = m.stream.pickles[i];
+        // Another loader's reading may end where that loader ends (judge_facts.cc).
+        if (m.alternative && pickle::AlternativeStopIsClean(m.stream, i)) continue;
         CKPT_FUZZ_CHECK(!p.error.has_value(), "SAFE, but a pickle in %s stopped at %llu: %s",
                         m.member.c_str(), (unsigned long long)p.error->offset,
                         p.error->message.c_str());

@@ -53,6 +53,8 @@ nlohmann::json Describe(const std::string& path) {
     for (const GlobalRef& g : p.graph.globals) {
       if (g.via == Via::kExt) {
         globals.push_back({"<ext>", std::to_string(g.ext_code)});
+      } else if (g.via == Via::kDynamic) {
+        globals.push_back({"<computed>", g.module_computed ? "?" : g.module});
       } else {
         globals.push_back({g.module, g.name});
       }
