@@ -1,5 +1,5 @@
-// Verdict and severity names and the CLI's exit codes (docs/report.md, DESIGN
-// §3).
+// Verdict and severity names and the CLI's exit codes (docs/report.md,
+// "Verdicts").
 //
 //   return clients::ExitCodeFor(report.verdict());
 #ifndef CKPTSCAN_CLIENTS_VERDICT_H_

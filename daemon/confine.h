@@ -1,4 +1,4 @@
-// Path confinement for the daemon (issue 7; DESIGN §5): a path given over RPC is resolved
+// Path confinement for the daemon: a path given over RPC is resolved
 // beneath a configured root only, by the kernel, with openat2(2):
 //   RESOLVE_BENEATH        no "..", absolute path or absolute symlink leaves the root
 //   RESOLVE_NO_MAGICLINKS  no /proc/self/fd-style links

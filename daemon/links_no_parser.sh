@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The daemon never parses untrusted bytes itself (DESIGN §1): no parser may be linked into it.
+# The daemon never parses untrusted bytes itself (docs/sandbox.md): no parser may be linked into it.
 # Bazel enforces this with visibility (//:parser_users); this is the CMake build's check, on the
 # linked binary: none of the parsers' entry points may be in ckptscand. The CLI is the control:
 # it links them (for --no-sandbox), so the same symbols must be found there, or the check is void.

@@ -1,4 +1,4 @@
-// The conversion output on the trusted side (docs/DESIGN §1): an unlinked file in the
+// The conversion output on the trusted side (docs/sandbox.md): an unlinked file in the
 // destination directory, published under its final name only after it was validated.
 //
 // Create() opens the file with O_TMPFILE in the final path's directory (no name: a crash or a

@@ -1,6 +1,7 @@
 // Tests of the shipped rules (rules/default_rules.textproto): that they load, that the
 // allowlist is exactly what a checkpoint needs and never overlaps the denylist, and that the
-// denylist covers the anchors' lists (scanners.md Appendix A, §4.4, §4.5).
+// denylist covers the published lists of picklescan, ModelScan, Fickling and ModelAudit, and
+// the known gadgets.
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -214,8 +215,8 @@ TEST(DefaultRulesTest, AllowlistHasWhatTorchSaveNeeds) {
 }
 
 TEST(DefaultRulesTest, AllowlistOmitsWhatOtherScannersWronglyAllow) {
-  // Fickling's ML_ALLOWLIST allowlists torch.storage._load_from_bytes (a nested torch.load,
-  // §4.5 N2) and _io.BytesIO; ModelAudit allowlists dill and joblib's loaders. None belong
+  // Fickling's ML_ALLOWLIST allowlists torch.storage._load_from_bytes (a nested
+  // torch.load) and _io.BytesIO; ModelAudit allowlists dill and joblib's loaders. None belong
   // here. (joblib's NumpyArrayWrapper placeholder is allowed: ckptscan reads joblib files the
   // way joblib.load does and scans the object-array pickles inside them.)
   const RuleSet& rules = *RuleSet::Default();
@@ -234,7 +235,7 @@ TEST(DefaultRulesTest, AllowlistOmitsWhatOtherScannersWronglyAllow) {
   }
 }
 
-// Gadgets from scanners.md §4.4 (fixed and still-open PoCs, the hacnho corpus) and §4.5, and
+// Published gadgets (fixed and still-open PoCs, the hacnho corpus), nested loaders, and
 // the exact names of the anchors' function lists: each must grade DANGEROUS with this rule.
 TEST(DefaultRulesTest, KnownGadgetsAreDangerous) {
   const RuleSet& rules = *RuleSet::Default();
@@ -301,7 +302,7 @@ TEST(DefaultRulesTest, KnownGadgetsAreDangerous) {
       {"imaplib", "IMAP4_stream", "shell"},
       {"_pyrepl.pager", "pipe_pager", "shell"},
       {"test.support.script_helper", "assert_python_ok", "exec"},
-      // Still open against HEAD denylists (§4.4).
+      // Still open against HEAD denylists.
       {"importlib", "import_module", "import"},
       {"marshal", "loads", "nested_loader"},
       {"types", "FunctionType", "exec"},
@@ -328,7 +329,7 @@ TEST(DefaultRulesTest, KnownGadgetsAreDangerous) {
       {"socketserver", "TCPServer", "network"},
       {"glob", "glob", "filesystem"},
       {"py_compile", "compile", "filesystem"},
-      // Nested and remote loaders (§4.5).
+      // Nested and remote loaders.
       {"pickle", "loads", "nested_loader"},
       {"_pickle", "loads", "nested_loader"},
       {"torch", "load", "nested_loader"},
@@ -357,14 +358,14 @@ TEST(DefaultRulesTest, KnownGadgetsAreDangerous) {
 TEST(DefaultRulesTest, AnchorModulesAreDeniedWhole) {
   const RuleSet& rules = *RuleSet::Default();
   const std::string modules =
-      // picklescan 1.0.5 (A.1)
+      // picklescan 1.0.5
       "aiohttp asyncio bdb commands ctypes httplib numpy.f2py numpy.testing._private.utils nt "
       "posix os requests.api runpy shutil socket ssl subprocess sys cProfile "
       "distutils.file_util pdb pickle _pickle pip pty profile pydoc test timeit urllib.request "
       "uuid venv webbrowser _osx_support _aix_support _pyrepl "
-      // ModelScan (A.2)
+      // ModelScan
       "aiohttp.client "
-      // Fickling UNSAFE_IMPORTS and UnsafeImportsML (A.3)
+      // Fickling UNSAFE_IMPORTS and UnsafeImportsML
       "__builtins__ multiprocessing _posixsubprocess code codeop marshal types doctest "
       "_interpreters _xxsubinterpreters importlib _frozen_importlib _frozen_importlib_external "
       "_imp imp pkgutil zipimport gc site unittest inspect _operator operator functools trace "
@@ -373,7 +374,7 @@ TEST(DefaultRulesTest, AnchorModulesAreDeniedWhole) {
       "lib2to3 socketserver xmlrpc signal _signal threading _thread atexit sqlite3 _sqlite3 "
       "fileinput glob platform linecache compileall py_compile mmap logging syslog tarfile "
       "zipfile shelve torch.hub torch._dynamo torch._inductor torch.jit numpy.distutils "
-      // ModelAudit (A.4)
+      // ModelAudit
       "ctypes.util multiprocessing.pool asyncio.subprocess dill._dill xmlrpc.client "
       "xmlrpc.server posixpath ntpath";
   for (absl::string_view m : absl::StrSplit(modules, ' ', absl::SkipEmpty())) {

@@ -105,8 +105,9 @@ bool IsDunder(absl::string_view c) {
   return c.size() > 4 && absl::StartsWith(c, "__") && absl::EndsWith(c, "__");
 }
 
-// Dunders that reach interpreter internals or call/patch things: DANGEROUS (scanners.md §4.3
-// S6). Any other dunder component is SUSPICIOUS.
+// Dunders that reach interpreter internals or call/patch things: DANGEROUS (the
+// __builtins__/__globals__/__subclasses__ escapes of published picklescan bypasses). Any other
+// dunder component is SUSPICIOUS.
 constexpr absl::string_view kDangerousDunders[] = {
     "__base__",       "__bases__",     "__build_class__", "__builtins__", "__call__",
     "__class__",      "__closure__",   "__code__",        "__defaults__", "__delattr__",

@@ -726,7 +726,7 @@ TEST(EvaluateTest, CustomCallSummarizerIsUsedAndItsOutputSanitized) {
 // ---------------------------------------------------------------------------------------------
 // Legitimate checkpoints: SAFE with zero findings.
 
-// torch.save(model.state_dict()) as torch 1.13-2.x writes data.pkl (convert_sign.md §2.3).
+// torch.save(model.state_dict()) as torch 1.13-2.x writes data.pkl.
 pickle::StreamFacts TorchStateDict() {
   FactsBuilder b;
   NodeId od_cls = b.Global("collections", "OrderedDict");

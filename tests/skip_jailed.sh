@@ -4,5 +4,5 @@
 # SKIP_RETURN_CODE. The arguments are the command that would have run.
 echo "SKIPPED under sanitizers: this test runs the jailed worker, and sanitizer runtimes need" \
      "system calls the seccomp policy forbids, so its results would be meaningless" \
-     "(STYLE.md rule 10). It runs in every normal build. Command: $*"
+     ". It runs in every normal build. Command: $*"
 exit 77

@@ -1,8 +1,8 @@
 // Parsers for the argument grammars of pickle's text opcodes, exactly as CPython 3.11's C
 // unpickler applies them (Modules/_pickle.c, Objects/longobject.c PyLong_FromString,
 // Python/pystrtod.c, Objects/bytesobject.c _PyBytes_DecodeEscape, Objects/unicodeobject.c
-// raw-unicode-escape). These are where pickletools and _pickle.c disagree (scanners.md §4.2
-// P2, P6): e.g. INT accepts "0x10", "010" (octal, via strtol) and "1\0junk".
+// raw-unicode-escape). These are where pickletools and _pickle.c disagree, which
+// pickletools-based scanners get wrong: e.g. INT accepts "0x10", "010" (octal, via strtol) and "1\0junk".
 //
 // All functions are pure; `line` arguments are the bytes readline() returned, newline included.
 #ifndef CKPTSCAN_CORE_PICKLE_LITERALS_H_

@@ -1,6 +1,6 @@
 // Text-opcode argument grammars. Every expectation below was recorded by running the same
 // bytes through CPython 3.11.2's C unpickler (pickle.loads), including the cases where
-// pickletools disagrees (scanners.md §4.2 P2).
+// pickletools disagrees.
 #include "core/pickle/literals.h"
 
 #include <cmath>

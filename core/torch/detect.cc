@@ -80,7 +80,8 @@ bool NamesJoblibArrays(const pickle::StreamFacts& s) {
   return false;
 }
 
-// Records that torch.save writes beside data.pkl and the storages (convert_sign.md §2.2).
+// Records that torch.save writes beside data.pkl and the storages (torch/serialization.py
+// _save, torch 1.13 to 2.x).
 bool IsKnownRecord(std::string_view record) {
   return record == "version" || record == ".data/version" || record == "byteorder" ||
          record == ".data/serialization_id" || record == ".format_version" ||

@@ -1,7 +1,7 @@
 // ReadFile: one file's bytes → FileFacts, reading each format the way its real loader would.
 //
 // The format comes from the content at offset 0, never from the file name, in torch.load's own
-// order (convert_sign.md §2.1): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
+// order (torch/serialization.py load): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
 // .npz, or another zip); "\x93NUMPY" → .npy; known compressed or archive magics (gzip, bzip2,
 // xz, zstd, lz4, 7z, rar) → unsupported, fail closed; a valid tar header → torch <= 0.3's tar
 // checkpoint (tar.h), or, without torch's members, unsupported; '{' after optional whitespace

@@ -2,7 +2,7 @@
 // exactly as torch.serialization._legacy_load does: five pickles — the magic number, the
 // protocol version, sys_info, the object, the list of storage keys — then, for each listed key
 // in order, an int64 little-endian element count and the storage's raw bytes
-// (convert_sign.md §2.4). Extra bytes after the last storage are reported, never ignored.
+// (torch/serialization.py _legacy_save). Extra bytes after the last storage are reported, never ignored.
 #ifndef CKPTSCAN_CORE_TORCH_LEGACY_H_
 #define CKPTSCAN_CORE_TORCH_LEGACY_H_
 

@@ -28,7 +28,7 @@ struct NamedDType {
   DTypeInfo info;
 };
 
-// torch/storage.py _dtype_to_storage_type_map plus safetensors' names (convert_sign.md §1.2).
+// torch/storage.py _dtype_to_storage_type_map plus safetensors' names (safetensors src/tensor.rs Dtype).
 constexpr NamedDType kStorageClasses[] = {
     {"DoubleStorage", {"float64", 8, "F64"}},
     {"FloatStorage", {"float32", 4, "F32"}},

@@ -2,7 +2,7 @@
 // without building it.
 //
 // torch.save pickles every tensor as a call of a rebuild function (torch._utils
-// _rebuild_tensor_v2 and friends, convert_sign.md §2.3) whose first argument is a storage named
+// _rebuild_tensor_v2 and friends, torch/_tensor.py _reduce_ex_internal) whose first argument is a storage named
 // by a persistent id ('storage', StorageClass, key, location, numel[, view_metadata]). This
 // module walks the graph from the pickle's root through dicts, OrderedDicts, lists and tuples,
 // names each tensor by its path (keys and indices joined with '.', as the tests' torch-side

@@ -25,7 +25,7 @@ namespace ckptscan::sandbox {
 inline constexpr bool kUnderSanitizer = CKPT_UNDER_SANITIZER != 0;
 inline constexpr const char* kSanitizerSkipReason =
     "sandbox tests do not run under sanitizers: their runtimes need system calls the seccomp "
-    "policy forbids, so results would be meaningless (STYLE.md rule 10)";
+    "policy forbids, so results would be meaningless";
 
 }  // namespace ckptscan::sandbox
 

@@ -8,7 +8,7 @@ deadline or memory kill, which are only the backstop. The jail is given a delibe
 address space (--worker-memory, default 1G here; the product default is 8G) and a generous
 deadline, so an attack whose limit fires too late fails this test as a memory error instead of
 passing quietly. The time and peak memory of each scan (the CLI and its worker, measured by
-tests/tools/peak_rss) are printed; they are measurements, not assertions (STYLE.md: no timed
+tests/tools/peak_rss) are printed; they are measurements, not assertions (no timed
 asserts).
 
   attacks.py --cli build/clients/ckptscan --peak-rss build/tests/tools/peak_rss
