@@ -14,6 +14,7 @@
 #include "core/base/strings.h"
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
+#include "core/base/escape.h"
 #include "core/base/status_macros.h"
 #include "core/pickle/literals.h"
 #include "core/pickle/opcodes.h"
@@ -616,7 +617,8 @@ class Machine final {
       flexible = !code.empty() && (code[0] == 'S' || code[0] == 'U' || code[0] == 'V') &&
                  code.size() <= 11 &&
                  code.find_first_not_of("0123456789", 1) == std::string::npos;
-      if (!flexible) return not_modelled(absl::StrCat("dtype code '", Sanitized(code), "'"));
+      if (!flexible) return not_modelled(
+          absl::StrCat("dtype code '", base::Escaped(std::string_view(code).substr(0, 32)), "'"));
     }
     const bool object_kind = code == "O8";
     if (!copied) {
@@ -652,12 +654,6 @@ class Machine final {
       }
       out.itemsize = static_cast<uint64_t>(elsize.i);
     }
-    return out;
-  }
-
-  static std::string Sanitized(std::string_view s) {
-    std::string out;
-    for (char c : s.substr(0, 32)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
     return out;
   }
 
