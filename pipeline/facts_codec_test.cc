@@ -79,6 +79,8 @@ FileFacts EveryFieldFacts() {
   r.opcode = 'c';
   r.via = pickle::Via::kExt;
   r.ext_code = -9;
+  r.module_computed = true;  // the codec carries them whatever `via` says
+  r.name_computed = true;
   g.globals.push_back(r);
   pickle::CallSite c;
   c.op = pickle::CallOp::kNewObjEx;
@@ -118,6 +120,7 @@ FileFacts EveryFieldFacts() {
   se.code = pickle::VmError::Code::kUnsupported;
   se.message = "too many pickles";
   m.stream.stream_error = se;
+  m.alternative = true;
   f.members.push_back(m);
   f.other_values.listed.push_back(torch::OtherValue{"epoch", "int", 12});
   f.other_values.listed.push_back(torch::OtherValue{"args", "argparse.Namespace", 40});
@@ -167,6 +170,7 @@ void ExpectSameFacts(const FileFacts& a, const FileFacts& b) {
     const MemberFacts& ma = a.members[mi];
     const MemberFacts& mb = b.members[mi];
     EXPECT_EQ(ma.member, mb.member);
+    EXPECT_EQ(ma.alternative, mb.alternative);
     EXPECT_EQ(ma.stream.trailing_offset, mb.stream.trailing_offset);
     EXPECT_EQ(ma.stream.trailing_bytes, mb.stream.trailing_bytes);
     ASSERT_EQ(ma.stream.stream_error.has_value(), mb.stream.stream_error.has_value());
@@ -217,6 +221,8 @@ void ExpectSameFacts(const FileFacts& a, const FileFacts& b) {
         EXPECT_EQ(x.opcode, y.opcode);
         EXPECT_EQ(x.via, y.via);
         EXPECT_EQ(x.ext_code, y.ext_code);
+        EXPECT_EQ(x.module_computed, y.module_computed);
+        EXPECT_EQ(x.name_computed, y.name_computed);
       }
       ASSERT_EQ(pa.graph.calls.size(), pb.graph.calls.size());
       for (size_t i = 0; i < pa.graph.calls.size(); ++i) {

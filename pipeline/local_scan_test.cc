@@ -207,6 +207,91 @@ TEST(JudgeFactsTest, FactsThatScannedNothingAreNeverSafe) {
   EXPECT_EQ(JudgeFacts(facts, DefaultRules()).verdict(), v1::VERDICT_ERROR);
 }
 
+// ---------------------------------------------------------------- other loaders' readings
+
+// A safetensors file (8-byte length, then the header padded with spaces) whose bytes, read as a
+// pickle from offset 0, are BINBYTES of 25 bytes (the length's own bytes 1..4 give 25) and then
+// whatever the header holds from its byte 22 on: here a run of MARKs inside a metadata string.
+std::string SafetensorsWithMarks(size_t marks) {
+  const uint64_t n = 0x42 + 256 * 25;  // low byte 'B' (BINBYTES), length bytes 0x19 0 0 0
+  std::string header = R"({"__metadata__":{"a":")" + std::string(marks, '(') + R"("}})";
+  header.resize(n, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header;
+}
+
+TEST(JudgeFactsTest, AnotherLoadersReadingThatStopsOnALimitIsNeverSafe) {
+  // torch.load of a safetensors file unpickles it from offset 0; CPython has no MARK limit and
+  // reads on past where ours stops, so that stop cannot end the reading cleanly.
+  pickle::Limits limits;
+  limits.max_mark_depth = 10;
+  const v1::FileReport r = Judge(SafetensorsWithMarks(30), limits);
+  EXPECT_EQ(r.format(), "safetensors");
+  EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(r.errors_size(), 1);
+  EXPECT_EQ(r.errors(0).code(), "limit");
+  EXPECT_EQ(r.errors(0).limit_name(), "max_mark_depth");
+  EXPECT_EQ(r.errors(0).location().member(), "(as pickle)");
+}
+
+TEST(JudgeFactsTest, AnotherLoadersReadingThatFailsWhereCPythonFailsEndsCleanly) {
+  // Under the limit the reading ends on the '"' after the MARKs, an invalid opcode to
+  // _pickle.c too: torch.load fails there, having imported nothing.
+  const v1::FileReport r = Judge(SafetensorsWithMarks(30));
+  EXPECT_EQ(r.format(), "safetensors");
+  EXPECT_EQ(r.verdict(), v1::VERDICT_SAFE) << r.DebugString();
+}
+
+// Facts of one pickle that stopped with `code` at `opcode`, as the member `alternative` says.
+FileFacts OneStoppedPickle(pickle::VmError::Code code, uint8_t opcode, bool alternative) {
+  FileFacts facts;
+  facts.format = "safetensors";
+  facts.safetensors.valid = true;
+  torch::MemberFacts m;
+  m.member = "(as pickle)";
+  m.alternative = alternative;
+  pickle::PickleFacts p;
+  pickle::VmError e;
+  e.code = code;
+  e.message = "stopped";
+  e.offset = 0;
+  e.opcode = opcode;
+  e.has_opcode = true;
+  if (code == pickle::VmError::Code::kLimit) e.limit_name = "max_line_bytes";
+  p.error = e;
+  m.stream.pickles.push_back(std::move(p));
+  facts.members.push_back(std::move(m));
+  return facts;
+}
+
+TEST(JudgeFactsTest, OnlyStopsTheLoaderSharesEndAnAlternativeReading) {
+  using Code = pickle::VmError::Code;
+  struct Case {
+    Code code;
+    uint8_t opcode;
+    bool alternative;
+    v1::Verdict want;
+  } cases[] = {
+      {Code::kMalformed, 0x00, true, v1::VERDICT_SAFE},   // _pickle.c fails there too
+      {Code::kUnsupported, pickle::NEXT_BUFFER, true, v1::VERDICT_SAFE},
+      {Code::kStricter, pickle::BINUNICODE, true, v1::VERDICT_ERROR},  // CPython reads on
+      {Code::kLimit, pickle::INT, true, v1::VERDICT_ERROR},
+      // No persistent_load in any loader that reads these bytes as a pickle: it stops at the id.
+      {Code::kLimit, pickle::PERSID, true, v1::VERDICT_SAFE},
+      // The format's own reading: any stop is an error of the file.
+      {Code::kMalformed, 0x00, false, v1::VERDICT_ERROR},
+      {Code::kLimit, pickle::PERSID, false, v1::VERDICT_ERROR},
+  };
+  for (const Case& c : cases) {
+    const v1::FileReport r =
+        JudgeFacts(OneStoppedPickle(c.code, c.opcode, c.alternative), DefaultRules());
+    EXPECT_EQ(r.verdict(), c.want) << "code " << static_cast<int>(c.code) << " opcode "
+                                   << static_cast<int>(c.opcode) << " alternative "
+                                   << c.alternative;
+  }
+}
+
 TEST(ToScanErrorTest, MapsEveryField) {
   pickle::VmError vm;
   vm.code = pickle::VmError::Code::kUnsupported;

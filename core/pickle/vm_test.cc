@@ -559,5 +559,44 @@ TEST(VmTest, JoblibPlaceholderMadeByReconstructorStopsTheReading) {
   EXPECT_TRUE(Vm().ScanStream(data).ok());
 }
 
+TEST(VmTest, JoblibSecondBuildOnAPlaceholderStopsTheReading) {
+  // The placeholder fetched again from the memo and built again: joblib reads a second array.
+  std::string first = JoblibOneArray("u1", -1, 0, 1, "X");
+  first.pop_back();  // no STOP yet
+  // Memoize the placeholder right after NEWOBJ: insert BINPUT 0 after ")\x81".
+  const size_t at = first.find(")\x81") + 2;
+  first.insert(at, "q\x00"s);
+  std::string data = first + "0h\x00}b."s;
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+  EXPECT_NE(ErrorOf(f.pickles[0]).find("second BUILD"), std::string::npos) << ErrorOf(f.pickles[0]);
+}
+
+TEST(VmTest, JoblibSlotStateSettingClassStopsTheReading) {
+  // BUILD (None, {'__class__': NumpyArrayWrapper}) on a plain object: setattr turns it into a
+  // placeholder, and joblib reads array bytes after it.
+  std::string data =
+      "\x80\x02" "ccollections\nOrderedDict\n)R" "N}\x8c\x09__class__"
+      "cjoblib.numpy_pickle\nNumpyArrayWrapper\ns\x86" "b."s;
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+}
+
+TEST(VmTest, JoblibObjectArrayWithAllowMmapIsScannedThenStops) {
+  // Under mmap_mode joblib maps these bytes raw, without it it unpickles them: the pickle's
+  // payload is reported, and the reading stops.
+  std::string data = JoblibOneArray("O8", -1, 1, 1, "cposix\nsystem\n(S'true'\ntR.");
+  const size_t state_end = data.find("ub", data.find("dtype"));
+  ASSERT_NE(state_end, std::string::npos);
+  data.insert(state_end, "X\x0a\x00\x00\x00" "allow_mmap\x88"s);
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+  ASSERT_EQ(f.pickles.size(), 2u);
+  EXPECT_EQ(Globals(f.pickles[1]), (std::vector<std::string>{"posix.system"}));
+}
+
 }  // namespace
 }  // namespace ckptscan::pickle
