@@ -347,11 +347,16 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
     if (spec.any_of_size() == 0) {
       return Invalid(origin, absl::StrCat(where, " args[", ai, "]: any_of is empty"));
     }
+    bool takes_str = false;
     for (int kind : spec.any_of()) {
       if (kind == v1::ARG_KIND_UNSPECIFIED || !v1::ArgKind_IsValid(kind)) {
         return Invalid(origin,
                        absl::StrCat(where, " args[", ai, "]: invalid argument kind ", kind));
       }
+      takes_str = takes_str || kind == v1::ARG_STR;
+    }
+    if (!spec.str_values().empty() && !takes_str) {
+      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: str_values without ARG_STR"));
     }
   }
   return absl::OkStatus();
@@ -754,7 +759,7 @@ class RuleSet::Impl::Run {
     return ok;
   }
 
-  bool ArgMatches(NodeId id, int kind) {
+  bool ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec) {
     const Node* n = internal::NodeAt(*g_, id);
     if (n == nullptr) return false;
     switch (kind) {
@@ -769,7 +774,13 @@ class RuleSet::Impl::Run {
       case v1::ARG_FLOAT:
         return n->kind == Kind::kFloat;
       case v1::ARG_STR:
-        return n->kind == Kind::kStr;
+        if (n->kind != Kind::kStr) return false;
+        if (spec.str_values().empty()) return true;
+        if (n->truncated) return false;
+        for (const std::string& v : spec.str_values()) {
+          if (n->text == v) return true;
+        }
+        return false;
       case v1::ARG_BYTES:
         return n->kind == Kind::kBytes || n->kind == Kind::kByteArray;
       case v1::ARG_INT_TUPLE:
@@ -807,8 +818,9 @@ class RuleSet::Impl::Run {
     if (has_kwargs && !s.kwargs()) return false;
     for (size_t i = 0; i < args.size() && i < static_cast<size_t>(s.args_size()); ++i) {
       bool any = false;
-      for (int kind : s.args(static_cast<int>(i)).any_of()) {
-        if (ArgMatches(args[i], kind)) {
+      const v1::ArgSpec& spec = s.args(static_cast<int>(i));
+      for (int kind : spec.any_of()) {
+        if (ArgMatches(args[i], kind, spec)) {
           any = true;
           break;
         }
@@ -824,8 +836,17 @@ class RuleSet::Impl::Run {
     for (uint32_t i = 0; i < shown; ++i) {
       std::string kinds;
       if (i < static_cast<uint32_t>(s.args_size())) {
+        const v1::ArgSpec& spec = s.args(static_cast<int>(i));
         std::vector<std::string> names;
-        for (int k : s.args(static_cast<int>(i)).any_of()) names.push_back(ArgKindLabel(k));
+        for (int k : spec.any_of()) {
+          std::string label = ArgKindLabel(k);
+          if (k == v1::ARG_STR && !spec.str_values().empty()) {
+            std::vector<std::string> values;
+            for (const std::string& v : spec.str_values()) values.push_back(absl::StrCat("'", v, "'"));
+            absl::StrAppend(&label, " ", absl::StrJoin(values, " or "));
+          }
+          names.push_back(std::move(label));
+        }
         kinds = absl::StrJoin(names, "|");
       } else {
         kinds = "ANY";

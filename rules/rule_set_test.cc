@@ -780,6 +780,48 @@ TEST(EvaluateSafeTest, ParametersDtypesAndNewFormatsAreSafe) {
   EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
 }
 
+// A codec name decides what _codecs.encode does: 'rot13' computes any text ('bf' -> 'os') and
+// every other name imports an encodings module at load time. Only 'latin1', what _pickle.c
+// writes for bytes at protocol < 3, is allowed; bytearray's encoding only 'latin-1'.
+TEST(EvaluateTest, CodecNamesArePinnedToWhatPicklersWrite) {
+  struct Case {
+    const char* callee_module;
+    const char* callee;
+    const char* codec;
+    v1::Verdict want;
+  } cases[] = {
+      {"_codecs", "encode", "latin1", v1::VERDICT_SAFE},
+      {"_codecs", "encode", "rot13", v1::VERDICT_SUSPICIOUS},
+      {"_codecs", "encode", "latin-1", v1::VERDICT_SUSPICIOUS},
+      {"_codecs", "encode", "idna", v1::VERDICT_SUSPICIOUS},
+      {"builtins", "bytearray", "latin-1", v1::VERDICT_SAFE},
+      {"builtins", "bytearray", "rot13", v1::VERDICT_SUSPICIOUS},
+  };
+  for (const Case& c : cases) {
+    FactsBuilder b;
+    b.Reduce(b.Global(c.callee_module, c.callee), b.Tuple({b.Str("bf"), b.Str(c.codec)}));
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, c.want) << c.callee << " " << c.codec << Dump(e);
+    if (c.want != v1::VERDICT_SAFE) {
+      ASSERT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
+      EXPECT_THAT(e.findings[0].message(), HasSubstr("'latin")) << Dump(e);
+    }
+  }
+}
+
+TEST(RuleSetLoadTest, StrValuesWithoutStrKindIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           allow {
+             module: "m"
+             name: "f"
+             calls { op: CALL_REDUCE min_args: 1 max_args: 1 args { any_of: ARG_INT str_values: "x" } }
+           })pb",
+      "pin.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("str_values without ARG_STR"));
+}
+
 TEST(EvaluateSafeTest, NumpyArrayAndArgparseNamespaceAreSafe) {
   FactsBuilder b;
   // np.array pickled at protocol 2: _reconstruct(ndarray, (0,), _codecs.encode('b', 'latin1')).
