@@ -827,10 +827,29 @@ class Machine final {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::string> ReadAsciiLine(const char* what) {
+  // A GLOBAL/INST name line without its '\n'. _pickle.c refuses a line shorter than two bytes
+  // or one the data ends in; joblib's outer stream is read by the pure-Python unpickler, which
+  // takes readline()[:-1] of whatever readline() returns: an empty line, or at the end of the
+  // data the rest of it less its last byte (and it imports what that names).
+  absl::StatusOr<std::string_view> ReadNameLine() {
+    if (loader_ == Loader::kJoblib) {
+      MaybeLeaveFrame();
+      const std::string_view window = r_.Peek();
+      if (!in_frame_ && window.find('\n') == std::string_view::npos &&
+          window.size() <= limits_.max_line_bytes) {
+        CKPT_ASSIGN_OR_RETURN(std::string_view rest, r_.ReadBytes(window.size()));
+        return rest.substr(0, rest.empty() ? 0 : rest.size() - 1);
+      }
+      CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+      return line.substr(0, line.size() - 1);
+    }
     CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
     if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
-    std::string_view s = line.substr(0, line.size() - 1);
+    return line.substr(0, line.size() - 1);
+  }
+
+  absl::StatusOr<std::string> ReadAsciiLine(const char* what) {
+    CKPT_ASSIGN_OR_RETURN(std::string_view s, ReadNameLine());
     for (char c : s) {
       if (static_cast<unsigned char>(c) >= 0x80) {
         return Malformed(absl::StrCat("'ascii' codec can't decode the ", what, " name"));
@@ -840,9 +859,7 @@ class Machine final {
   }
 
   absl::StatusOr<std::string> ReadUtf8Line(const char* what) {
-    CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
-    if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
-    std::string_view s = line.substr(0, line.size() - 1);
+    CKPT_ASSIGN_OR_RETURN(std::string_view s, ReadNameLine());
     if (!IsValidUtf8(s, false)) {
       return Malformed(absl::StrCat("'utf-8' codec can't decode the ", what, " name"));
     }
@@ -1267,11 +1284,21 @@ class Machine final {
         return absl::OkStatus();
       }
       case INST: {
-        CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
+        // _pickle.c finds the MARK first; joblib's outer stream is read by the pure-Python
+        // unpickler (pickle._Unpickler.load_inst), which reads both lines and imports the class
+        // before it looks for the MARK: without one, it has still imported the module.
+        const bool import_first = loader_ == Loader::kJoblib;
+        size_t m = 0;
+        if (!import_first) {
+          CKPT_ASSIGN_OR_RETURN(m, Marker());
+        }
         CKPT_ASSIGN_OR_RETURN(std::string module, ReadAsciiLine("module"));
         CKPT_ASSIGN_OR_RETURN(std::string name, ReadAsciiLine("class"));
         arg_ = absl::StrCat(QuoteForTrace(module), " ", QuoteForTrace(name));
         NodeId cls = AddGlobal(std::move(module), std::move(name), Via::kInst);
+        if (import_first) {
+          CKPT_ASSIGN_OR_RETURN(m, Marker());
+        }
         CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
         NodeId args = NewContainer(Kind::kTuple, std::move(items));
         Push(AddCall(CallOp::kInst, cls, args, kNoNode, Kind::kCall));

@@ -598,5 +598,25 @@ TEST(VmTest, JoblibObjectArrayWithAllowMmapIsScannedThenStops) {
   EXPECT_EQ(Globals(f.pickles[1]), (std::vector<std::string>{"posix.system"}));
 }
 
+// Found by tests/differential/joblib_diff.py: joblib's outer stream is read by the pure-Python
+// unpickler, which imports an INST class before it looks for the MARK, and takes a name line
+// the data ends in (less its last byte).
+TEST(VmTest, JoblibReadingImportsAnInstClassEvenWithoutAMark) {
+  const std::string data = "\x80\x02iposix\nsystem\n."s;
+  StreamFacts c = Vm().ScanStream(data);
+  EXPECT_TRUE(Globals(c.pickles[0]).empty());  // _pickle.c: no MARK, nothing imported
+  StreamFacts py = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  EXPECT_EQ(Globals(py.pickles[0]), (std::vector<std::string>{"posix.system"}));
+  EXPECT_EQ(ErrorOf(py.pickles[0]), "could not find MARK");
+}
+
+TEST(VmTest, JoblibReadingTakesANameLineTheDataEndsIn) {
+  const std::string data = "\x80\x02" "cposix\nsystemX"s;  // pickle.py: readline()[:-1]
+  EXPECT_TRUE(Globals(Vm().ScanStream(data).pickles[0]).empty());
+  StreamFacts py = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  EXPECT_EQ(Globals(py.pickles[0]), (std::vector<std::string>{"posix.system"}));
+  EXPECT_TRUE(py.pickles[0].error.has_value());  // and then the data has ended
+}
+
 }  // namespace
 }  // namespace ckptscan::pickle
