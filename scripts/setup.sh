@@ -4,7 +4,7 @@
 # when nothing is missing. Runs apt-get as root, or through sudo otherwise.
 #
 #   scripts/setup.sh          build + test dependencies
-#   scripts/setup.sh --dev    also Debian's python3-torch/numpy/joblib, needed only to regenerate fixtures
+#   scripts/setup.sh --dev    also Debian's python3-torch, needed only to regenerate fixtures
 #   scripts/setup.sh --bazel  also Debian's bazel-bootstrap (Bazel 4.2.3 + a JDK), for the optional
 #                             Bazel build (docs/bazel.md; scripts/bazel.sh). Not needed for CMake.
 #   scripts/setup.sh --hardening
@@ -35,10 +35,12 @@ packages+=(python3-yaml)
 # pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests find
 # workers with it). Checked by scripts/fresh_root_check.sh.
 packages+=(openssl python3-pkg-resources procps)
+# The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib.
+packages+=(python3-joblib python3-numpy)
 k8s=0
 for opt in "$@"; do
   case "$opt" in
-    --dev) packages+=(python3-torch python3-numpy python3-joblib) ;;
+    --dev) packages+=(python3-torch) ;;
     # bazel-bootstrap pulls default-jdk-headless itself; the rule sets it would download are
     # replaced by stubs in third_party/bazel (docs/bazel.md).
     --bazel) packages+=(bazel-bootstrap) ;;

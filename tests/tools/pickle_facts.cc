@@ -1,7 +1,11 @@
 // pickle_facts: prints what the VM saw in each file, one JSON object per line, for the
 // differential test against CPython (tests/differential/diff_test.py).
 //
-//   pickle_facts FILE...      or      pickle_facts --stdin   (one path per line)
+//   pickle_facts [--joblib] FILE...      or      pickle_facts [--joblib] --stdin
+//
+// --joblib reads the files as joblib.load does (pickle::Loader::kJoblib) instead of as
+// pickle.load does. A pickle's "error_code" is "malformed", "limit", "unsupported" or
+// "stricter" (pickle::VmError::Code), or null.
 //
 // {"file": ..., "pickles": [{"start", "end", "depth", "error", "error_offset",
 //   "globals": [[module, name], ...]}], "trailing_bytes": N, "stream_error": null|"..."}
@@ -29,7 +33,17 @@ std::string Dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-nlohmann::json Describe(const std::string& path) {
+const char* CodeName(ckptscan::pickle::VmError::Code c) {
+  switch (c) {
+    case ckptscan::pickle::VmError::Code::kMalformed: return "malformed";
+    case ckptscan::pickle::VmError::Code::kLimit: return "limit";
+    case ckptscan::pickle::VmError::Code::kUnsupported: return "unsupported";
+    case ckptscan::pickle::VmError::Code::kStricter: return "stricter";
+  }
+  return "?";
+}
+
+nlohmann::json Describe(const std::string& path, const Vm& vm) {
   nlohmann::json out;
   out["file"] = path;
   std::ifstream in(path, std::ios::binary);
@@ -40,7 +54,7 @@ nlohmann::json Describe(const std::string& path) {
     return out;
   }
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  StreamFacts facts = Vm().ScanStream(data);
+  StreamFacts facts = vm.ScanStream(data);
   nlohmann::json pickles = nlohmann::json::array();
   for (const PickleFacts& p : facts.pickles) {
     nlohmann::json jp;
@@ -49,6 +63,7 @@ nlohmann::json Describe(const std::string& path) {
     jp["depth"] = p.depth;
     jp["error"] = p.error ? nlohmann::json(p.error->message) : nlohmann::json(nullptr);
     jp["error_offset"] = p.error ? nlohmann::json(p.error->offset) : nlohmann::json(nullptr);
+    jp["error_code"] = p.error ? nlohmann::json(CodeName(p.error->code)) : nlohmann::json(nullptr);
     nlohmann::json globals = nlohmann::json::array();
     for (const GlobalRef& g : p.graph.globals) {
       if (g.via == Via::kExt) {
@@ -72,17 +87,24 @@ nlohmann::json Describe(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::cerr << "usage: pickle_facts FILE... | pickle_facts --stdin\n";
+  int first = 1;
+  ckptscan::pickle::Loader loader = ckptscan::pickle::Loader::kPickle;
+  if (argc > 1 && std::string(argv[1]) == "--joblib") {
+    loader = ckptscan::pickle::Loader::kJoblib;
+    first = 2;
+  }
+  if (argc <= first) {
+    std::cerr << "usage: pickle_facts [--joblib] FILE... | pickle_facts [--joblib] --stdin\n";
     return 64;
   }
-  if (std::string(argv[1]) == "--stdin") {
+  const Vm vm(ckptscan::pickle::Limits{}, loader);
+  if (std::string(argv[first]) == "--stdin") {
     std::string line;
     while (std::getline(std::cin, line)) {
-      if (!line.empty()) std::cout << Dump(Describe(line)) << "\n";
+      if (!line.empty()) std::cout << Dump(Describe(line, vm)) << "\n";
     }
   } else {
-    for (int i = 1; i < argc; ++i) std::cout << Dump(Describe(argv[i])) << "\n";
+    for (int i = first; i < argc; ++i) std::cout << Dump(Describe(argv[i], vm)) << "\n";
   }
   std::cout.flush();
   return 0;

@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""joblib.load as an oracle for the joblib reading: which globals would loading import?
+
+    joblib_diff.py --facts-tool PATH [--seed N] [--count N] [--fixtures DIR]... [--keep-failures DIR]
+
+Generates joblib-style files (NumpyArrayWrapper placeholders made as joblib.dump makes them or
+otherwise, numpy dtypes of every kind with varied state sizes, flags and versions, alignment
+pads, allow_mmap, raw array bytes that are data or opcodes, nested object-array pickles) and
+byte-level mutations of them and of the benign joblib fixtures. Each file is loaded by Debian's
+joblib 1.2 (numpy 1.24) with a recording find_class that imports nothing: it hands back the real
+placeholder classes, numpy.dtype, numpy.ndarray, copyreg._reconstructor and object (none of which
+runs code from the file) and an inert stub for any other name; joblib's nested pickle.load for
+object arrays is recorded the same way. The loader runs in a child process under a memory limit
+and a per-file alarm, so a crash in numpy on a crafted dtype loses only that file's tail.
+
+The same file is read by `pickle_facts --joblib` (our joblib.load reading) and `pickle_facts`
+(our pickle.load reading). A mismatch is a global joblib imports that neither of our readings
+reports, on a file whose joblib reading ended without any error (any error makes the file ERROR,
+which blocks it). 0 mismatches is the pass condition. Needs python3-joblib and python3-numpy;
+without them it exits 77 with the reason.
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "readings"))
+sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
+import gen_readings as g  # noqa: E402  (the fixtures' byte builders)
+
+PAYLOAD_GLOBAL = b"cposix\nsystem\n"
+CODES = ["f8", "f4", "f2", "i4", "i8", "u1", "b1", "c16", "O8", "S3", "U2", "V4", "float64",
+         "int32", "M8", "f16"]
+
+
+# ---- the oracle (child process) ----
+
+def oracle_main():
+    import resource
+    import signal
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    import copyreg
+    import pickle
+    import numpy
+    from joblib import numpy_pickle
+    real = {("joblib.numpy_pickle", "NumpyArrayWrapper"): numpy_pickle.NumpyArrayWrapper,
+            ("numpy", "ndarray"): numpy.ndarray, ("numpy", "dtype"): numpy.dtype,
+            ("copyreg", "_reconstructor"): copyreg._reconstructor, ("builtins", "object"): object}
+
+    class Stub:
+        def __init__(self, *a, **k):
+            pass
+
+        def __call__(self, *a, **k):
+            return Stub()
+
+        def __setstate__(self, state):
+            pass
+
+    out = sys.stdout
+
+    def recorder(base, idx):
+        class Recording(base):
+            def find_class(self, module, name):
+                out.write(json.dumps(["G", idx, module, name]) + "\n")
+                out.flush()
+                return real.get((module, name), Stub)
+        return Recording
+
+    def timeout(signum, frame):
+        raise TimeoutError("alarm")
+
+    signal.signal(signal.SIGALRM, timeout)
+    saved = numpy_pickle.pickle
+    for line in sys.stdin:
+        idx, path = json.loads(line)
+        inner = recorder(pickle.Unpickler, idx)
+        numpy_pickle.pickle = type("P", (), {"load": staticmethod(lambda f, **k: inner(f).load())})
+        signal.alarm(5)
+        try:
+            with open(path, "rb") as f:
+                recorder(numpy_pickle.NumpyUnpickler, idx)(path, f).load()
+        except BaseException:  # the loader failing is an answer, not an error of the oracle
+            pass
+        finally:
+            signal.alarm(0)
+            numpy_pickle.pickle = saved
+        out.write(json.dumps(["E", idx]) + "\n")
+        out.flush()
+
+
+def run_oracle(paths):
+    """{index: [(module, name), ...]} for every path, restarting the child after a crash."""
+    seen = {i: [] for i in range(len(paths))}
+    start = 0
+    while start < len(paths):
+        child = subprocess.Popen([sys.executable, __file__, "--oracle"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        feed = "".join(json.dumps([i, paths[i]]) + "\n" for i in range(start, len(paths)))
+        stdout, _ = child.communicate(feed)
+        last = start - 1
+        for line in stdout.splitlines():
+            rec = json.loads(line)
+            if rec[0] == "G":
+                seen[rec[1]].append((rec[2], rec[3]))
+            else:
+                last = rec[1]
+        # A crash ends the child at file last + 1, which keeps what it recorded so far; the
+        # next child starts after it.
+        start = last + 2
+    return seen
+
+
+# ---- our readings ----
+
+def our_facts(tool, paths, joblib):
+    args = [tool] + (["--joblib"] if joblib else []) + ["--stdin"]
+    proc = subprocess.run(args, input="".join(p + "\n" for p in paths), capture_output=True,
+                          text=True, check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+# ---- the generator ----
+
+# (code, item size, flags) as numpy 1.24's dtype.__reduce__ writes them (elsize -1 for the
+# builtin types, the size for S/U/V; NPY_OBJECT_DTYPE_FLAGS for objects).
+AS_WRITTEN = [("f8", -1, 0), ("f4", -1, 0), ("i8", -1, 0), ("u1", -1, 0), ("b1", -1, 0),
+              ("c16", -1, 0), ("f2", -1, 0), ("O8", -1, 63), ("S3", 3, 0), ("U2", 8, 0),
+              ("V4", 4, 0)]
+
+
+def random_dtype(rng):
+    if rng.random() < 0.7:
+        code, elsize, flags = rng.choice(AS_WRITTEN)
+        return g.dtype(code, elsize=elsize, flags=flags, version=3)
+    code = rng.choice(CODES)
+    version = rng.choice([3, 3, 3, 2, 4])
+    elsize = rng.choice([-1, -1, 0, 1, 3, 4, 8, 16])
+    flags = rng.choice([0, 0, 0, 1, 16, 63])
+    dt = g.dtype(code, elsize=elsize, flags=flags, version=version)
+    if rng.random() < 0.1:
+        dt = dt.replace(b"\x89\x88\x87R", b"\x89\x89\x87R")  # copy=False
+    return dt
+
+
+def random_array(rng):
+    shape = [rng.randint(0, 6) for _ in range(rng.randint(0, 2))]
+    dt = random_dtype(rng)
+    dims = b"".join(b"J" + struct.pack("<i", d) for d in shape)
+    keys = (g.ustr("subclass") + b"cnumpy\nndarray\n" + g.ustr("shape") + b"(" + dims + b"t" +
+            g.ustr("order") + g.ustr("C") + g.ustr("dtype") + dt)
+    mmap = rng.random()
+    if mmap < 0.4:
+        keys += g.ustr("allow_mmap") + b"\x88"
+    elif mmap < 0.7:
+        keys += g.ustr("allow_mmap") + b"\x89"
+    aligned = rng.random() < 0.5
+    if aligned:
+        keys += g.ustr("numpy_array_alignment_bytes") + b"K\x10"
+    state = b"}(" + keys + b"u"
+    if rng.random() < 0.95:
+        head = g.WRAPPER + b")\x81" + state + b"b"
+    else:
+        head = (b"ccopyreg\n_reconstructor\n" + g.WRAPPER + b"cbuiltins\nobject\nN\x87R" +
+                state + b"b")
+    # What follows: raw bytes (data to joblib), a payload as opcodes, or a whole pickle.
+    tail = b""
+    if aligned and rng.random() < 0.8:
+        pad = rng.randint(0, 3)
+        tail += bytes([pad]) + b"\0" * pad
+    for _ in range(rng.randint(0, 3)):
+        r = rng.random()
+        if r < 0.35:
+            tail += bytes(rng.choice(b"\0NN0(.cK") for _ in range(rng.choice([1, 2, 4, 8, 12, 16])))
+        elif r < 0.6:
+            tail += g.PAYLOAD
+        elif r < 0.8:
+            tail += b"cposix\nsystem\n(S'true'\ntR."
+        else:
+            tail += g.fillers(2 * rng.randint(1, 8))
+    return head + tail
+
+
+def generate(rng):
+    body = b"".join(random_array(rng) + (b"0" if rng.random() < 0.3 else b"")
+                    for _ in range(rng.randint(1, 3)))
+    if rng.random() < 0.3:
+        body += g.PAYLOAD
+    return b"\x80\x02" + body + b"."
+
+
+def mutate(rng, data):
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        op = rng.random()
+        pos = rng.randrange(len(b)) if b else 0
+        if op < 0.5 and b:
+            b[pos] = rng.randint(0, 255)
+        elif op < 0.75:
+            b[pos:pos] = bytes([rng.randint(0, 255)])
+        elif b:
+            del b[pos]
+    return bytes(b)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--facts-tool", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=2000, help="generated inputs; as many mutants")
+    ap.add_argument("--fixtures", action="append", default=[])
+    ap.add_argument("--keep-failures")
+    args = ap.parse_args()
+    try:
+        import joblib  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        print("skip: the joblib differential needs Debian's python3-joblib and python3-numpy (%s)"
+              % e)
+        return 77
+    rng = random.Random(args.seed)
+    inputs = []
+    seeds = []
+    for d in args.fixtures:
+        for root, _, names in os.walk(d):
+            for n in sorted(names):
+                if n.endswith((".joblib", ".pkl")):
+                    with open(os.path.join(root, n), "rb") as f:
+                        seeds.append(f.read())
+    for _ in range(args.count):
+        inputs.append(generate(rng))
+    pool = inputs + seeds
+    for _ in range(args.count):
+        inputs.append(mutate(rng, rng.choice(pool)))
+    inputs += seeds
+
+    tmp = tempfile.mkdtemp(prefix="joblib_diff.")
+    paths = []
+    for i, data in enumerate(inputs):
+        p = os.path.join(tmp, "%06d.joblib" % i)
+        with open(p, "wb") as f:
+            f.write(data)
+        paths.append(p)
+    oracle = run_oracle(paths)
+    ours_joblib = our_facts(args.facts_tool, paths, True)
+    ours_plain = our_facts(args.facts_tool, paths, False)
+
+    counts = {"complete": 0, "blocked": 0, "mismatch": 0, "imports": 0}
+    failures = []
+    diverged = []  # blocked, but joblib imported something our readings never reached
+    for i, p in enumerate(paths):
+        j = ours_joblib[i]
+        reported = set()
+        for facts in (j, ours_plain[i]):
+            for pk in facts["pickles"]:
+                reported.update(tuple(x) for x in pk["globals"])
+        computed = any(m == "<computed>" for m, _ in reported)
+        blocked = (j["stream_error"] is not None or not j["pickles"] or
+                   any(pk["error"] is not None for pk in j["pickles"]))
+        missing = [x for x in oracle[i] if tuple(x) not in reported]
+        counts["imports"] += bool(oracle[i])
+        if blocked:
+            counts["blocked"] += 1
+            if missing and not computed:
+                diverged.append((p, missing, j))
+            if os.environ.get("JOBLIB_DIFF_WHY"):
+                errs = [pk["error"] for pk in j["pickles"] if pk["error"]] or [j["stream_error"]]
+                print("blocked:", str(errs[0])[:90])
+        elif missing and not computed:
+            counts["mismatch"] += 1
+            failures.append((p, missing, j))
+        else:
+            counts["complete"] += 1
+    print("joblib differential, seed %d: %d inputs (%d that joblib.load imported from), "
+          "%d read whole by us and in agreement, %d blocked by an error of our reading, "
+          "%d mismatches" % (args.seed, len(paths), counts["imports"], counts["complete"],
+                             counts["blocked"], counts["mismatch"]))
+    print("of the blocked ones, %d where joblib.load imports something before failing that our "
+          "readings did not reach (blocked all the same)" % len(diverged))
+    if os.environ.get("JOBLIB_DIFF_WHY"):
+        for p, missing, j in diverged[:10]:
+            print("DIVERGED %s: %s; ours %s" % (p, missing, json.dumps(j["pickles"])[:300]))
+    for p, missing, j in failures[:20]:
+        print("MISMATCH %s: joblib.load imports %s, our readings do not report it; ours: %s"
+              % (os.path.basename(p), missing, json.dumps(j["pickles"])[:400]))
+    if args.keep_failures and failures:
+        os.makedirs(args.keep_failures, exist_ok=True)
+        for p, _, _ in failures:
+            os.replace(p, os.path.join(args.keep_failures, os.path.basename(p)))
+    if not os.environ.get("JOBLIB_DIFF_WHY"):
+        for p in paths:
+            if os.path.exists(p):
+                os.unlink(p)
+        os.rmdir(tmp)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--oracle"]:
+        oracle_main()
+    else:
+        sys.exit(main())
