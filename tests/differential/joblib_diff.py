@@ -44,54 +44,28 @@ def oracle_main():
     import resource
     import signal
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
-    import copyreg
-    import pickle
-    import numpy
-    from joblib import numpy_pickle
-    real = {("joblib.numpy_pickle", "NumpyArrayWrapper"): numpy_pickle.NumpyArrayWrapper,
-            ("numpy", "ndarray"): numpy.ndarray, ("numpy", "dtype"): numpy.dtype,
-            ("copyreg", "_reconstructor"): copyreg._reconstructor, ("builtins", "object"): object}
-
-    class Stub:
-        def __init__(self, *a, **k):
-            pass
-
-        def __call__(self, *a, **k):
-            return Stub()
-
-        def __setstate__(self, state):
-            pass
-
-    out = sys.stdout
-
-    def recorder(base, idx):
-        class Recording(base):
-            def find_class(self, module, name):
-                out.write(json.dumps(["G", idx, module, name]) + "\n")
-                out.flush()
-                return real.get((module, name), Stub)
-        return Recording
+    real = g.real_classes()
 
     def timeout(signum, frame):
         raise TimeoutError("alarm")
 
     signal.signal(signal.SIGALRM, timeout)
-    saved = numpy_pickle.pickle
     for line in sys.stdin:
         idx, path = json.loads(line)
-        inner = recorder(pickle.Unpickler, idx)
-        numpy_pickle.pickle = type("P", (), {"load": staticmethod(lambda f, **k: inner(f).load())})
+
+        def record(module, name):
+            sys.stdout.write(json.dumps(["G", idx, module, name]) + "\n")
+            sys.stdout.flush()
+
         signal.alarm(5)
         try:
-            with open(path, "rb") as f:
-                recorder(numpy_pickle.NumpyUnpickler, idx)(path, f).load()
-        except BaseException:  # the loader failing is an answer, not an error of the oracle
+            g.joblib_load_recording(path, record, real)
+        except TimeoutError:
             pass
         finally:
             signal.alarm(0)
-            numpy_pickle.pickle = saved
-        out.write(json.dumps(["E", idx]) + "\n")
-        out.flush()
+        sys.stdout.write(json.dumps(["E", idx]) + "\n")
+        sys.stdout.flush()
 
 
 def run_oracle(paths):
