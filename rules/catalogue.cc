@@ -248,6 +248,12 @@ std::vector<RuleInfo> Build() {
       RuleInfo{"container.inflate_mismatch", "DEFLATE stream does not match its sizes",
                "The compressed stream is shorter, longer, corrupt or padded: torch may unpickle bytes we could not see.",
                kSuspicious, v1::SEVERITY_HIGH},
+      RuleInfo{"container.zipfile_view", "Python's zipfile reads other members than torch",
+               "Python's zipfile (numpy.load of an .npz, zipfile-based tools) finds a member that "
+               "torch's reader does not (bytes prepended to the archive, a ZIP64 record away from "
+               "where its locator points, entry counts that understate the directory): both "
+               "readings are scanned.",
+               kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.crc_mismatch", "CRC mismatch",
                "The bytes do not match the CRC-32 in the directory. torch does not check CRCs; Python's zipfile refuses the member (CVE-2025-10156).",
                kSuspicious, v1::SEVERITY_MEDIUM},

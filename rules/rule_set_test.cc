@@ -1011,7 +1011,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
         "duplicate_name", "case_collision", "uppercase_name", "odd_name", "name_outside_prefix",
         "unusual_flags", "unsupported_method", "local_header_mismatch", "bad_local_header",
         "malformed_extra_field", "data_descriptor_mismatch", "size_mismatch", "directory_entry",
-        "deflated", "inflate_mismatch", "crc_mismatch"}) {
+        "deflated", "inflate_mismatch", "crc_mismatch", "zipfile_view"}) {
     expected.push_back(absl::StrCat("container.", kind));
   }
   for (const std::string& id : expected) EXPECT_NE(FindRule(id), nullptr) << id;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "core/torch/numpy.h"
 #include "core/torch/tar.h"
 #include "core/torch/tensors.h"
+#include "core/zip/zipfile_view.h"
 
 namespace ckptscan::torch {
 namespace {
@@ -437,6 +440,57 @@ class Reader {
       if (MustKeep(s) || &e == constants) {
         out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/&e != constants});
       }
+    }
+    if (format == "npz" || format == "zip") ZipfileView(*ar, data, outer, base, format == "npz");
+  }
+
+  // numpy.load opens an .npz with Python's zipfile, as zipfile-based tools open any zip, and
+  // zipfile can list other members than miniz (zip/zipfile_view.h): every member it would
+  // open whose bytes were not read above is read and scanned as well, and flagged.
+  void ZipfileView(const zip::Archive& ar, std::string_view data, std::string_view outer,
+                   uint64_t base, bool npz) {
+    absl::StatusOr<zip::ZipfileDirectory> dir = zip::ReadZipfileDirectory(data, options_.zip);
+    if (!dir.ok()) {
+      // zipfile refuses the archive, so numpy.load cannot open it; one of our limits is an
+      // error like any other.
+      if (dir.status().code() == absl::StatusCode::kResourceExhausted) {
+        Error(dir.status(), std::string(dir.status().message()), outer, base);
+      }
+      return;
+    }
+    std::set<std::tuple<uint64_t, uint64_t, uint64_t, uint16_t>> read;
+    for (const zip::Entry& e : ar.entries()) {
+      read.emplace(e.local_header_offset, e.compressed_size, e.uncompressed_size, e.method);
+    }
+    for (size_t i : dir->opened) {
+      const zip::Entry& z = dir->entries[i];
+      if (!z.local_header_ok) continue;  // ZipFile.open raises: nothing is loaded from it
+      if (read.count({z.local_header_offset, z.compressed_size, z.uncompressed_size, z.method})) {
+        continue;
+      }
+      const std::string name = MemberName(outer, absl::StrCat("(as zipfile) ", z.name));
+      Anomaly("zipfile_view", name, base + z.local_header_offset,
+              "Python's zipfile (numpy.load, zipfile-based tools) reads this member where torch's "
+              "reader finds none: both readings are scanned");
+      absl::StatusOr<zip::Member> m = ar.Read(z);
+      if (!m.ok()) {
+        Error(m.status(), absl::StrCat(name, ": ", m.status().message()), name,
+              base + z.local_header_offset);
+        continue;
+      }
+      AddMemberAnomalies(*m, outer, base);
+      const std::string_view bytes = m->bytes();
+      if (npz && IsNpy(bytes)) {
+        const std::string tensor =
+            z.name.size() > 4 && z.name.substr(z.name.size() - 4) == ".npy"
+                ? z.name.substr(0, z.name.size() - 4)
+                : z.name;
+        ReadNpy(bytes, name, absl::StrCat("(as zipfile) ", tensor), base + z.data_offset,
+                z.method == 0, vm_, out_);
+        continue;
+      }
+      pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
+      if (MustKeep(s)) out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/true});
     }
   }
 
