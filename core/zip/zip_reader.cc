@@ -15,6 +15,7 @@
 #include "core/base/checked.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
+#include "core/zip/records.h"
 
 namespace ckptscan::zip {
 namespace {
@@ -26,17 +27,18 @@ using base::CheckedMul;
 using base::RangeWithin;
 
 // Record signatures and sizes (APPNOTE.TXT; miniz's MZ_ZIP_* constants).
-constexpr std::string_view kLocalSig("PK\x03\x04", 4);
-constexpr std::string_view kCdSig("PK\x01\x02", 4);
-constexpr std::string_view kEocdSig("PK\x05\x06", 4);
-constexpr std::string_view kZip64EocdSig("PK\x06\x06", 4);
-constexpr std::string_view kZip64LocatorSig("PK\x06\x07", 4);
-constexpr std::string_view kDescriptorSig("PK\x07\x08", 4);
-constexpr uint64_t kLocalHeaderSize = 30;
-constexpr uint64_t kCdHeaderSize = 46;
-constexpr uint64_t kEocdSize = 22;
-constexpr uint64_t kZip64EocdSize = 56;
-constexpr uint64_t kZip64LocatorSize = 20;
+using records::kLocalSig;
+using records::kCdSig;
+using records::kEocdSig;
+using records::kZip64EocdSig;
+using records::kZip64LocatorSig;
+using records::kDescriptorSig;
+using records::kLocalHeaderSize;
+using records::kCdHeaderSize;
+using records::kEocdSize;
+using records::kZip64EocdSize;
+using records::kZip64LocatorSize;
+using records::kFlagUtf8;
 // miniz searches for the end record in 4 KiB blocks, backwards, and gives up once a block starts
 // 0xFFFF + 22 bytes or more before the end (the largest comment plus the record).
 constexpr uint64_t kEocdSearchBlock = 4096;
@@ -47,7 +49,6 @@ constexpr uint16_t kFlagDeflateOptions = 0x0006;
 constexpr uint16_t kFlagDescriptor = 0x0008;
 constexpr uint16_t kFlagPatch = 0x0020;
 constexpr uint16_t kFlagStrongEncryption = 0x0040;
-constexpr uint16_t kFlagUtf8 = 0x0800;
 constexpr uint16_t kFlagMaskedLocalHeader = 0x2000;
 constexpr uint16_t kFlagsTorchMayWrite = kFlagDeflateOptions | kFlagDescriptor | kFlagUtf8;
 constexpr uint32_t kDosDirectoryAttribute = 0x10;

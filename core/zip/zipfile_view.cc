@@ -12,25 +12,14 @@
 #include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
+#include "core/zip/records.h"
 
 namespace ckptscan::zip {
 namespace {
 
-using base::ByteReader;
 
-constexpr std::string_view kLocalSig("PK\x03\x04", 4);
-constexpr std::string_view kCdSig("PK\x01\x02", 4);
-constexpr std::string_view kEocdSig("PK\x05\x06", 4);
-constexpr std::string_view kZip64EocdSig("PK\x06\x06", 4);
-constexpr std::string_view kZip64LocatorSig("PK\x06\x07", 4);
-constexpr uint64_t kEocdSize = 22;
-constexpr uint64_t kZip64EocdSize = 56;
-constexpr uint64_t kZip64LocatorSize = 20;
-constexpr uint64_t kCdHeaderSize = 46;
-constexpr uint64_t kLocalHeaderSize = 30;
-constexpr uint64_t kMaxCommentSpan = (1u << 16) + kEocdSize;  // zipfile: 1 << 16, not 0xFFFF
+constexpr uint64_t kMaxCommentSpan = (1u << 16) + records::kEocdSize;  // zipfile: 1 << 16, not 0xFFFF
 constexpr uint16_t kMaxExtractVersion = 63;
-constexpr uint16_t kFlagUtf8 = 0x0800;
 
 absl::Status Limit(std::string_view limit, uint64_t value, uint64_t max, uint64_t offset) {
   return base::LimitError(
@@ -105,40 +94,40 @@ absl::Status DecodeExtra(std::string_view extra, uint64_t at, Entry* e) {
 absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
                                                       const Limits& limits) {
   const uint64_t size = data.size();
-  if (size < kEocdSize) return BadZip(0, "file is not a zip file");
+  if (size < records::kEocdSize) return BadZip(0, "file is not a zip file");
   // _EndRecData: the last 22 bytes when they are an end record without a comment, else the
   // last signature in the last 64 KiB + 22 bytes (whatever its comment length says).
   uint64_t eocd = 0;
-  const std::string_view last = data.substr(size - kEocdSize);
-  if (last.substr(0, 4) == kEocdSig && U16(last, 20) == 0) {
-    eocd = size - kEocdSize;
+  const std::string_view last = data.substr(size - records::kEocdSize);
+  if (last.substr(0, 4) == records::kEocdSig && U16(last, 20) == 0) {
+    eocd = size - records::kEocdSize;
   } else {
     const uint64_t window = size > kMaxCommentSpan ? size - kMaxCommentSpan : 0;
-    const size_t found = data.substr(window).rfind(kEocdSig);
+    const size_t found = data.substr(window).rfind(records::kEocdSig);
     if (found == std::string_view::npos) return BadZip(0, "file is not a zip file");
     eocd = window + found;
-    if (size - eocd < kEocdSize) return BadZip(eocd, "file is not a zip file (truncated end record)");
+    if (size - eocd < records::kEocdSize) return BadZip(eocd, "file is not a zip file (truncated end record)");
   }
-  const std::string_view rec = data.substr(eocd, kEocdSize);
+  const std::string_view rec = data.substr(eocd, records::kEocdSize);
   uint64_t cd_size = U32(rec, 12);
   uint64_t cd_offset = U32(rec, 16);
 
   ZipfileDirectory out;
   // _EndRecData64: a locator right before the end record, then a ZIP64 end record right before
   // the locator (where the locator points does not matter).
-  if (eocd >= kZip64LocatorSize) {
-    const std::string_view loc = data.substr(eocd - kZip64LocatorSize, kZip64LocatorSize);
-    if (loc.substr(0, 4) == kZip64LocatorSig) {
+  if (eocd >= records::kZip64LocatorSize) {
+    const std::string_view loc = data.substr(eocd - records::kZip64LocatorSize, records::kZip64LocatorSize);
+    if (loc.substr(0, 4) == records::kZip64LocatorSig) {
       const uint32_t diskno = U32(loc, 4);
       const uint32_t disks = U32(loc, 16);
       if (diskno != 0 || disks > 1) {
-        return BadZip(eocd - kZip64LocatorSize,
+        return BadZip(eocd - records::kZip64LocatorSize,
                       "zipfiles that span multiple disks are not supported");
       }
-      if (eocd >= kZip64LocatorSize + kZip64EocdSize) {
-        const uint64_t at = eocd - kZip64LocatorSize - kZip64EocdSize;
-        const std::string_view z = data.substr(at, kZip64EocdSize);
-        if (z.substr(0, 4) == kZip64EocdSig) {
+      if (eocd >= records::kZip64LocatorSize + records::kZip64EocdSize) {
+        const uint64_t at = eocd - records::kZip64LocatorSize - records::kZip64EocdSize;
+        const std::string_view z = data.substr(at, records::kZip64EocdSize);
+        if (z.substr(0, 4) == records::kZip64EocdSig) {
           out.zip64 = true;
           cd_size = U64(z, 40);
           cd_offset = U64(z, 48);
@@ -148,7 +137,7 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
   }
   // _RealGetContents: offsets shift by concat; entries are read until cd_size bytes are used.
   __int128 concat = static_cast<__int128>(eocd) - cd_size - cd_offset;
-  if (out.zip64) concat -= kZip64EocdSize + kZip64LocatorSize;
+  if (out.zip64) concat -= records::kZip64EocdSize + records::kZip64LocatorSize;
   const __int128 start_dir = static_cast<__int128>(cd_offset) + concat;
   if (start_dir < 0) return BadZip(eocd, "bad offset for central directory");
   if (cd_size > limits.max_central_directory_bytes) {
@@ -163,14 +152,14 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
   uint64_t pos = 0;  // in `dir`, as the BytesIO over it reads
   while (total < cd_size) {
     const uint64_t at = dir_at + pos;
-    if (dir.size() - pos < kCdHeaderSize) return BadZip(at, "truncated central directory");
-    const std::string_view h = dir.substr(pos, kCdHeaderSize);
-    if (h.substr(0, 4) != kCdSig) return BadZip(at, "bad magic number for central directory");
+    if (dir.size() - pos < records::kCdHeaderSize) return BadZip(at, "truncated central directory");
+    const std::string_view h = dir.substr(pos, records::kCdHeaderSize);
+    if (h.substr(0, 4) != records::kCdSig) return BadZip(at, "bad magic number for central directory");
     if (out.entries.size() >= limits.max_entries) {
       return Limit("max_entries", out.entries.size() + 1, limits.max_entries, at);
     }
     const uint16_t name_len = U16(h, 28), extra_len = U16(h, 30), comment_len = U16(h, 32);
-    pos += kCdHeaderSize;
+    pos += records::kCdHeaderSize;
     // BytesIO.read: short reads at the end are silent.
     const std::string_view raw_name = Slice(dir, pos, name_len);
     if (raw_name.size() > limits.max_name_bytes) {
@@ -188,7 +177,7 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
     if (extract_version > kMaxExtractVersion) {
       return BadZip(at, absl::StrFormat("zip file version %.1f", extract_version / 10.0));
     }
-    if ((e.cd_flags & kFlagUtf8) != 0 && !base::IsValidUtf8(raw_name)) {
+    if ((e.cd_flags & records::kFlagUtf8) != 0 && !base::IsValidUtf8(raw_name)) {
       return BadZip(at, "a UTF-8 flagged name that is not UTF-8");
     }
     e.method = U16(h, 10);
@@ -205,18 +194,18 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
     e.name = std::string(nul == std::string_view::npos ? raw_name : raw_name.substr(0, nul));
     e.local_header_offset = lho < 0 ? ~uint64_t{0} : static_cast<uint64_t>(lho);
     // ZipFile.open: the local header's signature, and its name equal to the directory's.
-    if (lho >= 0 && base::RangeWithin(e.local_header_offset, kLocalHeaderSize, size) &&
-        data.substr(e.local_header_offset, 4) == kLocalSig) {
-      const std::string_view lh = data.substr(e.local_header_offset, kLocalHeaderSize);
+    if (lho >= 0 && base::RangeWithin(e.local_header_offset, records::kLocalHeaderSize, size) &&
+        data.substr(e.local_header_offset, 4) == records::kLocalSig) {
+      const std::string_view lh = data.substr(e.local_header_offset, records::kLocalHeaderSize);
       const uint16_t lname_len = U16(lh, 26), lextra_len = U16(lh, 28);
       e.local_flags = U16(lh, 6);
-      e.local_name = std::string(Slice(data, e.local_header_offset + kLocalHeaderSize, lname_len));
-      const bool same_encoding = ((e.local_flags ^ e.cd_flags) & kFlagUtf8) == 0 ||
+      e.local_name = std::string(Slice(data, e.local_header_offset + records::kLocalHeaderSize, lname_len));
+      const bool same_encoding = ((e.local_flags ^ e.cd_flags) & records::kFlagUtf8) == 0 ||
                                  (IsAscii(e.local_name) && IsAscii(raw_name));
       e.local_header_ok = e.local_name == raw_name && same_encoding;
-      e.data_offset = e.local_header_offset + kLocalHeaderSize + lname_len + lextra_len;
+      e.data_offset = e.local_header_offset + records::kLocalHeaderSize + lname_len + lextra_len;
     }
-    total += kCdHeaderSize + name_len + extra_len + comment_len;
+    total += records::kCdHeaderSize + name_len + extra_len + comment_len;
     // NameToInfo[name] = the later entry; `opened` keeps the order names first appear in.
     auto [it, inserted] = by_name.try_emplace(e.name, out.opened.size());
     if (inserted) {

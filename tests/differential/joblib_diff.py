@@ -26,12 +26,12 @@ import random
 import struct
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "readings"))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 import gen_readings as g  # noqa: E402  (the fixtures' byte builders)
+from input_files import InputFiles  # noqa: E402
 
 PAYLOAD_GLOBAL = b"cposix\nsystem\n"
 CODES = ["f8", "f4", "f2", "i4", "i8", "u1", "b1", "c16", "O8", "S3", "U2", "V4", "float64",
@@ -213,13 +213,15 @@ def main():
         inputs.append(mutate(rng, rng.choice(pool)))
     inputs += seeds
 
-    tmp = tempfile.mkdtemp(prefix="joblib_diff.")
-    paths = []
-    for i, data in enumerate(inputs):
-        p = os.path.join(tmp, "%06d.joblib" % i)
-        with open(p, "wb") as f:
-            f.write(data)
-        paths.append(p)
+    with InputFiles(inputs, "joblib_diff.", ".joblib",
+                    keep_all=bool(os.environ.get("JOBLIB_DIFF_WHY"))) as files:
+        failures = compare(args, files.paths)
+        files.keep([p for p, _, _ in failures], args.keep_failures)
+    return 1 if failures else 0
+
+
+def compare(args, paths):
+    """The mismatches [(path, missing globals, our facts)], with the counts printed."""
     oracle = run_oracle(paths)
     ours_joblib = our_facts(args.facts_tool, paths, True)
     ours_plain = our_facts(args.facts_tool, paths, False)
@@ -262,16 +264,7 @@ def main():
     for p, missing, j in failures[:20]:
         print("MISMATCH %s: joblib.load imports %s, our readings do not report it; ours: %s"
               % (os.path.basename(p), missing, json.dumps(j["pickles"])[:400]))
-    if args.keep_failures and failures:
-        os.makedirs(args.keep_failures, exist_ok=True)
-        for p, _, _ in failures:
-            os.replace(p, os.path.join(args.keep_failures, os.path.basename(p)))
-    if not os.environ.get("JOBLIB_DIFF_WHY"):
-        for p in paths:
-            if os.path.exists(p):
-                os.unlink(p)
-        os.rmdir(tmp)
-    return 1 if failures else 0
+    return failures
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import random
 import struct
 import subprocess
 import sys
-import tempfile
 import zipfile
+
+from input_files import InputFiles
 
 
 UNOPENABLE = 2**64 - 1
@@ -135,33 +136,8 @@ def mutate(rng, b):
     return b
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--listing-tool", required=True)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--count", type=int, default=2000)
-    ap.add_argument("--fixtures", action="append", default=[])
-    ap.add_argument("--keep-failures")
-    args = ap.parse_args()
-    rng = random.Random(args.seed)
-    inputs = []
-    for d in args.fixtures:
-        for root, _, names in os.walk(d):
-            for n in sorted(names):
-                if n.endswith((".npz", ".pt", ".zip")):
-                    with open(os.path.join(root, n), "rb") as f:
-                        inputs.append(f.read())
-    for _ in range(args.count):
-        b = reshape(rng, make_archive(rng))
-        inputs.append(bytes(b))
-        inputs.append(bytes(mutate(rng, bytearray(b))))
-    tmp = tempfile.mkdtemp(prefix="zipfile_diff.")
-    paths = []
-    for i, data in enumerate(inputs):
-        p = os.path.join(tmp, "%06d.zip" % i)
-        with open(p, "wb") as f:
-            f.write(data)
-        paths.append(p)
+def compare(args, inputs, paths):
+    """The mismatches [(path, why)] between zipfile and our listing of each input."""
     proc = subprocess.run([args.listing_tool, "--stdin"], input="".join(p + "\n" for p in paths),
                           capture_output=True, text=True, check=True)
     ours = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -200,14 +176,32 @@ def main():
           "ours), %d mismatches" % (args.seed, len(inputs), opened, limited, len(mismatches)))
     for p, why in mismatches[:20]:
         print("MISMATCH %s: %s" % (os.path.basename(p), why))
-    if args.keep_failures and mismatches:
-        os.makedirs(args.keep_failures, exist_ok=True)
-        for p, _ in mismatches:
-            os.replace(p, os.path.join(args.keep_failures, os.path.basename(p)))
-    for p in paths:
-        if os.path.exists(p):
-            os.unlink(p)
-    os.rmdir(tmp)
+    return mismatches
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listing-tool", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=2000)
+    ap.add_argument("--fixtures", action="append", default=[])
+    ap.add_argument("--keep-failures")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    inputs = []
+    for d in args.fixtures:
+        for root, _, names in os.walk(d):
+            for n in sorted(names):
+                if n.endswith((".npz", ".pt", ".zip")):
+                    with open(os.path.join(root, n), "rb") as f:
+                        inputs.append(f.read())
+    for _ in range(args.count):
+        b = reshape(rng, make_archive(rng))
+        inputs.append(bytes(b))
+        inputs.append(bytes(mutate(rng, bytearray(b))))
+    with InputFiles(inputs, "zipfile_diff.", ".zip") as files:
+        mismatches = compare(args, inputs, files.paths)
+        files.keep([p for p, _ in mismatches], args.keep_failures)
     return 1 if mismatches else 0
 
 
