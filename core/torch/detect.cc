@@ -307,6 +307,9 @@ class Reader {
     }
     if (!ar.ok()) {
       Error(ar.status(), absl::StrCat("zip: ", ar.status().message()), outer, base);
+      // Python's zipfile may open what miniz cannot (bytes prepended to the archive): what it
+      // would load is scanned too, so that its findings are not hidden behind the error.
+      ZipfileView(nullptr, data, outer, base, /*npz=*/true);
       return;
     }
     for (const zip::Anomaly& a : ar->anomalies()) ZipAnomaly(a, outer, base);
@@ -441,13 +444,14 @@ class Reader {
         out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/&e != constants});
       }
     }
-    if (format == "npz" || format == "zip") ZipfileView(*ar, data, outer, base, format == "npz");
+    if (format == "npz" || format == "zip") ZipfileView(&*ar, data, outer, base, format == "npz");
   }
 
   // numpy.load opens an .npz with Python's zipfile, as zipfile-based tools open any zip, and
   // zipfile can list other members than miniz (zip/zipfile_view.h): every member it would
-  // open whose bytes were not read above is read and scanned as well, and flagged.
-  void ZipfileView(const zip::Archive& ar, std::string_view data, std::string_view outer,
+  // open whose bytes were not read above (by `ar`, null when miniz opened nothing) is read and
+  // scanned as well, and flagged.
+  void ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
                    uint64_t base, bool npz) {
     absl::StatusOr<zip::ZipfileDirectory> dir = zip::ReadZipfileDirectory(data, options_.zip);
     if (!dir.ok()) {
@@ -459,20 +463,24 @@ class Reader {
       return;
     }
     std::set<std::tuple<uint64_t, uint64_t, uint64_t, uint16_t>> read;
-    for (const zip::Entry& e : ar.entries()) {
-      read.emplace(e.local_header_offset, e.compressed_size, e.uncompressed_size, e.method);
+    if (ar != nullptr) {
+      for (const zip::Entry& e : ar->entries()) {
+        read.emplace(e.local_header_offset, e.compressed_size, e.uncompressed_size, e.method);
+      }
     }
     for (size_t i : dir->opened) {
       const zip::Entry& z = dir->entries[i];
       if (!z.local_header_ok) continue;  // ZipFile.open raises: nothing is loaded from it
-      if (read.count({z.local_header_offset, z.compressed_size, z.uncompressed_size, z.method})) {
+      // Bytes read once, whichever view (or name) reads them.
+      if (!read.emplace(z.local_header_offset, z.compressed_size, z.uncompressed_size, z.method)
+               .second) {
         continue;
       }
       const std::string name = MemberName(outer, absl::StrCat("(as zipfile) ", z.name));
       Anomaly("zipfile_view", name, base + z.local_header_offset,
               "Python's zipfile (numpy.load, zipfile-based tools) reads this member where torch's "
               "reader finds none: both readings are scanned");
-      absl::StatusOr<zip::Member> m = ar.Read(z);
+      absl::StatusOr<zip::Member> m = zip::Archive::ReadEntry(data, z, options_.zip);
       if (!m.ok()) {
         Error(m.status(), absl::StrCat(name, ": ", m.status().message()), name,
               base + z.local_header_offset);

@@ -1093,7 +1093,12 @@ const Entry* Archive::LocateRecord(std::string_view record) const {
 }
 
 absl::StatusOr<Member> Archive::Read(const Entry& e) const {
-  const uint64_t size = data_.size();
+  return ReadEntry(data_, e, limits_);
+}
+
+absl::StatusOr<Member> Archive::ReadEntry(std::string_view data, const Entry& e,
+                                          const Limits& limits) {
+  const uint64_t size = data.size();
   Member m;
   m.declared_size_ = e.uncompressed_size;
   // mz_zip_reader_file_stat (and mz_zip_reader_is_file_supported, which it calls).
@@ -1105,7 +1110,7 @@ absl::StatusOr<Member> Archive::Read(const Entry& e) const {
     return MemberError(e, e.cd_header_offset, "unsupported encryption");
   }
   if (e.cd_flags & kFlagPatch) return MemberError(e, e.cd_header_offset, "unsupported feature");
-  AnomalySink anomalies(&m.anomalies_, limits_.max_anomalies_per_kind);
+  AnomalySink anomalies(&m.anomalies_, limits.max_anomalies_per_kind);
   // A directory or an empty member: miniz extracts nothing; torch keeps its malloc'd buffer.
   if (IsDirectory(e) || e.compressed_size == 0) {
     m.complete_ = e.uncompressed_size == 0;
@@ -1122,13 +1127,13 @@ absl::StatusOr<Member> Archive::Read(const Entry& e) const {
   if (!RangeWithin(lho, kLocalHeaderSize, size)) {
     return MemberError(e, lho, "local header runs past the end of the file");
   }
-  if (data_.substr(lho, 4) != kLocalSig) {
+  if (data.substr(lho, 4) != kLocalSig) {
     return MemberError(e, lho,
                        "invalid header or archive is corrupted: no local header "
                        "signature");
   }
   // getRecordOffset and extract_to_mem both skip the local name and extra by their lengths.
-  ByteReader r(data_.substr(lho + 26, 4), lho + 26);
+  ByteReader r(data.substr(lho + 26, 4), lho + 26);
   const uint16_t local_name_len = *r.ReadU16LE();
   const uint16_t local_extra_len = *r.ReadU16LE();
   const uint64_t data_offset = lho + kLocalHeaderSize + local_name_len + local_extra_len;
@@ -1145,21 +1150,21 @@ absl::StatusOr<Member> Archive::Read(const Entry& e) const {
                                          "file",
                                          e.uncompressed_size));
     }
-    m.view_ = data_.substr(data_offset, e.uncompressed_size);
+    m.view_ = data.substr(data_offset, e.uncompressed_size);
   } else {
-    if (e.uncompressed_size > limits_.max_member_bytes) {
-      return Limit("max_member_bytes", e.uncompressed_size, limits_.max_member_bytes, data_offset,
+    if (e.uncompressed_size > limits.max_member_bytes) {
+      return Limit("max_member_bytes", e.uncompressed_size, limits.max_member_bytes, data_offset,
                    e.name);
     }
     uint64_t ratio_cap = 0;
-    if (CheckedMul(e.compressed_size, limits_.max_compression_ratio, &ratio_cap) &&
+    if (CheckedMul(e.compressed_size, limits.max_compression_ratio, &ratio_cap) &&
         e.uncompressed_size > ratio_cap) {
       return Limit("max_compression_ratio",
                    e.uncompressed_size / std::max<uint64_t>(e.compressed_size, 1),
-                   limits_.max_compression_ratio, data_offset, e.name);
+                   limits.max_compression_ratio, data_offset, e.name);
     }
     std::string out(e.uncompressed_size, '\0');
-    Inflated inf = Inflate(data_.substr(data_offset, e.compressed_size), out.data(), out.size());
+    Inflated inf = Inflate(data.substr(data_offset, e.compressed_size), out.data(), out.size());
     switch (inf.end) {
       case InflateEnd::kDone:
         // miniz's one check after a complete stream.

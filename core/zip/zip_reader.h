@@ -175,6 +175,10 @@ class Archive final {
 
   // mz_zip_reader_extract_to_mem, as getRecord calls it. Fails where torch's getRecord throws.
   absl::StatusOr<Member> Read(const Entry& entry) const;
+  // The same for an entry of another reader's directory of `data` (zipfile_view.h), when no
+  // Archive could be opened; the Member views `data`.
+  static absl::StatusOr<Member> ReadEntry(std::string_view data, const Entry& entry,
+                                          const Limits& limits);
   // getRecord(record): LocateRecord + Read; "file not found" when the lookup fails.
   absl::StatusOr<Member> ReadRecord(std::string_view record) const;
 

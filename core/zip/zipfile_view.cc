@@ -150,6 +150,7 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
   std::map<std::string, size_t, std::less<>> by_name;
   uint64_t total = 0;
   uint64_t pos = 0;  // in `dir`, as the BytesIO over it reads
+  uint64_t total_uncompressed = 0;  // bounds the work of reading every member (overlaps)
   while (total < cd_size) {
     const uint64_t at = dir_at + pos;
     if (dir.size() - pos < records::kCdHeaderSize) return BadZip(at, "truncated central directory");
@@ -188,6 +189,10 @@ absl::StatusOr<ZipfileDirectory> ReadZipfileDirectory(std::string_view data,
     e.external_attributes = U32(h, 38);
     e.local_header_offset = U32(h, 42);
     CKPT_RETURN_IF_ERROR(DecodeExtra(extra, at, &e));
+    if (!base::CheckedAdd(total_uncompressed, e.uncompressed_size, &total_uncompressed) ||
+        total_uncompressed > limits.max_total_uncompressed) {
+      return Limit("max_total_uncompressed", total_uncompressed, limits.max_total_uncompressed, at);
+    }
     const __int128 lho = static_cast<__int128>(e.local_header_offset) + concat;
     // ZipInfo: the name ends at its first NUL; ZipFile.open compares the whole one.
     const size_t nul = raw_name.find('\0');

@@ -24,6 +24,12 @@ void PutU64(std::string* s, size_t at, uint64_t v) {
   for (int i = 0; i < 8; ++i) (*s)[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
+BuildOptions NoZip64() {
+  BuildOptions o;
+  o.zip64_end = false;
+  return o;
+}
+
 std::vector<std::string> Names(const ZipfileDirectory& d) {
   std::vector<std::string> out;
   for (const Entry& e : d.entries) out.push_back(e.name);
@@ -50,7 +56,7 @@ TEST(ZipfileViewTest, CleanArchiveReadsAsMinizReadsIt) {
 
 TEST(ZipfileViewTest, PrependedBytesShiftEveryOffset) {
   // zipfile's "concat": an archive after other bytes is read where its records really are.
-  const std::string inner = BuildZip({{"a.npy", "AAAA"}}, BuildOptions{.zip64_end = false});
+  const std::string inner = BuildZip({{"a.npy", "AAAA"}}, NoZip64());
   const std::string zip = "JUNK" + inner;
   absl::StatusOr<ZipfileDirectory> d = ReadZipfileDirectory(zip);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -61,7 +67,7 @@ TEST(ZipfileViewTest, PrependedBytesShiftEveryOffset) {
 }
 
 TEST(ZipfileViewTest, EntryCountIsIgnored) {
-  std::string zip = BuildZip({{"a.npy", "AAAA"}, {"b.npy", "BBBB"}}, BuildOptions{.zip64_end = false});
+  std::string zip = BuildZip({{"a.npy", "AAAA"}, {"b.npy", "BBBB"}}, NoZip64());
   const size_t eocd = zip.size() - 22;
   PutU16(&zip, eocd + 8, 1);   // entries on this disk
   PutU16(&zip, eocd + 10, 1);  // entries in total
@@ -98,7 +104,7 @@ TEST(ZipfileViewTest, LocalNameThatDiffersCannotBeOpened) {
 }
 
 TEST(ZipfileViewTest, TruncatedCentralDirectoryIsAnErrorWithItsOffset) {
-  std::string zip = BuildZip({{"a.npy", "AAAA"}}, BuildOptions{.zip64_end = false});
+  std::string zip = BuildZip({{"a.npy", "AAAA"}}, NoZip64());
   const size_t eocd = zip.size() - 22;
   // Declare a directory 100 bytes longer than it is.
   const uint32_t cd_size = static_cast<uint8_t>(zip[eocd + 12]) |
