@@ -164,6 +164,24 @@ assert e["code"] == "missing_shard" and "pytorch_model-00002-of-00002.bin" in e[
 ' && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+name=IndexWhoseShardsOtherLoadersReadDifferentlyIsNeverSafe
+# Each shard is a file torch's reader and numpy's zipfile read differently (fixtures/readings):
+# the index is data, but the set it names is judged by its worst shard.
+mkdir -p poly
+cp "$fixtures"/torch/sharded/pytorch_model.bin.index.json poly/
+cp "$fixtures"/readings/malicious/npz_two_zip64_directories.npz poly/pytorch_model-00001-of-00002.bin
+cp "$fixtures"/readings/malicious/array_bytes_are_opcodes.joblib poly/pytorch_model-00002-of-00002.bin
+if run "$name" 1 "$bin" scan --format json poly/pytorch_model.bin.index.json; then
+  "$py" -c '
+import json
+r = json.load(open("out.txt"))
+assert r["verdict"] == "DANGEROUS", r["verdict"]
+shards = {f["path"]: f["verdict"] for f in r["files"]}
+assert shards["poly/pytorch_model-00001-of-00002.bin"] == "DANGEROUS", shards
+assert shards["poly/pytorch_model-00002-of-00002.bin"] == "DANGEROUS", shards
+' && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
 name=FailOnDangerousLetsSuspiciousPass
 mkdir -p sus && cp odd.pkl safe.pkl sus/
 if run "$name" 1 "$bin" scan sus; then
