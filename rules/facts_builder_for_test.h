@@ -119,7 +119,11 @@ class FactsBuilder {
     return id;
   }
   // BUILD / SETITEMS / APPENDS / ADDITEMS on a target that is not a plain container.
-  void Build(NodeId target, NodeId state) { Mutate(pickle::CallOp::kBuild, 'b', target, state); }
+  // As the VM records them: the state on the target, and the call among its mutations.
+  void Build(NodeId target, NodeId state) {
+    if (target < facts_.graph.nodes.size()) facts_.graph.nodes[target].states.push_back(state);
+    Mutate(pickle::CallOp::kBuild, 'b', target, state);
+  }
   void SetItems(NodeId target, std::initializer_list<NodeId> kv) {
     Mutate(pickle::CallOp::kSetItems, 'u', target, Tuple(kv));
   }
@@ -199,6 +203,10 @@ class FactsBuilder {
     c.offset = offset_++;
     c.callee = target;
     c.args = args;
+    if (target < facts_.graph.nodes.size()) {
+      facts_.graph.nodes[target].mutations.push_back(
+          static_cast<uint32_t>(facts_.graph.calls.size()));
+    }
     facts_.graph.calls.push_back(c);
   }
 

@@ -347,13 +347,22 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
     if (spec.any_of_size() == 0) {
       return Invalid(origin, absl::StrCat(where, " args[", ai, "]: any_of is empty"));
     }
-    bool takes_str = false;
+    bool takes_str = false, takes_global = false;
     for (int kind : spec.any_of()) {
       if (kind == v1::ARG_KIND_UNSPECIFIED || !v1::ArgKind_IsValid(kind)) {
         return Invalid(origin,
                        absl::StrCat(where, " args[", ai, "]: invalid argument kind ", kind));
       }
       takes_str = takes_str || kind == v1::ARG_STR;
+      takes_global = takes_global || kind == v1::ARG_GLOBAL;
+    }
+    if (spec.empty() &&
+        std::find(spec.any_of().begin(), spec.any_of().end(), v1::ARG_DICT) == spec.any_of().end()) {
+      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: empty without ARG_DICT"));
+    }
+    if (!spec.global_values().empty() && !takes_global) {
+      return Invalid(origin,
+                     absl::StrCat(where, " args[", ai, "]: global_values without ARG_GLOBAL"));
     }
     if (!spec.str_values().empty() && !takes_str) {
       return Invalid(origin, absl::StrCat(where, " args[", ai, "]: str_values without ARG_STR"));
@@ -759,6 +768,19 @@ class RuleSet::Impl::Run {
     return ok;
   }
 
+  // A call's result made with no arguments (or one empty list/tuple) that nothing mutates.
+  bool IsEmptyCall(const Node& n) const {
+    if (!n.mutations.empty() || !n.states.empty() || n.ref >= g_->calls.size()) return false;
+    const Node* args = internal::NodeAt(*g_, g_->calls[n.ref].args);
+    if (args == nullptr) return g_->calls[n.ref].args == pickle::kNoNode;
+    if (args->kind != Kind::kTuple) return false;
+    if (args->items.empty()) return true;
+    if (args->items.size() != 1) return false;
+    const Node* only = internal::NodeAt(*g_, args->items[0]);
+    return only != nullptr && (only->kind == Kind::kList || only->kind == Kind::kTuple) &&
+           only->items.empty();
+  }
+
   bool ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec) {
     const Node* n = internal::NodeAt(*g_, id);
     if (n == nullptr) return false;
@@ -790,10 +812,11 @@ class RuleSet::Impl::Run {
       case v1::ARG_LIST:
         return n->kind == Kind::kList;
       case v1::ARG_DICT:
-        if (n->kind == Kind::kDict) return true;
+        if (n->kind == Kind::kDict) return !spec.empty() || n->items.empty();
         if (n->kind == Kind::kCall) {
           Origin o = OriginOf(*n);
-          return o.allow != nullptr && o.allow->dict_like();
+          if (o.allow == nullptr || !o.allow->dict_like()) return false;
+          return !spec.empty() || IsEmptyCall(*n);
         }
         return false;
       case v1::ARG_STORAGE:
@@ -804,8 +827,18 @@ class RuleSet::Impl::Run {
           return o.allow != nullptr && o.allow->tensor();
         }
         return false;
-      case v1::ARG_GLOBAL:
-        return n->kind == Kind::kGlobal;
+      case v1::ARG_GLOBAL: {
+        if (n->kind != Kind::kGlobal) return false;
+        if (spec.global_values().empty()) return true;
+        if (n->ref >= g_->globals.size()) return false;
+        const GlobalRef& ref = g_->globals[n->ref];
+        if (ref.via == Via::kExt || ref.via == Via::kDynamic) return false;
+        const std::string name = absl::StrCat(ref.resolved_module, ".", ref.resolved_name);
+        for (const std::string& v : spec.global_values()) {
+          if (name == v) return true;
+        }
+        return false;
+      }
       default:
         return false;
     }
@@ -844,6 +877,10 @@ class RuleSet::Impl::Run {
             std::vector<std::string> values;
             for (const std::string& v : spec.str_values()) values.push_back(absl::StrCat("'", v, "'"));
             absl::StrAppend(&label, " ", absl::StrJoin(values, " or "));
+          }
+          if (k == v1::ARG_DICT && spec.empty()) absl::StrAppend(&label, " (empty)");
+          if (k == v1::ARG_GLOBAL && !spec.global_values().empty()) {
+            absl::StrAppend(&label, " ", absl::StrJoin(spec.global_values(), " or "));
           }
           names.push_back(std::move(label));
         }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -498,7 +499,7 @@ TEST(EvaluateTest, ParameterOfSomethingThatIsNotATensorIsCallShape) {
            b.Tuple({b.Str("not a tensor"), b.Bool(true), hooks}));
   Evaluation e = Eval(b.Stream());
   ASSERT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
-  EXPECT_THAT(e.findings[0].message(), HasSubstr("REDUCE(TENSOR, BOOL, DICT)"));
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("REDUCE(TENSOR, BOOL, DICT (empty))"));
 }
 
 TEST(EvaluateTest, BuildOnAGlobalIsDangerous) {
@@ -807,6 +808,94 @@ TEST(EvaluateTest, CodecNamesArePinnedToWhatPicklersWrite) {
       EXPECT_THAT(e.findings[0].message(), HasSubstr("'latin")) << Dump(e);
     }
   }
+}
+
+// Globals that the call invokes or instantiates are pinned to the ones picklers write there: any
+// other allowlisted global would be called with arguments no shape checks.
+TEST(EvaluateTest, GlobalsThatACallInvokesArePinned) {
+  struct Case {
+    const char* what;
+    std::function<void(FactsBuilder&)> build;
+    v1::Verdict want;
+  } cases[] = {
+      {"defaultdict(dict)",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("collections", "defaultdict"), b.Tuple({b.Global("builtins", "dict")}));
+       },
+       v1::VERDICT_SAFE},
+      {"defaultdict(torch.device): called for every missing key",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("collections", "defaultdict"), b.Tuple({b.Global("torch", "device")}));
+       },
+       v1::VERDICT_SUSPICIOUS},
+      {"_rebuild_from_type_v2(_codecs.encode, Tensor, ('bf', 'rot13'), None)",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("torch._tensor", "_rebuild_from_type_v2"),
+                  b.Tuple({b.Global("_codecs", "encode"), b.Global("torch", "Tensor"),
+                           b.Tuple({b.Str("bf"), b.Str("rot13")}), b.None()}));
+       },
+       v1::VERDICT_SUSPICIOUS},
+      {"__randomstate_ctor('MT19937', __bit_generator_ctor)",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("numpy.random._pickle", "__randomstate_ctor"),
+                  b.Tuple({b.Str("MT19937"),
+                           b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
+       },
+       v1::VERDICT_SAFE},
+      {"__randomstate_ctor('f8', numpy.dtype): calls dtype('f8')",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("numpy.random._pickle", "__randomstate_ctor"),
+                  b.Tuple({b.Str("f8"), b.Global("numpy", "dtype")}));
+       },
+       v1::VERDICT_SUSPICIOUS},
+      {"_reconstructor(Namespace, torch.device, None): calls torch.device.__new__",
+       [](FactsBuilder& b) {
+         b.Reduce(b.Global("copyreg", "_reconstructor"),
+                  b.Tuple({b.Global("argparse", "Namespace"), b.Global("torch", "device"),
+                           b.None()}));
+       },
+       v1::VERDICT_SUSPICIOUS},
+  };
+  for (const Case& c : cases) {
+    FactsBuilder b;
+    c.build(b);
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, c.want) << c.what << Dump(e);
+    if (c.want != v1::VERDICT_SAFE) {
+      EXPECT_THAT(Ids(e), ElementsAre("call.shape")) << c.what << Dump(e);
+    }
+  }
+}
+
+// torch calls every value of a tensor's backward hooks during backward; torch.save always writes
+// them as an empty OrderedDict().
+TEST(EvaluateTest, BackwardHooksMustBeEmpty) {
+  for (bool with_hook : {false, true}) {
+    FactsBuilder b;
+    NodeId hooks = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+    if (with_hook) b.SetItems(hooks, {b.Int(0), b.Global("torch", "Tensor")});
+    NodeId st = b.Storage("FloatStorage", "0", 2);
+    b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v2"),
+             b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false), hooks}));
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, with_hook ? v1::VERDICT_SUSPICIOUS : v1::VERDICT_SAFE) << Dump(e);
+    if (with_hook) {
+      EXPECT_THAT(Ids(e), ::testing::Contains("call.shape")) << Dump(e);
+    }
+  }
+}
+
+TEST(RuleSetLoadTest, GlobalValuesWithoutGlobalKindIsRejected) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+      R"pb(version: "v"
+           allow {
+             module: "m"
+             name: "f"
+             calls { op: CALL_REDUCE min_args: 1 max_args: 1 args { any_of: ARG_STR global_values: "a.b" } }
+           })pb",
+      "pin.textproto");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("global_values without ARG_GLOBAL"));
 }
 
 TEST(RuleSetLoadTest, StrValuesWithoutStrKindIsRejected) {
