@@ -885,30 +885,25 @@ TEST(EvaluateTest, BackwardHooksMustBeEmpty) {
   }
 }
 
-TEST(RuleSetLoadTest, GlobalValuesWithoutGlobalKindIsRejected) {
-  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-      R"pb(version: "v"
-           allow {
-             module: "m"
-             name: "f"
-             calls { op: CALL_REDUCE min_args: 1 max_args: 1 args { any_of: ARG_STR global_values: "a.b" } }
-           })pb",
-      "pin.textproto");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("global_values without ARG_GLOBAL"));
-}
-
-TEST(RuleSetLoadTest, StrValuesWithoutStrKindIsRejected) {
-  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-      R"pb(version: "v"
-           allow {
-             module: "m"
-             name: "f"
-             calls { op: CALL_REDUCE min_args: 1 max_args: 1 args { any_of: ARG_INT str_values: "x" } }
-           })pb",
-      "pin.textproto");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("str_values without ARG_STR"));
+// A pin on a kind the spec does not take would silently never apply.
+TEST(RuleSetLoadTest, PinWithoutItsKindIsRejected) {
+  struct Case {
+    const char* spec;
+    const char* message;
+  } cases[] = {
+      {R"pb(any_of: ARG_INT str_values: "x")pb", "str_values without ARG_STR"},
+      {R"pb(any_of: ARG_STR global_values: "a.b")pb", "global_values without ARG_GLOBAL"},
+      {R"pb(any_of: ARG_LIST empty: true)pb", "empty without ARG_DICT"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls {
+                       op: CALL_REDUCE min_args: 1 max_args: 1 args {)pb",
+                     c.spec, "} } }"),
+        "pin.textproto");
+    ASSERT_FALSE(r.ok()) << c.spec;
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.spec;
+  }
 }
 
 TEST(EvaluateSafeTest, NumpyArrayAndArgparseNamespaceAreSafe) {
