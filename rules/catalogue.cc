@@ -126,6 +126,14 @@ std::vector<RuleInfo> Build() {
                "is setattr on shared code, the write primitive of attribute-chain gadgets: "
                "DANGEROUS. On anything else: SUSPICIOUS.",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"call.build_state", "BUILD state that its loader does not write",
+               "BUILD gives an object of an allowlisted class a state that is none of the "
+               "states numpy, torch or Python write for it. The code that receives the state "
+               "trusts it: numpy.dtype's flags (an object flag on raw bytes makes numpy use "
+               "them as pointers), positions into a random generator's key and buffer arrays, "
+               "an OrderedDict's or an object's attributes. Each allowlisted build target lists "
+               "the states it accepts (`rules show`).",
+               kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"call.setitem", "SETITEM(S) on an object that is not an allowed mapping",
                "SETITEM/SETITEMS stores items into something that is neither a plain dict nor "
                "an object of an allowlisted setitem target (OrderedDict, defaultdict). On a "

@@ -17,6 +17,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -25,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/base/json_text.h"
+#include "core/base/status_macros.h"
 #include "core/base/strings.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -323,6 +325,119 @@ std::optional<std::string> FirstNonUtf8Field(const google::protobuf::Message& ro
   return std::nullopt;
 }
 
+// Argument specs nest (tuple items, dict values) only as deep as the rules write them; this
+// bounds it, and so the recursion of both validation and matching, whatever a rules file says.
+constexpr int kMaxSpecDepth = 8;
+
+bool Takes(const v1::ArgSpec& spec, v1::ArgKind kind) {
+  return std::find(spec.any_of().begin(), spec.any_of().end(), kind) != spec.any_of().end();
+}
+
+absl::Status ValidateSpec(std::string_view origin, const std::string& where,
+                          const v1::ArgSpec& spec, int depth) {
+  if (depth > kMaxSpecDepth) {
+    return Invalid(origin, absl::StrCat(where, ": specs nested deeper than ", kMaxSpecDepth));
+  }
+  if (spec.any_of_size() == 0) return Invalid(origin, absl::StrCat(where, ": any_of is empty"));
+  for (int kind : spec.any_of()) {
+    if (kind == v1::ARG_KIND_UNSPECIFIED || !v1::ArgKind_IsValid(kind)) {
+      return Invalid(origin, absl::StrCat(where, ": invalid argument kind ", kind));
+    }
+  }
+  const bool takes_dict = Takes(spec, v1::ARG_DICT);
+  if (spec.empty() && !takes_dict) {
+    return Invalid(origin, absl::StrCat(where, ": empty without ARG_DICT"));
+  }
+  if (!spec.global_values().empty() && !Takes(spec, v1::ARG_GLOBAL) &&
+      !Takes(spec, v1::ARG_CALL)) {
+    return Invalid(origin, absl::StrCat(where, ": global_values without ARG_GLOBAL or ARG_CALL"));
+  }
+  if (Takes(spec, v1::ARG_CALL) && spec.global_values().empty()) {
+    return Invalid(origin, absl::StrCat(where, ": ARG_CALL without global_values"));
+  }
+  if (!Takes(spec, v1::ARG_STR) &&
+      (!spec.str_values().empty() || !spec.str_sized_prefixes().empty())) {
+    return Invalid(origin, absl::StrCat(where, ": ",
+                                        spec.str_values().empty() ? "str_sized_prefixes"
+                                                                  : "str_values",
+                                        " without ARG_STR"));
+  }
+  if ((spec.has_int_min() || spec.has_int_max() || !spec.int_values().empty()) &&
+      !Takes(spec, v1::ARG_INT)) {
+    return Invalid(origin, absl::StrCat(where, ": int_min, int_max or int_values without ARG_INT"));
+  }
+  if (spec.has_each() && !Takes(spec, v1::ARG_TUPLE) && !Takes(spec, v1::ARG_LIST)) {
+    return Invalid(origin, absl::StrCat(where, ": each without ARG_TUPLE or ARG_LIST"));
+  }
+  if (spec.has_each()) {
+    CKPT_RETURN_IF_ERROR(
+        ValidateSpec(origin, absl::StrCat(where, " each"), spec.each(), depth + 1));
+  }
+  if (spec.has_int_min() && spec.has_int_max() && spec.int_min() > spec.int_max()) {
+    return Invalid(origin, absl::StrCat(where, ": int_min ", spec.int_min(), " > int_max ",
+                                        spec.int_max()));
+  }
+  if (!spec.items().empty() && !Takes(spec, v1::ARG_TUPLE)) {
+    return Invalid(origin, absl::StrCat(where, ": items without ARG_TUPLE"));
+  }
+  if (!spec.keys().empty() && !takes_dict) {
+    return Invalid(origin, absl::StrCat(where, ": keys without ARG_DICT"));
+  }
+  if (spec.str_keys() && !takes_dict) {
+    return Invalid(origin, absl::StrCat(where, ": str_keys without ARG_DICT"));
+  }
+  if (spec.has_values() && !spec.str_keys()) {
+    return Invalid(origin, absl::StrCat(where, ": values without str_keys"));
+  }
+  if (spec.has_values()) {
+    CKPT_RETURN_IF_ERROR(
+        ValidateSpec(origin, absl::StrCat(where, " values"), spec.values(), depth + 1));
+  }
+  if (static_cast<int>(!spec.keys().empty()) + static_cast<int>(spec.empty()) +
+          static_cast<int>(spec.str_keys()) > 1) {
+    return Invalid(origin, absl::StrCat(where, ": keys, empty and str_keys exclude each other"));
+  }
+  for (int i = 0; i < spec.items_size(); ++i) {
+    CKPT_RETURN_IF_ERROR(
+        ValidateSpec(origin, absl::StrCat(where, " items[", i, "]"), spec.items(i), depth + 1));
+  }
+  for (int i = 0; i < spec.keys_size(); ++i) {
+    const v1::DictKey& k = spec.keys(i);
+    for (int j = 0; j < i; ++j) {
+      if (spec.keys(j).key() == k.key()) {
+        return Invalid(origin, absl::StrCat(where, " keys[", i, "]: duplicate key '", k.key(), "'"));
+      }
+    }
+    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " keys['", k.key(), "']"),
+                                      k.value(), depth + 1));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBuildStates(std::string_view origin, const std::string& label,
+                                 const v1::AllowedGlobal& a) {
+  if (a.build_states().empty()) return absl::OkStatus();
+  if (!a.build_target()) {
+    return Invalid(origin, absl::StrCat(label, ": build_states without build_target"));
+  }
+  if (a.calls().empty()) {
+    return Invalid(origin, absl::StrCat(label, ": build_states on an entry that is never called"));
+  }
+  for (int i = 0; i < a.build_states_size(); ++i) {
+    const v1::BuildState& b = a.build_states(i);
+    const std::string where = absl::StrCat(label, " build_states[", i, "]");
+    for (int j = 0; j < b.made_with_size(); ++j) {
+      CKPT_RETURN_IF_ERROR(
+          ValidateSpec(origin, absl::StrCat(where, " made_with[", j, "]"), b.made_with(j), 1));
+    }
+    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " state"), b.state(), 0));
+    if (!v1::StateCheck_IsValid(b.check())) {
+      return Invalid(origin, absl::StrCat(where, ": unknown check ", b.check()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateShape(std::string_view origin, const std::string& label, int si,
                            const v1::CallShape& s) {
   const std::string where = absl::StrCat(label, " calls[", si, "]");
@@ -343,29 +458,19 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
     return Invalid(origin, absl::StrCat(where, ": kwargs is only meaningful for CALL_NEWOBJ_EX"));
   }
   for (int ai = 0; ai < s.args_size(); ++ai) {
-    const v1::ArgSpec& spec = s.args(ai);
-    if (spec.any_of_size() == 0) {
-      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: any_of is empty"));
-    }
-    bool takes_str = false, takes_global = false;
-    for (int kind : spec.any_of()) {
-      if (kind == v1::ARG_KIND_UNSPECIFIED || !v1::ArgKind_IsValid(kind)) {
-        return Invalid(origin,
-                       absl::StrCat(where, " args[", ai, "]: invalid argument kind ", kind));
-      }
-      takes_str = takes_str || kind == v1::ARG_STR;
-      takes_global = takes_global || kind == v1::ARG_GLOBAL;
-    }
-    if (spec.empty() &&
-        std::find(spec.any_of().begin(), spec.any_of().end(), v1::ARG_DICT) == spec.any_of().end()) {
-      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: empty without ARG_DICT"));
-    }
-    if (!spec.global_values().empty() && !takes_global) {
-      return Invalid(origin,
-                     absl::StrCat(where, " args[", ai, "]: global_values without ARG_GLOBAL"));
-    }
-    if (!spec.str_values().empty() && !takes_str) {
-      return Invalid(origin, absl::StrCat(where, " args[", ai, "]: str_values without ARG_STR"));
+    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " args[", ai, "]"), s.args(ai), 0));
+  }
+  if (s.has_applies()) {
+    const v1::Apply& a = s.applies();
+    auto takes = [&](uint32_t i, v1::ArgKind kind) {
+      return i < static_cast<uint32_t>(s.args_size()) &&
+             Takes(s.args(static_cast<int>(i)), kind) && s.args(static_cast<int>(i)).any_of_size() == 1;
+    };
+    if (a.func() == a.args() || !takes(a.func(), v1::ARG_GLOBAL) || !takes(a.args(), v1::ARG_TUPLE) ||
+        a.func() >= s.min_args() || a.args() >= s.min_args()) {
+      return Invalid(origin, absl::StrCat(where,
+                                          ": applies needs two different required arguments, "
+                                          "func of kind ARG_GLOBAL only and args of ARG_TUPLE only"));
     }
   }
   return absl::OkStatus();
@@ -781,7 +886,76 @@ class RuleSet::Impl::Run {
            only->items.empty();
   }
 
-  bool ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec) {
+  // Whether a value matches a spec: one of its kinds, with that kind's pins. Recurses into
+  // tuple items and dict values only as deep as the spec nests (kMaxSpecDepth, validated).
+  bool SpecMatches(NodeId id, const v1::ArgSpec& spec, int depth) {
+    if (depth > kMaxSpecDepth) return false;
+    for (int kind : spec.any_of()) {
+      if (ArgMatches(id, kind, spec, depth)) return true;
+    }
+    return false;
+  }
+
+  static bool SizedCode(absl::string_view text, absl::string_view prefix) {
+    if (!absl::StartsWith(text, prefix)) return false;
+    const absl::string_view digits = text.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9) return false;
+    return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+
+  bool EachMatches(const Node& n, const v1::ArgSpec& spec, int depth) {
+    if (!spec.has_each()) return true;
+    for (NodeId item : n.items) {
+      if (!SpecMatches(item, spec.each(), depth + 1)) return false;
+    }
+    return true;
+  }
+
+  bool IntMatches(const Node& n, const v1::ArgSpec& spec) const {
+    if (!spec.has_int_min() && !spec.has_int_max() && spec.int_values().empty()) return true;
+    if (!n.fits) return false;
+    if (!spec.int_values().empty() &&
+        std::none_of(spec.int_values().begin(), spec.int_values().end(),
+                     [&](int64_t v) { return n.i == absl::int128(v); })) {
+      return false;
+    }
+    if (spec.has_int_min() && n.i < absl::int128(spec.int_min())) return false;
+    if (spec.has_int_max() && n.i > absl::int128(spec.int_max())) return false;
+    return true;
+  }
+
+  // A dict literal whose keys are all listed str keys with matching values, required ones
+  // present. Every occurrence of a repeated key is checked (Python keeps the last one).
+  bool DictMatches(const Node& n, const v1::ArgSpec& spec, int depth) {
+    if (n.items.size() % 2 != 0) return false;
+    std::vector<bool> seen(static_cast<size_t>(spec.keys_size()), false);
+    for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
+      const Node* k = internal::NodeAt(*g_, n.items[i]);
+      if (k == nullptr || k->kind != Kind::kStr || k->truncated) return false;
+      if (spec.str_keys()) {
+        if (spec.has_values() && !SpecMatches(n.items[i + 1], spec.values(), depth + 1)) {
+          return false;
+        }
+        continue;
+      }
+      int found = -1;
+      for (int j = 0; j < spec.keys_size(); ++j) {
+        if (spec.keys(j).key() == k->text) {
+          found = j;
+          break;
+        }
+      }
+      if (found < 0) return false;
+      if (!SpecMatches(n.items[i + 1], spec.keys(found).value(), depth + 1)) return false;
+      seen[static_cast<size_t>(found)] = true;
+    }
+    for (int j = 0; j < spec.keys_size(); ++j) {
+      if (spec.keys(j).required() && !seen[static_cast<size_t>(j)]) return false;
+    }
+    return true;
+  }
+
+  bool ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec, int depth) {
     const Node* n = internal::NodeAt(*g_, id);
     if (n == nullptr) return false;
     switch (kind) {
@@ -792,15 +966,18 @@ class RuleSet::Impl::Run {
       case v1::ARG_BOOL:
         return n->kind == Kind::kBool;
       case v1::ARG_INT:
-        return n->kind == Kind::kInt;
+        return n->kind == Kind::kInt && IntMatches(*n, spec);
       case v1::ARG_FLOAT:
         return n->kind == Kind::kFloat;
       case v1::ARG_STR:
         if (n->kind != Kind::kStr) return false;
-        if (spec.str_values().empty()) return true;
+        if (spec.str_values().empty() && spec.str_sized_prefixes().empty()) return true;
         if (n->truncated) return false;
         for (const std::string& v : spec.str_values()) {
           if (n->text == v) return true;
+        }
+        for (const std::string& p : spec.str_sized_prefixes()) {
+          if (SizedCode(n->text, p)) return true;
         }
         return false;
       case v1::ARG_BYTES:
@@ -808,12 +985,25 @@ class RuleSet::Impl::Run {
       case v1::ARG_INT_TUPLE:
         return IsIntTuple(id, *n);
       case v1::ARG_TUPLE:
-        return n->kind == Kind::kTuple;
+        if (n->kind != Kind::kTuple) return false;
+        if (!EachMatches(*n, spec, depth)) return false;
+        if (spec.items().empty()) return true;
+        if (n->items.size() != static_cast<size_t>(spec.items_size())) return false;
+        for (int i = 0; i < spec.items_size(); ++i) {
+          if (!SpecMatches(n->items[static_cast<size_t>(i)], spec.items(i), depth + 1)) {
+            return false;
+          }
+        }
+        return true;
       case v1::ARG_LIST:
-        return n->kind == Kind::kList;
+        return n->kind == Kind::kList && EachMatches(*n, spec, depth);
       case v1::ARG_DICT:
-        if (n->kind == Kind::kDict) return !spec.empty() || n->items.empty();
+        if (n->kind == Kind::kDict) {
+          if (!spec.keys().empty() || spec.str_keys()) return DictMatches(*n, spec, depth);
+          return !spec.empty() || n->items.empty();
+        }
         if (n->kind == Kind::kCall) {
+          if (!spec.keys().empty() || spec.str_keys()) return false;
           Origin o = OriginOf(*n);
           if (o.allow == nullptr || !o.allow->dict_like()) return false;
           return !spec.empty() || IsEmptyCall(*n);
@@ -827,21 +1017,30 @@ class RuleSet::Impl::Run {
           return o.allow != nullptr && o.allow->tensor();
         }
         return false;
+      case v1::ARG_CALL: {
+        if (n->kind != Kind::kCall) return false;
+        Origin o = OriginOf(*n);
+        if (o.broken || o.allow == nullptr) return false;
+        return NameIn(g_->globals[o.global], spec);
+      }
       case v1::ARG_GLOBAL: {
         if (n->kind != Kind::kGlobal) return false;
         if (spec.global_values().empty()) return true;
         if (n->ref >= g_->globals.size()) return false;
-        const GlobalRef& ref = g_->globals[n->ref];
-        if (ref.via == Via::kExt || ref.via == Via::kDynamic) return false;
-        const std::string name = absl::StrCat(ref.resolved_module, ".", ref.resolved_name);
-        for (const std::string& v : spec.global_values()) {
-          if (name == v) return true;
-        }
-        return false;
+        return NameIn(g_->globals[n->ref], spec);
       }
       default:
         return false;
     }
+  }
+
+  static bool NameIn(const GlobalRef& ref, const v1::ArgSpec& spec) {
+    if (ref.via == Via::kExt || ref.via == Via::kDynamic) return false;
+    const std::string name = absl::StrCat(ref.resolved_module, ".", ref.resolved_name);
+    for (const std::string& v : spec.global_values()) {
+      if (name == v) return true;
+    }
+    return false;
   }
 
   bool ShapeMatches(const v1::CallShape& s, v1::CallOp op, const std::vector<NodeId>& args,
@@ -850,44 +1049,63 @@ class RuleSet::Impl::Run {
     if (args.size() < s.min_args() || args.size() > s.max_args()) return false;
     if (has_kwargs && !s.kwargs()) return false;
     for (size_t i = 0; i < args.size() && i < static_cast<size_t>(s.args_size()); ++i) {
-      bool any = false;
-      const v1::ArgSpec& spec = s.args(static_cast<int>(i));
-      for (int kind : spec.any_of()) {
-        if (ArgMatches(args[i], kind, spec)) {
-          any = true;
-          break;
-        }
-      }
-      if (!any) return false;
+      if (!SpecMatches(args[i], s.args(static_cast<int>(i)), 0)) return false;
     }
     return true;
+  }
+
+  // One spec as the messages show it: its kinds joined by '|', each with its pins.
+  static std::string SpecText(const v1::ArgSpec& spec, int depth = 0) {
+    if (depth > kMaxSpecDepth) return "…";
+    std::vector<std::string> names;
+    for (int k : spec.any_of()) {
+      std::string label = ArgKindLabel(k);
+      if (k == v1::ARG_STR) {
+        std::vector<std::string> values;
+        for (const std::string& v : spec.str_values()) values.push_back(absl::StrCat("'", v, "'"));
+        for (const std::string& v : spec.str_sized_prefixes()) {
+          values.push_back(absl::StrCat("'", v, "<n>'"));
+        }
+        if (!values.empty()) absl::StrAppend(&label, " ", absl::StrJoin(values, " or "));
+      }
+      if (k == v1::ARG_INT && (spec.has_int_min() || spec.has_int_max())) {
+        if (spec.has_int_min() && spec.has_int_max() && spec.int_min() == spec.int_max()) {
+          absl::StrAppend(&label, " ", spec.int_min());
+        } else {
+          absl::StrAppend(&label, " in [", spec.has_int_min() ? absl::StrCat(spec.int_min()) : "",
+                          "..", spec.has_int_max() ? absl::StrCat(spec.int_max()) : "", "]");
+        }
+      }
+      if (k == v1::ARG_TUPLE && !spec.items().empty()) {
+        std::vector<std::string> items;
+        for (const v1::ArgSpec& i : spec.items()) items.push_back(SpecText(i, depth + 1));
+        absl::StrAppend(&label, " (", absl::StrJoin(items, ", "), ")");
+      }
+      if (k == v1::ARG_DICT && spec.empty()) absl::StrAppend(&label, " (empty)");
+      if (k == v1::ARG_DICT && spec.str_keys()) absl::StrAppend(&label, " {str: ANY}");
+      if (k == v1::ARG_DICT && !spec.keys().empty()) {
+        std::vector<std::string> keys;
+        for (const v1::DictKey& key : spec.keys()) {
+          keys.push_back(absl::StrCat("'", key.key(), "'", key.required() ? "" : "?", ": ",
+                                      SpecText(key.value(), depth + 1)));
+        }
+        absl::StrAppend(&label, " {", absl::StrJoin(keys, ", "), "}");
+      }
+      if ((k == v1::ARG_GLOBAL || k == v1::ARG_CALL) && !spec.global_values().empty()) {
+        absl::StrAppend(&label, k == v1::ARG_CALL ? " of " : " ",
+                        absl::StrJoin(spec.global_values(), " or "));
+      }
+      names.push_back(std::move(label));
+    }
+    return absl::StrJoin(names, "|");
   }
 
   static std::string ShapeText(const v1::CallShape& s) {
     std::vector<std::string> parts;
     const uint32_t shown = std::min<uint32_t>(s.max_args(), std::max<uint32_t>(s.min_args(), 12));
     for (uint32_t i = 0; i < shown; ++i) {
-      std::string kinds;
-      if (i < static_cast<uint32_t>(s.args_size())) {
-        const v1::ArgSpec& spec = s.args(static_cast<int>(i));
-        std::vector<std::string> names;
-        for (int k : spec.any_of()) {
-          std::string label = ArgKindLabel(k);
-          if (k == v1::ARG_STR && !spec.str_values().empty()) {
-            std::vector<std::string> values;
-            for (const std::string& v : spec.str_values()) values.push_back(absl::StrCat("'", v, "'"));
-            absl::StrAppend(&label, " ", absl::StrJoin(values, " or "));
-          }
-          if (k == v1::ARG_DICT && spec.empty()) absl::StrAppend(&label, " (empty)");
-          if (k == v1::ARG_GLOBAL && !spec.global_values().empty()) {
-            absl::StrAppend(&label, " ", absl::StrJoin(spec.global_values(), " or "));
-          }
-          names.push_back(std::move(label));
-        }
-        kinds = absl::StrJoin(names, "|");
-      } else {
-        kinds = "ANY";
-      }
+      const std::string kinds =
+          i < static_cast<uint32_t>(s.args_size()) ? SpecText(s.args(static_cast<int>(i))) : "ANY";
       parts.push_back(i < s.min_args() ? kinds : absl::StrCat("[", kinds, "]"));
     }
     if (shown < s.max_args()) parts.push_back("…");
@@ -954,7 +1172,10 @@ class RuleSet::Impl::Run {
     const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
     if (items != nullptr && !kwargs_broken) {
       for (const v1::CallShape& s : allowed->calls()) {
-        if (ShapeMatches(s, op, *items, has_kwargs)) return;
+        if (ShapeMatches(s, op, *items, has_kwargs)) {
+          if (s.has_applies()) Applied(c, s, *items, 0);
+          return;
+        }
       }
     }
 
@@ -976,6 +1197,43 @@ class RuleSet::Impl::Run {
                                " is allowlisted, but this call matches none of its "
                                "shapes: expected ",
                                absl::StrJoin(expected, " or "), ", got ", GotText(op, c)));
+  }
+
+  // A call that calls one of its arguments with another (CallShape.applies): that inner call
+  // must be a REDUCE its callee's entry allows, and so on for an inner call that applies too.
+  void Applied(const CallSite& c, const v1::CallShape& shape, const std::vector<NodeId>& items,
+               int depth) {
+    const Node* func = internal::NodeAt(*g_, items[shape.applies().func()]);
+    const Node* args = internal::NodeAt(*g_, items[shape.applies().args()]);
+    // The shape matched: func is a global and args a tuple.
+    if (func == nullptr || args == nullptr || func->ref >= g_->globals.size()) return;
+    const GlobalRef& ref = g_->globals[func->ref];
+    const v1::AllowedGlobal* allowed = infos_[func->ref].allow;
+    if (allowed == nullptr) return;  // the global's own finding carries it
+    if (depth < kMaxSpecDepth) {
+      for (const v1::CallShape& s : allowed->calls()) {
+        if (ShapeMatches(s, v1::CALL_REDUCE, args->items, false)) {
+          if (s.has_applies()) Applied(c, s, args->items, depth + 1);
+          return;
+        }
+      }
+    }
+    v1::Finding* f =
+        Add("call.shape", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
+    if (f == nullptr) return;
+    const std::string name = internal::GlobalName(ref);
+    f->set_category("other");
+    f->set_global(name);
+    f->set_call(Summary(c));
+    std::vector<std::string> expected;
+    for (const v1::CallShape& s : allowed->calls()) expected.push_back(ShapeText(s));
+    std::vector<std::string> got;
+    for (NodeId id : args->items) got.push_back(Describe(id));
+    SetMessage(f, absl::StrCat(
+                      "the call applies ", name, " to arguments that match none of its shapes",
+                      depth >= kMaxSpecDepth ? " (applications nested too deep)" : "",
+                      ": expected ", expected.empty() ? "no call" : absl::StrJoin(expected, " or "),
+                      ", got (", absl::StrJoin(got, ", "), ")"));
   }
 
   void Build(const CallSite& c) {
@@ -1000,7 +1258,10 @@ class RuleSet::Impl::Run {
       Origin o = OriginOf(*t);
       if (o.broken) return;            // inconsistent facts, reported once per pickle
       if (o.allow == nullptr) return;  // not an allowlisted global: already reported
-      if (o.allow->build_target()) return;
+      if (o.allow->build_target()) {
+        BuildState(c, *t, *o.allow, g_->globals[o.global]);
+        return;
+      }
       what = absl::StrCat("the result of ", internal::GlobalName(g_->globals[o.global]),
                           ", which is not allowlisted as a build target");
     } else {
@@ -1012,6 +1273,140 @@ class RuleSet::Impl::Run {
     f->set_category("other");
     f->set_call(Summary(c));
     SetMessage(f, absl::StrCat("BUILD (__setstate__ or __dict__ update) on ", what));
+  }
+
+  // The item size numpy gives a dtype code it writes (numpy.dtype(code, False, True)); nullopt
+  // for codes a structured field may not hold (objects) or that numpy does not write.
+  static std::optional<absl::int128> NumpyItemBytes(absl::string_view code) {
+    static constexpr std::pair<absl::string_view, int> kFixed[] = {
+        {"b1", 1}, {"i1", 1}, {"u1", 1}, {"i2", 2},  {"u2", 2},  {"i4", 4},  {"u4", 4},
+        {"i8", 8}, {"u8", 8}, {"f2", 2}, {"f4", 4},  {"f8", 8},  {"f16", 16}, {"c8", 8},
+        {"c16", 16}, {"c32", 32}, {"M8", 8}, {"m8", 8}};
+    for (const auto& [c, size] : kFixed) {
+      if (code == c) return absl::int128(size);
+    }
+    for (const auto& [prefix, unit] :
+         {std::pair<absl::string_view, int>{"S", 1}, {"V", 1}, {"U", 4}}) {
+      if (SizedCode(code, prefix)) {
+        uint64_t n = 0;
+        for (char ch : code.substr(1)) n = n * 10 + static_cast<uint64_t>(ch - '0');  // <= 9 digits
+        return absl::int128(n) * unit;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // The code of a numpy.dtype(code, ...) call result, or nullptr.
+  const Node* DtypeCode(NodeId id) const {
+    const Node* n = internal::NodeAt(*g_, id);
+    if (n == nullptr || n->kind != Kind::kCall) return nullptr;
+    Origin o = OriginOf(*n);
+    if (o.broken || o.allow == nullptr) return nullptr;
+    const GlobalRef& ref = g_->globals[o.global];
+    if (ref.resolved_module != "numpy" || ref.resolved_name != "dtype") return nullptr;
+    const Node* args = internal::NodeAt(*g_, g_->calls[n->ref].args);
+    if (args == nullptr || args->kind != Kind::kTuple || args->items.empty()) return nullptr;
+    const Node* code = internal::NodeAt(*g_, args->items[0]);
+    return code != nullptr && code->kind == Kind::kStr && !code->truncated ? code : nullptr;
+  }
+
+  // BuildState.check: what the specs cannot say (see StateCheck in rules.proto).
+  bool Checked(v1::StateCheck check, const std::vector<NodeId>& made_args, NodeId state_id) {
+    if (check != v1::STATE_CHECK_NUMPY_DTYPE) return true;
+    const Node* state = internal::NodeAt(*g_, state_id);
+    const Node* code = made_args.empty() ? nullptr : internal::NodeAt(*g_, made_args[0]);
+    if (state == nullptr || state->kind != Kind::kTuple || state->items.size() < 8 ||
+        code == nullptr || code->kind != Kind::kStr || code->truncated) {
+      return false;
+    }
+    const Node* elsize = internal::NodeAt(*g_, state->items[5]);
+    if (elsize == nullptr || elsize->kind != Kind::kInt || !elsize->fits || elsize->i < 0) {
+      return false;
+    }
+    const std::optional<absl::int128> size = NumpyItemBytes(code->text);
+    if (!size) return false;
+    const bool sized =
+        SizedCode(code->text, "S") || SizedCode(code->text, "U") || SizedCode(code->text, "V");
+    if (sized && *size != elsize->i) return false;
+    const Node* names = internal::NodeAt(*g_, state->items[3]);
+    const Node* fields = internal::NodeAt(*g_, state->items[4]);
+    if (names == nullptr || fields == nullptr) return false;
+    if (names->kind == Kind::kNone) return fields->kind == Kind::kNone;
+    if (names->kind != Kind::kTuple || fields->kind != Kind::kDict || names->items.empty() ||
+        fields->items.size() % 2 != 0) {
+      return false;
+    }
+    absl::flat_hash_set<std::string> keys;
+    for (size_t i = 0; i + 1 < fields->items.size(); i += 2) {
+      const Node* key = internal::NodeAt(*g_, fields->items[i]);
+      const Node* value = internal::NodeAt(*g_, fields->items[i + 1]);
+      if (key == nullptr || key->kind != Kind::kStr || key->truncated || value == nullptr ||
+          value->kind != Kind::kTuple || value->items.size() != 2) {
+        return false;
+      }
+      const Node* field_code = DtypeCode(value->items[0]);
+      const Node* offset = internal::NodeAt(*g_, value->items[1]);
+      if (field_code == nullptr || offset == nullptr || offset->kind != Kind::kInt ||
+          !offset->fits || offset->i < 0) {
+        return false;
+      }
+      const std::optional<absl::int128> field_size = NumpyItemBytes(field_code->text);
+      if (!field_size || offset->i + *field_size > elsize->i) return false;
+      keys.insert(key->text);
+    }
+    absl::flat_hash_set<std::string> seen;
+    for (NodeId id : names->items) {
+      const Node* name = internal::NodeAt(*g_, id);
+      if (name == nullptr || name->kind != Kind::kStr || name->truncated ||
+          !keys.contains(name->text) || !seen.insert(name->text).second) {
+        return false;
+      }
+    }
+    return seen.size() == keys.size();
+  }
+
+  // A BUILD on an allowlisted build target whose entry pins its states: the state must match
+  // one listed for the call that made the object (BuildState.made_with).
+  void BuildState(const CallSite& c, const Node& target, const v1::AllowedGlobal& allowed,
+                  const GlobalRef& ref) {
+    if (allowed.build_states().empty()) return;
+    const CallSite& producer = g_->calls[target.ref];
+    const Node* made = internal::NodeAt(*g_, producer.args);
+    static const std::vector<NodeId> kNoArgs;
+    const std::vector<NodeId>& made_args =
+        made != nullptr && made->kind == Kind::kTuple ? made->items : kNoArgs;
+    std::vector<std::string> expected;
+    for (const v1::BuildState& b : allowed.build_states()) {
+      bool made_ok = true;
+      for (int i = 0; i < b.made_with_size() && made_ok; ++i) {
+        made_ok = static_cast<size_t>(i) < made_args.size() &&
+                  SpecMatches(made_args[static_cast<size_t>(i)], b.made_with(i), 1);
+      }
+      if (!made_ok) continue;
+      if (SpecMatches(c.args, b.state(), 0) && Checked(b.check(), made_args, c.args)) return;
+      expected.push_back(SpecText(b.state()));
+    }
+    v1::Finding* f =
+        Add("call.build_state", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
+    if (f == nullptr) return;
+    const std::string name = internal::GlobalName(ref);
+    f->set_category("other");
+    f->set_global(name);
+    f->set_call(Summary(c));
+    constexpr size_t kShownStates = 3;
+    if (expected.size() > kShownStates) {
+      const size_t more = expected.size() - kShownStates;
+      expected.resize(kShownStates);
+      expected.push_back(absl::StrCat("… ", more, " more"));
+    }
+    SetMessage(f, absl::StrCat(
+                      "BUILD gives the result of ", name, " a state ", Rendered(c.args, 160),
+                      " that is not one its loader writes for it; the loader trusts this state ",
+                      "(flags, positions, attributes)",
+                      expected.empty()
+                          ? absl::StrCat(", and no state is allowed for an object made by ",
+                                         Summary(producer))
+                          : absl::StrCat(": expected ", absl::StrJoin(expected, " or "))));
   }
 
   void Mutation(const CallSite& c, absl::string_view rule_id, absl::string_view op_label,
@@ -1163,6 +1558,7 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::Compile(std::unique_ptr<
       absl::Status s = ValidateShape(origin, label, si, a.calls(si));
       if (!s.ok()) return s;
     }
+    CKPT_RETURN_IF_ERROR(ValidateBuildStates(origin, label, a));
     auto [it, inserted] = impl->allow[a.module()].try_emplace(a.name(), &a);
     if (!inserted) {
       int first = 0;

@@ -915,7 +915,8 @@ TEST(EvaluateSafeTest, NumpyArrayAndArgparseNamespaceAreSafe) {
                                  b.Reduce(enc, b.Tuple({b.Str("b"), b.Str("latin1")}))}));
   NodeId dt =
       b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Bool(false), b.Bool(true)}));
-  b.Build(dt, b.Tuple({b.Int(3), b.Str("<"), b.None()}));
+  b.Build(dt, b.Tuple({b.Int(3), b.Str("<"), b.None(), b.None(), b.None(), b.Int(-1), b.Int(-1),
+                       b.Int(0)}));
   b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({3}), dt, b.Bool(false),
                         b.Bytes("123456781234567812345678")}));
   // args = parser.parse_args(): NEWOBJ Namespace() + BUILD.
@@ -962,6 +963,364 @@ TEST(EvaluateSafeTest, ShapesSeenInRealTorchOutputAreSafe) {
   Evaluation e = Eval(b.Stream(b.Tuple({ba, arr, ns, attr, csr})));
   EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << Dump(e);
   EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+}
+
+// BUILD states: each allowlisted build target accepts exactly the states its loader writes
+// (numpy 1.24 / torch 1.13 / CPython 3.11 output); anything else is call.build_state.
+struct StateCase {
+  const char* name;
+  std::function<void(FactsBuilder&)> build;
+  bool safe;
+};
+
+NodeId Dtype(FactsBuilder& b, const char* code) {
+  return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str(code), b.Bool(false), b.Bool(true)}));
+}
+NodeId DtypeState(FactsBuilder& b, const char* order, int64_t elsize, int64_t align,
+                  int64_t flags) {
+  return b.Tuple({b.Int(3), b.Str(order), b.None(), b.None(), b.None(), b.Int(elsize),
+                  b.Int(align), b.Int(flags)});
+}
+struct Field {
+  const char* name;
+  const char* code;
+  int64_t offset;
+};
+void StructuredDtype(FactsBuilder& b, const char* code, int64_t elsize,
+                     std::initializer_list<Field> fields, int64_t flags,
+                     const char* extra_name = nullptr) {
+  std::vector<NodeId> names, items;
+  for (const Field& f : fields) {
+    names.push_back(b.Str(f.name));
+    items.push_back(b.Str(f.name));
+    items.push_back(b.Tuple({Dtype(b, f.code), b.Int(f.offset)}));
+  }
+  if (extra_name != nullptr) names.push_back(b.Str(extra_name));
+  NodeId names_tuple = b.Tuple({});
+  NodeId fields_dict = b.Dict({});
+  b.MutableItems(names_tuple) = names;
+  b.MutableItems(fields_dict) = items;
+  b.Build(Dtype(b, code), b.Tuple({b.Int(3), b.Str("|"), b.None(), names_tuple, fields_dict,
+                                   b.Int(elsize), b.Int(1), b.Int(flags)}));
+}
+NodeId NdArray(FactsBuilder& b) {
+  NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                        b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
+  NodeId dt = Dtype(b, "u4");
+  b.Build(dt, DtypeState(b, "<", -1, -1, 0));
+  b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), dt, b.Bool(false), b.Bytes("abcd")}));
+  return arr;
+}
+NodeId RandomState(FactsBuilder& b) {
+  return b.Reduce(b.Global("numpy.random._pickle", "__randomstate_ctor"),
+                  b.Tuple({b.Str("MT19937"),
+                           b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
+}
+NodeId Mt19937State(FactsBuilder& b, int64_t pos) {
+  return b.Dict({b.Str("bit_generator"), b.Str("MT19937"), b.Str("state"),
+                 b.Dict({b.Str("key"), NdArray(b), b.Str("pos"), b.Int(pos)}), b.Str("has_gauss"),
+                 b.Int(0), b.Str("gauss"), b.Float(0.0)});
+}
+NodeId PhiloxGenerator(FactsBuilder& b, int64_t buffer_pos) {
+  NodeId g = b.Reduce(b.Global("numpy.random._pickle", "__bit_generator_ctor"),
+                      b.Tuple({b.Str("Philox")}));
+  b.Build(g, b.Dict({b.Str("bit_generator"), b.Str("Philox"), b.Str("state"),
+                     b.Dict({b.Str("counter"), NdArray(b), b.Str("key"), NdArray(b)}),
+                     b.Str("buffer"), NdArray(b), b.Str("buffer_pos"), b.Int(buffer_pos),
+                     b.Str("has_uint32"), b.Int(0), b.Str("uinteger"), b.Int(0)}));
+  return g;
+}
+NodeId Parameter(FactsBuilder& b) {
+  NodeId st = b.Storage("FloatStorage", "0", 2);
+  NodeId t = b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v2"),
+                      b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false),
+                               b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))}));
+  return b.NewObj(b.Global("torch.nn.parameter", "Parameter"), b.Tuple({t, b.Bool(true)}));
+}
+NodeId JoblibWrapper(FactsBuilder& b, NodeId subclass) {
+  NodeId w = b.NewObj(b.Global("joblib.numpy_pickle", "NumpyArrayWrapper"), b.Tuple({}));
+  NodeId dt = Dtype(b, "f8");
+  b.Build(dt, DtypeState(b, "<", -1, -1, 0));
+  b.Build(w, b.Dict({b.Str("subclass"), subclass, b.Str("shape"), b.IntTuple({2}),
+                     b.Str("order"), b.Str("C"), b.Str("dtype"), dt, b.Str("allow_mmap"),
+                     b.Bool(false), b.Str("numpy_array_alignment_bytes"), b.Int(16)}));
+  return w;
+}
+
+const StateCase kStateCases[] = {
+    {"DtypeFloat64AsNumpyWritesIt",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "f8"), DtypeState(b, "<", -1, -1, 0)); }, true},
+    {"DtypeFloat64WithTheObjectFlags",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "f8"), DtypeState(b, "<", -1, -1, 63)); }, false},
+    {"DtypeObjectAsNumpyWritesIt",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "O8"), DtypeState(b, "|", -1, -1, 63)); }, true},
+    {"DtypeObjectWithoutItsObjectFlags",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "O8"), DtypeState(b, "|", -1, -1, 0)); }, false},
+    {"DtypeUnicodeAsNumpyWritesIt",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "U3"), DtypeState(b, "<", 12, 4, 8)); }, true},
+    {"DtypeBytesWithTheObjectFlags",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "S8"), DtypeState(b, "|", 8, 1, 63)); }, false},
+    {"DtypeBytesWhoseElsizeIsNotItsCode",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "S8"), DtypeState(b, "|", 4096, 1, 0)); }, false},
+    {"DtypeStructuredAsNumpyWritesIt",
+     [](FactsBuilder& b) { StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 4}}, 16); },
+     true},
+    {"DtypeStructuredAlignedAsNumpyWritesIt",
+     [](FactsBuilder& b) { StructuredDtype(b, "V16", 16, {{"a", "i4", 0}, {"b", "f8", 8}}, -112); },
+     true},
+    {"DtypeStructuredFieldPastItsEnd",
+     [](FactsBuilder& b) { StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 8}}, 16); },
+     false},
+    {"DtypeStructuredElsizeLargerThanItsCode",
+     [](FactsBuilder& b) { StructuredDtype(b, "V4", 64, {{"a", "i4", 0}, {"b", "f8", 56}}, 16); },
+     false},
+    {"DtypeStructuredWithAnObjectField",
+     [](FactsBuilder& b) { StructuredDtype(b, "V8", 8, {{"a", "O8", 0}}, 16); }, false},
+    {"DtypeStructuredNameWithoutAField",
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V8", 8, {{"a", "f8", 0}}, 16, /*extra_name=*/"b");
+     },
+     false},
+    {"DtypeSizedCodeWithLettersAfterTheDigits",
+     [](FactsBuilder& b) { b.Build(Dtype(b, "S8x"), DtypeState(b, "|", 8, 1, 0)); }, false},
+    {"DtypeStructuredWithFields",
+     [](FactsBuilder& b) {
+       b.Build(Dtype(b, "V8"),
+               b.Tuple({b.Int(3), b.Str("|"), b.None(), b.Tuple({b.Str("a")}),
+                        b.Dict({b.Str("a"), b.Tuple({Dtype(b, "O8"), b.Int(0)})}), b.Int(8),
+                        b.Int(1), b.Int(0)}));
+     },
+     false},
+    {"DtypeDatetimeAsNumpyWritesIt",
+     [](FactsBuilder& b) {
+       b.Build(Dtype(b, "M8"),
+               b.Tuple({b.Int(4), b.Str("<"), b.None(), b.None(), b.None(), b.Int(-1), b.Int(-1),
+                        b.Int(0),
+                        b.Tuple({b.Dict({}), b.Tuple({b.Bytes("s"), b.Int(1), b.Int(1),
+                                                      b.Int(1)})})}));
+     },
+     true},
+    {"NdarrayAsNumpyWritesIt", [](FactsBuilder& b) { NdArray(b); }, true},
+    {"NdarrayWhoseDtypeIsNotADtype",
+     [](FactsBuilder& b) {
+       NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                             b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
+       b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), b.Str("u4"), b.Bool(false),
+                             b.Bytes("abcd")}));
+     },
+     false},
+    {"RandomStateAtTheEndOfItsKey",
+     [](FactsBuilder& b) { b.Build(RandomState(b), Mt19937State(b, 624)); }, true},
+    {"RandomStatePositionPastItsKey",
+     [](FactsBuilder& b) { b.Build(RandomState(b), Mt19937State(b, 100'000)); }, false},
+    {"RandomStateNegativePosition",
+     [](FactsBuilder& b) { b.Build(RandomState(b), Mt19937State(b, -1)); }, false},
+    {"PhiloxBufferPositionAsNumpyWritesIt", [](FactsBuilder& b) { PhiloxGenerator(b, 4); }, true},
+    {"PhiloxBufferPositionBeforeItsBuffer", [](FactsBuilder& b) { PhiloxGenerator(b, -8); },
+     false},
+    {"OrderedDictWithStateDictMetadata",
+     [](FactsBuilder& b) {
+       NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+       b.Build(od, b.Dict({b.Str("_metadata"),
+                           b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))}));
+     },
+     true},
+    {"OrderedDictAttributeThatShadowsAMethod",
+     [](FactsBuilder& b) {
+       NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+       b.Build(od, b.Dict({b.Str("_metadata"), b.Dict({}), b.Str("keys"), b.Int(1)}));
+     },
+     false},
+    {"ParameterStateAsTensorSetstateTakesIt",
+     [](FactsBuilder& b) {
+       NodeId p = Parameter(b);
+       b.Build(p, b.Tuple({b.Bool(true), b.None(),
+                           b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))}));
+     },
+     true},
+    {"ParameterLegacyStateThatCallsSet",
+     [](FactsBuilder& b) {
+       NodeId p = Parameter(b);
+       b.Build(p, b.Tuple({b.Storage("FloatStorage", "1", 1), b.Int(0), b.IntTuple({4}),
+                           b.IntTuple({1})}));
+     },
+     false},
+    {"ReconstructedNamespaceDict",
+     [](FactsBuilder& b) {
+       NodeId ns = b.Reduce(b.Global("copyreg", "_reconstructor"),
+                            b.Tuple({b.Global("argparse", "Namespace"),
+                                     b.Global("builtins", "object"), b.None()}));
+       b.Build(ns, b.Dict({b.Str("lr"), b.Float(0.1)}));
+     },
+     true},
+    {"ReconstructedCounterWithAttributes",
+     [](FactsBuilder& b) {
+       NodeId c = b.Reduce(b.Global("copyreg", "_reconstructor"),
+                           b.Tuple({b.Global("collections", "Counter"),
+                                    b.Global("builtins", "dict"), b.Dict({})}));
+       b.Build(c, b.Dict({b.Str("keys"), b.Int(1)}));
+     },
+     false},
+    {"NamespaceWithANonStrKey",
+     [](FactsBuilder& b) {
+       NodeId ns = b.NewObj(b.Global("argparse", "Namespace"), b.Tuple({}));
+       b.Build(ns, b.Dict({b.Int(1), b.Float(0.1)}));
+     },
+     false},
+    {"JoblibWrapperAsJoblibWritesIt",
+     [](FactsBuilder& b) { JoblibWrapper(b, b.Global("numpy", "ndarray")); }, true},
+    {"JoblibWrapperWhoseSubclassIsAnotherClass",
+     [](FactsBuilder& b) { JoblibWrapper(b, b.Global("collections", "OrderedDict")); }, false},
+};
+
+class BuildStateTest : public ::testing::TestWithParam<StateCase> {};
+
+TEST_P(BuildStateTest, StateIsAcceptedOnlyWhenItsLoaderWritesIt) {
+  FactsBuilder b;
+  GetParam().build(b);
+  Evaluation e = Eval(b.Stream());
+  if (GetParam().safe) {
+    EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << Dump(e);
+    EXPECT_THAT(e.findings, IsEmpty()) << Dump(e);
+  } else {
+    EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << Dump(e);
+    EXPECT_THAT(Ids(e), ::testing::Contains("call.build_state")) << Dump(e);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Default, BuildStateTest, ::testing::ValuesIn(kStateCases),
+                         [](const ::testing::TestParamInfo<StateCase>& i) {
+                           return std::string(i.param.name);
+                         });
+
+TEST(EvaluateTest, BuildStateMessageSaysWhatWasExpected) {
+  FactsBuilder b;
+  b.Build(Dtype(b, "f8"), DtypeState(b, "<", -1, -1, 63));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.build_state")) << Dump(e);
+  EXPECT_EQ(e.findings[0].global(), "numpy.dtype");
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("INT 0")) << Dump(e);
+}
+
+// _rebuild_from_type_v2(func, new_type, args, state) calls func(*args): that inner call is held
+// to func's own shapes, and the state's setattr()s to str names with plain values.
+TEST(EvaluateTest, AppliedRebuildFunctionMustMatchItsOwnShapes) {
+  struct Case {
+    const char* name;
+    bool hooked;  // backward hooks in the inner _rebuild_tensor_v2 call
+    bool object_attribute;
+    bool safe;
+  } cases[] = {{"plain", false, false, true},
+               {"hooks inside the applied call", true, false, false},
+               {"an object set as an attribute", false, true, false}};
+  for (const Case& c : cases) {
+    FactsBuilder b;
+    NodeId hooks = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+    if (c.hooked) b.SetItems(hooks, {b.Int(0), b.Global("torch", "Tensor")});
+    NodeId st = b.Storage("FloatStorage", "0", 2);
+    NodeId args = b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false), hooks});
+    NodeId value = c.object_attribute ? b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))
+                                      : b.Bool(true);
+    b.Reduce(b.Global("torch._tensor", "_rebuild_from_type_v2"),
+             b.Tuple({b.Global("torch._utils", "_rebuild_tensor_v2"),
+                      b.Global("torch.nn.parameter", "Parameter"), args,
+                      b.Dict({b.Str("tensor_model_parallel"), value})}));
+    Evaluation e = Eval(b.Stream());
+    if (c.safe) {
+      EXPECT_EQ(e.verdict, v1::VERDICT_SAFE) << c.name << Dump(e);
+    } else {
+      EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << c.name << Dump(e);
+      EXPECT_THAT(Ids(e), ::testing::Contains("call.shape")) << c.name << Dump(e);
+    }
+  }
+}
+
+TEST(EvaluateTest, AppliedCallWithTheWrongArgumentCountIsCallShape) {
+  FactsBuilder b;
+  b.Reduce(b.Global("torch._tensor", "_rebuild_from_type_v2"),
+           b.Tuple({b.Global("torch._utils", "_rebuild_tensor_v2"), b.Global("torch", "Tensor"),
+                    b.Tuple({b.Int(1)}), b.None()}));
+  Evaluation e = Eval(b.Stream());
+  ASSERT_THAT(Ids(e), ElementsAre("call.shape")) << Dump(e);
+  EXPECT_THAT(e.findings[0].message(), HasSubstr("applies torch._utils._rebuild_tensor_v2"));
+}
+
+TEST(EvaluateTest, ParameterStateSetsOnlyPlainAttributes) {
+  for (bool hook : {false, true}) {
+    FactsBuilder b;
+    NodeId empty = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+    NodeId st = b.Storage("FloatStorage", "0", 2);
+    NodeId t = b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v2"),
+                        b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false),
+                                 empty}));
+    NodeId hooks = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+    b.SetItems(hooks, {b.Int(0), b.Global("torch", "Tensor")});
+    b.Reduce(b.Global("torch._utils", "_rebuild_parameter_with_state"),
+             b.Tuple({t, b.Bool(true), empty,
+                      hook ? b.Dict({b.Str("_backward_hooks"), hooks})
+                           : b.Dict({b.Str("partition_dim"), b.Int(0)})}));
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, hook ? v1::VERDICT_SUSPICIOUS : v1::VERDICT_SAFE) << Dump(e);
+  }
+}
+
+// Spec fields that would silently never apply, and build states without a build target.
+TEST(RuleSetLoadTest, InvalidBuildStatesAndNestedSpecsAreRejected) {
+  struct Case {
+    const char* entry;
+    const char* message;
+  } cases[] = {
+      {R"pb(build_states { state { any_of: ARG_DICT } })pb", "build_states without build_target"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_INT int_min: 2 int_max: 1 } })pb",
+       "int_min 2 > int_max 1"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_STR int_min: 0 } })pb",
+       "without ARG_INT"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_LIST items { any_of: ARG_INT } } })pb",
+       "items without ARG_TUPLE"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_TUPLE keys { key: "a" value { any_of: ARG_INT } } } })pb",
+       "keys without ARG_DICT"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_DICT str_keys: true empty: true } })pb",
+       "exclude each other"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_CALL } })pb",
+       "ARG_CALL without global_values"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_DICT values { any_of: ARG_INT } } })pb",
+       "values without str_keys"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_DICT
+              keys { key: "a" value { any_of: ARG_INT } } keys { key: "a" value { any_of: ARG_INT } } } })pb",
+       "duplicate key 'a'"},
+      {R"pb(build_target: true build_states { state { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
+              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
+              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
+              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE } } } } } } } } } } })pb",
+       "nested deeper than"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls {
+                       op: CALL_REDUCE min_args: 0 max_args: 0 } )pb",
+                     c.entry, "}"),
+        "states.textproto");
+    ASSERT_FALSE(r.ok()) << c.entry;
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.entry;
+  }
+}
+
+TEST(RuleSetLoadTest, ApplyNeedsAGlobalAndATupleArgument) {
+  for (const char* shape : {
+           R"pb(min_args: 2 max_args: 2 args { any_of: ARG_GLOBAL } args { any_of: ARG_TUPLE }
+                applies { func: 0 args: 0 })pb",
+           R"pb(min_args: 2 max_args: 2 args { any_of: ARG_ANY } args { any_of: ARG_TUPLE }
+                applies { func: 0 args: 1 })pb",
+           R"pb(min_args: 1 max_args: 2 args { any_of: ARG_GLOBAL } args { any_of: ARG_TUPLE }
+                applies { func: 0 args: 1 })pb",
+       }) {
+    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
+        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls { op: CALL_REDUCE )pb",
+                     shape, "} }"),
+        "apply.textproto");
+    ASSERT_FALSE(r.ok()) << shape;
+    EXPECT_THAT(r.status().message(), HasSubstr("applies needs")) << shape;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1025,6 +1384,12 @@ std::vector<pickle::StreamFacts> EveryRuleScenario() {
     out.push_back(b.Stream());
   }
   {
+    FactsBuilder b;  // call.build_state
+    NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+    b.Build(od, b.Dict({b.Str("keys"), b.Int(1)}));
+    out.push_back(b.Stream());
+  }
+  {
     FactsBuilder b;  // persid.shape, persid.text, stream.trailing
     b.PersistentLoad(b.Tuple({b.Str("module")}));
     b.PersistentLoad(b.Str("0"), 'P');
@@ -1076,6 +1441,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "call.callee",
                                        "call.shape",
                                        "call.build",
+                                       "call.build_state",
                                        "call.setitem",
                                        "call.append",
                                        "persid.shape",
