@@ -21,6 +21,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libseccomp-dev libabsl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev python3 python3-jsonschema
+  # core/compress: joblib's bz2, lzma/xz and lz4 files (zlib above)
+  libbz2-dev liblzma-dev liblz4-dev
   # grpc/health/v1/health.proto for `ckptscan health` (the daemon's side is in libgrpc++)
   grpc-proto
   # the daemon's metrics (prometheus-cpp) and their lint in the tests (promtool)
@@ -35,8 +37,9 @@ packages+=(python3-yaml)
 # pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests find
 # workers with it). Checked by scripts/fresh_root_check.sh.
 packages+=(openssl python3-pkg-resources procps)
-# The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib.
-packages+=(python3-joblib python3-numpy)
+# The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
+# (python3-lz4: joblib.load of its lz4 files).
+packages+=(python3-joblib python3-numpy python3-lz4)
 k8s=0
 for opt in "$@"; do
   case "$opt" in
