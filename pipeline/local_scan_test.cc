@@ -72,24 +72,44 @@ TEST(ExtractFactsTest, ZipMagicWithoutAnArchiveIsMalformed) {
   EXPECT_TRUE(f.members.empty());
 }
 
-TEST(ExtractFactsTest, CompressedAndArchiveContainersFailClosed) {
+TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
   const struct {
     std::string bytes;
     const char* format;
   } cases[] = {
-      {std::string("\x1f\x8b\x08\x00", 4), "gzip"},
       {std::string("\x37\x7a\xbc\xaf\x27\x1c\x00\x04", 8), "7z"},
       {std::string("Rar!\x1a\x07\x01\x00", 8), "rar"},
-      {"BZh91AY&SY", "bzip2"},
-      {std::string("\xfd\x37\x7a\x58\x5a\x00\x00", 7), "xz"},
       {std::string("\x28\xb5\x2f\xfd\x00", 5), "zstd"},
-      {std::string("\x04\x22\x4d\x18\x00", 5), "lz4"},
+      {std::string("ZF0x10\n\x78\x9c", 8), "joblib-compat"},
   };
   for (const auto& c : cases) {
     const FileFacts f = ExtractFacts(c.bytes, {});
     EXPECT_EQ(f.format, c.format);
     ASSERT_EQ(f.errors.size(), 1u) << c.format;
     EXPECT_EQ(f.errors[0].code(), "unsupported") << c.format;
+    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR)
+        << c.format;
+  }
+}
+
+TEST(ExtractFactsTest, TruncatedJoblibCompressedStreamsAreErrors) {
+  // joblib's prefixes: joblib.load decompresses these, and none is a whole stream.
+  const struct {
+    std::string bytes;
+    const char* format;
+  } cases[] = {
+      {std::string("\x1f\x8b\x08\x00", 4), "gzip"},
+      {"BZh91AY&SY", "bzip2"},
+      {std::string("\xfd\x37\x7a\x58\x5a\x00\x00", 7), "xz"},
+      {std::string("\x04\x22\x4d\x18\x00", 5), "lz4"},
+      {"x", "zlib"},
+      {std::string("\x5d\x00\x00\x80", 4), "lzma"},
+  };
+  for (const auto& c : cases) {
+    const FileFacts f = ExtractFacts(c.bytes, {});
+    EXPECT_EQ(f.format, c.format);
+    ASSERT_FALSE(f.errors.empty()) << c.format;
+    EXPECT_EQ(f.errors[0].code(), "malformed") << c.format;
     EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR)
         << c.format;
   }

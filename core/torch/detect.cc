@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
 #include "core/base/strings.h"
+#include "core/compress/decompress.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
@@ -32,14 +34,19 @@ struct Magic {
 constexpr std::string_view kCompressed =
     "compressed files are not scanned; decompress it and scan the contents";
 
+// joblib's compression prefixes (zlib, gzip, bz2, lzma, xz, lz4) are read by
+// ReadJoblibCompressed instead: none of these overlaps them.
 constexpr Magic kMagics[] = {
-    {{"\x1f\x8b", 2}, "gzip", kCompressed},
     {{"\x37\x7a\xbc\xaf\x27\x1c", 6}, "7z", "7z archives are not scanned"},
     {{"Rar!\x1a\x07", 6}, "rar", "rar archives are not scanned"},
-    {{"\xfd\x37\x7a\x58\x5a\x00", 6}, "xz", kCompressed},
     {{"\x28\xb5\x2f\xfd", 4}, "zstd", kCompressed},
-    {{"\x04\x22\x4d\x18", 4}, "lz4", kCompressed},
 };
+
+// The report's format of a compressed joblib file ("bzip2", as the format was named before
+// joblib's files were read, for joblib's "bz2").
+std::string_view CompressedFormat(compress::Codec codec) {
+  return codec == compress::Codec::kBz2 ? "bzip2" : compress::CodecName(codec);
+}
 
 constexpr std::string_view kZipMagic = {"PK\x03\x04", 4};
 
@@ -48,10 +55,6 @@ constexpr std::string_view kZipMagic = {"PK\x03\x04", 4};
 // happens to hold '{' at byte 8 (a protocol 0 text argument) is not taken for one.
 bool IsSafetensors(std::string_view b) {
   return b.size() > 8 && b[8] == '{' && b[4] == 0 && b[5] == 0 && b[6] == 0 && b[7] == 0;
-}
-
-bool IsBzip2(std::string_view b) {
-  return b.size() >= 4 && b.substr(0, 3) == "BZh" && b[3] >= '1' && b[3] <= '9';
 }
 
 // A reading worth reporting names a global (persistent ids alone are what any bytes starting
@@ -113,6 +116,16 @@ class Reader {
       ReadNpy(data, "", "", 0, true, vm_, out_);
       return;
     }
+    if (compress::IsJoblibCompat(data)) {
+      // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
+      out_->format = "joblib-compat";
+      Error("unsupported",
+            "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
+            "compatibility loader, is not scanned",
+            "", 0);
+      PickleReading(data, "(as pickle)", true);
+      return;
+    }
     for (const Magic& m : kMagics) {
       if (data.substr(0, m.bytes.size()) == m.bytes) {
         out_->format = std::string(m.format);
@@ -121,9 +134,19 @@ class Reader {
         return;
       }
     }
-    if (IsBzip2(data)) {
-      out_->format = "bzip2";
-      Error("unsupported", absl::StrCat("bzip2: ", base::AbslView(kCompressed)), "", 0);
+    if (const std::optional<compress::Codec> codec = compress::DetectJoblibCodec(data)) {
+      // joblib.load decompresses it; torch.load, pickle.load and numpy.load read the same
+      // bytes as they read any file (tarfile first, then a pickle from offset 0).
+      const bool other_format = IsTarHeader(data) || IsSafetensors(data);
+      ReadJoblibCompressed(data, *codec, /*own=*/!other_format);
+      if (IsTarHeader(data)) {
+        Tar(data);
+      } else if (IsSafetensors(data)) {
+        Safetensors(data);
+      } else {
+        PickleReading(data, "(as pickle)", true);
+        ZipInTail(data, "(after the compressed stream)");
+      }
       return;
     }
     // Python's tarfile (which torch.load tries before the legacy pickle format) takes any file
@@ -191,6 +214,75 @@ class Reader {
                              ": both readings are scanned"));
         Zip(data, "(as zip)", 0, 0, /*top=*/false);
       }
+    }
+  }
+
+  // joblib.load of a compressed file (core/compress/decompress.h): the decompressed bytes are
+  // read by joblib's NumpyUnpickler (pickle::Loader::kJoblib), whether or not they name its
+  // array placeholder. `own`: the file is no other format, so this is its format's reading;
+  // otherwise (a tar or safetensors file that starts with a joblib prefix) it is an
+  // alternative reading, dropped only when joblib.load fails before it decompresses a byte.
+  // A stop (truncated, corrupt, a limit) is an error of the file: ERROR at best, findings in
+  // what was decompressed before it kept.
+  void ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own) {
+    const std::string_view name = compress::CodecName(codec);
+    const std::string member = absl::StrCat("(joblib.load: ", base::AbslView(name), ")");
+    if (own) out_->format = std::string(CompressedFormat(codec));
+    absl::StatusOr<compress::Decompressed> d =
+        compress::DecompressJoblib(data, codec, options_.compress);
+    if (!d.ok()) {
+      Error(d.status(), std::string(d.status().message()), member, 0);
+      return;
+    }
+    if (d->bytes.empty() &&
+        (d->end == compress::End::kCorrupt || d->end == compress::End::kTruncated)) {
+      // joblib.load raises before its unpickler reads a byte: an error of the file when it is
+      // the file's own reading, nothing to judge otherwise.
+      if (own) {
+        Error(d->stop, absl::StrCat(d->stop.message(), "; joblib.load fails"), member,
+              d->stop_offset);
+      }
+      return;
+    }
+    pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
+    MemberFacts m{member, joblib.ScanStream(d->bytes, 0, own ? options_.trace : nullptr),
+                  /*alternative=*/!own};
+    if (!own && HasContent(m.stream)) {
+      Anomaly("polyglot", member, 0,
+              "joblib.load decompresses the file into a pickle that imports or calls something");
+    }
+    if (own || MustKeep(m.stream)) out_->members.push_back(std::move(m));
+    if (!d->stop.ok()) {
+      Error(d->stop,
+            absl::StrCat(d->stop.message(),
+                         "; joblib.load reads no further (scanned: the ", d->bytes.size(),
+                         " bytes decompressed before)"),
+            member, d->stop_offset);
+    }
+    if (d->trailing_bytes == 0) return;
+    const bool first_only = codec == compress::Codec::kZlib || codec == compress::Codec::kGzip;
+    Anomaly("trailing_data", member, d->trailing_offset,
+            first_only
+                ? absl::StrCat(d->trailing_bytes, " bytes after the first ", base::AbslView(name),
+                               " stream, which joblib.load never decompresses (other tools, "
+                               "such as gzip.open, read on: scanned as well)")
+                : absl::StrCat(d->trailing_bytes, " bytes after the last ", base::AbslView(name),
+                               " stream that do not start another, which joblib.load ignores"));
+    if (!first_only) return;
+    // Every stream, one after another, as tools that read every member (gzip.open, zlib's
+    // tools) see them: a payload after the first stream, or a pickle spread over several,
+    // is found even though joblib.load never reaches it. joblib's bytes are scanned already.
+    const uint64_t trailing_offset = d->trailing_offset;
+    d->bytes = std::string();
+    absl::StatusOr<compress::Decompressed> all = compress::DecompressJoblib(
+        data, codec, options_.compress, compress::Streams::kAll);
+    if (!all.ok() || all->streams < 2) return;
+    const std::string all_member = absl::StrCat("(every ", base::AbslView(name), " stream)");
+    MemberFacts r{all_member, vm_.ScanStream(all->bytes, 0), /*alternative=*/true};
+    if (MustKeep(r.stream)) out_->members.push_back(std::move(r));
+    if (all->end == compress::End::kLimit) {
+      Error(all->stop, std::string(all->stop.message()), all_member,
+            std::max(all->stop_offset, trailing_offset));
     }
   }
 

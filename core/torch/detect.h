@@ -2,12 +2,16 @@
 //
 // The format comes from the content at offset 0, never from the file name, in torch.load's own
 // order (torch/serialization.py load): "PK\3\4" → zip (a torch archive, a TorchScript archive, an
-// .npz, or another zip); "\x93NUMPY" → .npy; known compressed or archive magics (gzip, bzip2,
-// xz, zstd, lz4, 7z, rar) → unsupported, fail closed; a valid tar header → torch <= 0.3's tar
-// checkpoint (tar.h), or, without torch's members, unsupported; '{' after optional whitespace
-// → a JSON sharded-checkpoint index (hf_index.h; no pickle starts so); otherwise a pickle stream,
-// which is torch's legacy format when its first pickle is the legacy magic literal. A tar is
-// also read as a pickle from offset 0 (torch.load's fallback when tarfile fails).
+// .npz, or another zip); "\x93NUMPY" → .npy; joblib < 0.10's "ZF", 7z, rar and zstd →
+// unsupported, fail closed; a joblib compression prefix (zlib "x", gzip, bz2 "BZ", lzma, xz,
+// lz4; compress::DetectJoblibCodec) → joblib.load's reading of the decompressed bytes
+// (format "zlib", "gzip", "bzip2", "lzma", "xz" or "lz4"), and the other loaders' reading of
+// the same bytes as below; a valid tar header → torch <= 0.3's tar checkpoint (tar.h), or,
+// without torch's members, unsupported; '{' after optional whitespace → a JSON
+// sharded-checkpoint index (hf_index.h; no pickle starts so); otherwise a pickle stream, which
+// is torch's legacy format when its first pickle is the legacy magic literal. A tar, and a
+// compressed file, are also read as a pickle from offset 0 (torch.load's and pickle.load's
+// reading).
 //
 // Every reading of a polyglot is scanned: a zip archive that also parses as a pickle at offset
 // 0 (what pickle.load would read), and a pickle stream with a zip archive after it (what
@@ -21,6 +25,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/compress/decompress.h"
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
@@ -33,6 +38,9 @@ struct ReadOptions {
   zip::Limits zip;
   TarLimits tar;
   IndexLimits index;
+  // joblib's compressed files (core/compress/decompress.h; docs/formats.md, "joblib"). Not
+  // settable from the command line: the defaults hold in the worker.
+  compress::Limits compress;
   uint32_t max_container_depth = 2;  // archives inside archives (0: no nested archive is read)
   const pickle::TraceSink* trace = nullptr;
 };

@@ -74,8 +74,9 @@ absl::Status CheckShardFileName(std::string_view name);
 
 struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
-  // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "gzip", "bzip2", "xz", "zstd",
-  // "lz4", "7z", "rar", "safetensors", "hf-index", "json", or "empty".
+  // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
+  // "zlib", "gzip", "bzip2", "lzma", "xz", "lz4", "joblib-compat", "zstd", "7z", "rar",
+  // "safetensors", "hf-index", "json", or "empty".
   std::string format;
   // Why (part of) the file could not be scanned or verified.
   std::vector<v1::ScanError> errors;
