@@ -2,6 +2,7 @@
 """joblib.load as an oracle for the joblib reading: which globals would loading import?
 
     joblib_diff.py --facts-tool PATH [--seed N] [--count N] [--fixtures DIR]... [--keep-failures DIR]
+                   [--compressed]
 
 Generates joblib-style files (NumpyArrayWrapper placeholders made as joblib.dump makes them or
 otherwise, numpy dtypes of every kind with varied state sizes, flags and versions, alignment
@@ -18,6 +19,16 @@ The same file is read by `pickle_facts --joblib` (our joblib.load reading) and `
 reports, on a file whose joblib reading ended without any error (any error makes the file ERROR,
 which blocks it). 0 mismatches is the pass condition. Needs python3-joblib and python3-numpy;
 without them it exits 77 with the reason.
+
+--compressed: every input (generated, mutated, fixture) is also compressed with one of joblib's
+codecs (zlib, gzip, bz2, lzma-alone, xz, lz4; python3-lz4 needed), as one stream or split over
+two, then possibly truncated, byte-mutated, followed by garbage or by a second stream holding a
+payload. joblib.load then opens each file as it opens any (_read_fileobject: the compressor
+sniffed, the bytes decompressed; gen_readings.joblib_file_load_recording), under a 1 s alarm
+(reading past a zlib/gzip file's first stream hangs), and our side is `pickle_facts
+--read-file`: the scanner's whole reading of the file (torch::ReadFile), every member's globals.
+A mismatch is again a global joblib imports that we do not report, on a file that our reading
+does not make ERROR.
 """
 import argparse
 import json
@@ -40,11 +51,14 @@ CODES = ["f8", "f4", "f2", "i4", "i8", "u1", "b1", "c16", "O8", "S3", "U2", "V4"
 
 # ---- the oracle (child process) ----
 
-def oracle_main():
+def oracle_main(opened):
     import resource
     import signal
+    import warnings
+    warnings.simplefilter("ignore")
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     real = g.real_classes()
+    load = g.joblib_file_load_recording if opened else g.joblib_load_recording
 
     def timeout(signum, frame):
         raise TimeoutError("alarm")
@@ -57,23 +71,25 @@ def oracle_main():
             sys.stdout.write(json.dumps(["G", idx, module, name]) + "\n")
             sys.stdout.flush()
 
-        signal.alarm(5)
+        signal.setitimer(signal.ITIMER_REAL, 1 if opened else 5)
         try:
-            g.joblib_load_recording(path, record, real)
+            load(path, record, real)
         except TimeoutError:
             pass
         finally:
-            signal.alarm(0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
         sys.stdout.write(json.dumps(["E", idx]) + "\n")
         sys.stdout.flush()
 
 
-def run_oracle(paths):
+def run_oracle(paths, opened=False):
     """{index: [(module, name), ...]} for every path, restarting the child after a crash."""
     seen = {i: [] for i in range(len(paths))}
     start = 0
     while start < len(paths):
-        child = subprocess.Popen([sys.executable, __file__, "--oracle"], stdin=subprocess.PIPE,
+        child = subprocess.Popen([sys.executable, __file__,
+                                  "--oracle-opened" if opened else "--oracle"],
+                                 stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
         feed = "".join(json.dumps([i, paths[i]]) + "\n" for i in range(start, len(paths)))
         stdout, _ = child.communicate(feed)
@@ -92,8 +108,9 @@ def run_oracle(paths):
 
 # ---- our readings ----
 
-def our_facts(tool, paths, joblib):
-    args = [tool] + (["--joblib"] if joblib else []) + ["--stdin"]
+def our_facts(tool, paths, joblib, read_file=False):
+    args = [tool] + (["--joblib"] if joblib else []) + (["--read-file"] if read_file else [])
+    args += ["--stdin"]
     proc = subprocess.run(args, input="".join(p + "\n" for p in paths), capture_output=True,
                           text=True, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines()]
@@ -182,6 +199,53 @@ def mutate(rng, data):
     return bytes(b)
 
 
+# joblib's codecs, as joblib.dump writes them (lzma: FORMAT_ALONE).
+def codecs():
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+    import lz4.frame
+    return {
+        "zlib": lambda b, lv: zlib.compress(b, lv),
+        "gzip": lambda b, lv: gzip.compress(b, lv, mtime=0),
+        "bz2": lambda b, lv: bz2.compress(b, max(lv, 1)),
+        "lzma": lambda b, lv: lzma.compress(b, lzma.FORMAT_ALONE, preset=lv),
+        "xz": lambda b, lv: lzma.compress(b, lzma.FORMAT_XZ, preset=lv),
+        "lz4": lambda b, lv: lz4.frame.compress(b, compression_level=lv),
+    }
+
+
+def compress_variant(rng, data, table):
+    """`data` compressed with a random codec, then perhaps damaged or extended."""
+    name = rng.choice(sorted(table))
+    c = table[name]
+    level = rng.choice([1, 3, 9])
+    r = rng.random()
+    if r < 0.15 and len(data) > 1:
+        cut = rng.randrange(1, len(data))
+        out = c(data[:cut], level) + c(data[cut:], level)
+    else:
+        out = c(data, level)
+    r = rng.random()
+    if r < 0.1:
+        out = out[:rng.randrange(1, len(out))]
+    elif r < 0.25:
+        b = bytearray(out)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(b))
+            b[pos] = rng.randint(0, 255)
+        out = bytes(b)
+    elif r < 0.3:
+        out += bytes(rng.randint(0, 255) for _ in range(rng.randint(1, 16)))
+    elif r < 0.38:
+        out += c(g.PAYLOAD + b".", level)
+    elif r < 0.42:
+        other = table[rng.choice(sorted(table))]
+        out += other(b"\x80\x02" + g.PAYLOAD + b".", level)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--facts-tool", required=True)
@@ -189,13 +253,17 @@ def main():
     ap.add_argument("--count", type=int, default=2000, help="generated inputs; as many mutants")
     ap.add_argument("--fixtures", action="append", default=[])
     ap.add_argument("--keep-failures")
+    ap.add_argument("--compressed", action="store_true",
+                    help="compress every input with one of joblib's codecs (see above)")
     args = ap.parse_args()
     try:
         import joblib  # noqa: F401
         import numpy  # noqa: F401
+        if args.compressed:
+            import lz4.frame  # noqa: F401
     except ImportError as e:
-        print("skip: the joblib differential needs Debian's python3-joblib and python3-numpy (%s)"
-              % e)
+        print("skip: the joblib differential needs Debian's python3-joblib, python3-numpy and, "
+              "with --compressed, python3-lz4 (%s)" % e)
         return 77
     rng = random.Random(args.seed)
     inputs = []
@@ -212,6 +280,9 @@ def main():
     for _ in range(args.count):
         inputs.append(mutate(rng, rng.choice(pool)))
     inputs += seeds
+    if args.compressed:
+        table = codecs()
+        inputs = [compress_variant(rng, d, table) for d in inputs] + seeds
 
     with InputFiles(inputs, "joblib_diff.", ".joblib",
                     keep_all=bool(os.environ.get("JOBLIB_DIFF_WHY"))) as files:
@@ -222,9 +293,13 @@ def main():
 
 def compare(args, paths):
     """The mismatches [(path, missing globals, our facts)], with the counts printed."""
-    oracle = run_oracle(paths)
-    ours_joblib = our_facts(args.facts_tool, paths, True)
-    ours_plain = our_facts(args.facts_tool, paths, False)
+    oracle = run_oracle(paths, opened=args.compressed)
+    if args.compressed:
+        ours_joblib = our_facts(args.facts_tool, paths, False, read_file=True)
+        ours_plain = [{"pickles": []} for _ in paths]
+    else:
+        ours_joblib = our_facts(args.facts_tool, paths, True)
+        ours_plain = our_facts(args.facts_tool, paths, False)
 
     counts = {"complete": 0, "blocked": 0, "mismatch": 0, "imports": 0}
     failures = []
@@ -236,8 +311,13 @@ def compare(args, paths):
             for pk in facts["pickles"]:
                 reported.update(tuple(x) for x in pk["globals"])
         computed = any(m == "<computed>" for m, _ in reported)
-        blocked = (j["stream_error"] is not None or not j["pickles"] or
-                   any(pk["error"] is not None for pk in j["pickles"]))
+        if args.compressed:
+            # --read-file's stream_error: the file is ERROR (an error of the file, a stop of
+            # its own reading, or an alternative reading stopped where its loader reads on).
+            blocked = j["stream_error"] is not None
+        else:
+            blocked = (j["stream_error"] is not None or not j["pickles"] or
+                       any(pk["error"] is not None for pk in j["pickles"]))
         missing = [x for x in oracle[i] if tuple(x) not in reported]
         counts["imports"] += bool(oracle[i])
         if blocked:
@@ -252,9 +332,9 @@ def compare(args, paths):
             failures.append((p, missing, j))
         else:
             counts["complete"] += 1
-    print("joblib differential, seed %d: %d inputs (%d that joblib.load imported from), "
+    print("joblib differential%s, seed %d: %d inputs (%d that joblib.load imported from), "
           "%d read whole by us and in agreement, %d blocked by an error of our reading, "
-          "%d mismatches" % (args.seed, len(paths), counts["imports"], counts["complete"],
+          "%d mismatches" % (" (compressed)" if args.compressed else "", args.seed, len(paths), counts["imports"], counts["complete"],
                              counts["blocked"], counts["mismatch"]))
     print("of the blocked ones, %d where joblib.load imports something before failing that our "
           "readings did not reach (blocked all the same)" % len(diverged))
@@ -269,6 +349,8 @@ def compare(args, paths):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--oracle"]:
-        oracle_main()
+        oracle_main(False)
+    elif sys.argv[1:2] == ["--oracle-opened"]:
+        oracle_main(True)
     else:
         sys.exit(main())
