@@ -24,7 +24,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TARGETS = ("pickle", "zip", "legacy", "extract", "safetensors", "signing", "facts_codec",
-           "rules")
+           "rules", "compress")
 MAX_SEED_BYTES = 256 << 10  # the largest input cap of any target (tests/fuzz/*_fuzz.cc)
 # Not checkpoints: generators, checkers, manifests and expectations of the fixture corpus.
 NOT_INPUTS = (".py", ".md", ".pyc")
@@ -171,6 +171,11 @@ def seeds_for(target, seed_tool):
         return out
     if target == "safetensors":
         return generated_safetensors()
+    if target == "compress":
+        # joblib's compressed files (and the damaged ones) among the fixtures.
+        return from_files(files_under("tests/fixtures/joblib"),
+                          lambda d: d.startswith((b"\x78", b"\x1f\x8b", b"BZ", b"\x5d\x00",
+                                                  b"\xfd7zXZ", b"\x04\x22\x4d\x18")))
     if target == "signing":
         return signing_seeds()
     if target == "facts_codec":
