@@ -1179,24 +1179,32 @@ class RuleSet::Impl::Run {
       }
     }
 
+    const std::string name = internal::GlobalName(ref);
+    if (allowed->calls().empty()) {
+      ShapeFinding(c, name, absl::StrCat(name, " is allowlisted as data only, but it is called: got ",
+                                         GotText(op, c)));
+      return;
+    }
+    ShapeFinding(c, name,
+                 absl::StrCat(name, " is allowlisted, but this call matches none of its shapes: ",
+                              "expected ", ExpectedShapes(*allowed), ", got ", GotText(op, c)));
+  }
+
+  void ShapeFinding(const CallSite& c, const std::string& name, std::string message) {
     v1::Finding* f =
         Add("call.shape", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
     if (f == nullptr) return;
-    const std::string name = internal::GlobalName(ref);
     f->set_category("other");
     f->set_global(name);
     f->set_call(Summary(c));
-    if (allowed->calls().empty()) {
-      SetMessage(f, absl::StrCat(name, " is allowlisted as data only, but it is called: got ",
-                                 GotText(op, c)));
-      return;
-    }
+    SetMessage(f, std::move(message));
+  }
+
+  static std::string ExpectedShapes(const v1::AllowedGlobal& allowed) {
+    if (allowed.calls().empty()) return "no call";
     std::vector<std::string> expected;
-    for (const v1::CallShape& s : allowed->calls()) expected.push_back(ShapeText(s));
-    SetMessage(f, absl::StrCat(name,
-                               " is allowlisted, but this call matches none of its "
-                               "shapes: expected ",
-                               absl::StrJoin(expected, " or "), ", got ", GotText(op, c)));
+    for (const v1::CallShape& s : allowed.calls()) expected.push_back(ShapeText(s));
+    return absl::StrJoin(expected, " or ");
   }
 
   // A call that calls one of its arguments with another (CallShape.applies): that inner call
@@ -1218,22 +1226,18 @@ class RuleSet::Impl::Run {
         }
       }
     }
-    v1::Finding* f =
-        Add("call.shape", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM, c.offset, c.opcode);
-    if (f == nullptr) return;
     const std::string name = internal::GlobalName(ref);
-    f->set_category("other");
-    f->set_global(name);
-    f->set_call(Summary(c));
-    std::vector<std::string> expected;
-    for (const v1::CallShape& s : allowed->calls()) expected.push_back(ShapeText(s));
+    constexpr size_t kShown = 10;
     std::vector<std::string> got;
-    for (NodeId id : args->items) got.push_back(Describe(id));
-    SetMessage(f, absl::StrCat(
-                      "the call applies ", name, " to arguments that match none of its shapes",
-                      depth >= kMaxSpecDepth ? " (applications nested too deep)" : "",
-                      ": expected ", expected.empty() ? "no call" : absl::StrJoin(expected, " or "),
-                      ", got (", absl::StrJoin(got, ", "), ")"));
+    for (size_t i = 0; i < args->items.size() && i < kShown; ++i) {
+      got.push_back(Describe(args->items[i]));
+    }
+    if (args->items.size() > kShown) got.push_back(absl::StrCat("… ", args->items.size(), " arguments"));
+    ShapeFinding(c, name,
+                 absl::StrCat("the call applies ", name, " to arguments that match none of its shapes",
+                              depth >= kMaxSpecDepth ? " (applications nested too deep)" : "",
+                              ": expected ", ExpectedShapes(*allowed), ", got (",
+                              absl::StrJoin(got, ", "), ")"));
   }
 
   void Build(const CallSite& c) {
