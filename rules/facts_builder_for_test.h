@@ -55,7 +55,9 @@ class FactsBuilder {
   // k0, v0, k1, v1, ...
   NodeId Dict(std::initializer_list<NodeId> items) { return Container(pickle::Kind::kDict, items); }
   // The items of a container built above, to fill from a runtime list.
-  std::vector<NodeId>& MutableItems(NodeId container) { return facts_.graph.nodes[container].items; }
+  std::vector<NodeId>& MutableItems(NodeId container) {
+    return facts_.graph.nodes[container].items;
+  }
   NodeId IntTuple(std::initializer_list<int64_t> values) {
     std::vector<NodeId> ids;
     for (int64_t v : values) ids.push_back(Int(v));

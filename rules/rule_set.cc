@@ -348,8 +348,7 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
   if (spec.empty() && !takes_dict) {
     return Invalid(origin, absl::StrCat(where, ": empty without ARG_DICT"));
   }
-  if (!spec.global_values().empty() && !Takes(spec, v1::ARG_GLOBAL) &&
-      !Takes(spec, v1::ARG_CALL)) {
+  if (!spec.global_values().empty() && !Takes(spec, v1::ARG_GLOBAL) && !Takes(spec, v1::ARG_CALL)) {
     return Invalid(origin, absl::StrCat(where, ": global_values without ARG_GLOBAL or ARG_CALL"));
   }
   if (Takes(spec, v1::ARG_CALL) && spec.global_values().empty()) {
@@ -357,14 +356,17 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
   }
   if (!Takes(spec, v1::ARG_STR) &&
       (!spec.str_values().empty() || !spec.str_sized_prefixes().empty())) {
-    return Invalid(origin, absl::StrCat(where, ": ",
-                                        spec.str_values().empty() ? "str_sized_prefixes"
-                                                                  : "str_values",
-                                        " without ARG_STR"));
+    return Invalid(
+        origin,
+        absl::StrCat(where, ": ", spec.str_values().empty() ? "str_sized_prefixes" : "str_values",
+                     " without ARG_STR"));
   }
   if ((spec.has_int_min() || spec.has_int_max() || !spec.int_values().empty()) &&
       !Takes(spec, v1::ARG_INT)) {
     return Invalid(origin, absl::StrCat(where, ": int_min, int_max or int_values without ARG_INT"));
+  }
+  if (spec.has_bool_value() && !Takes(spec, v1::ARG_BOOL)) {
+    return Invalid(origin, absl::StrCat(where, ": bool_value without ARG_BOOL"));
   }
   if (spec.has_each() && !Takes(spec, v1::ARG_TUPLE) && !Takes(spec, v1::ARG_LIST)) {
     return Invalid(origin, absl::StrCat(where, ": each without ARG_TUPLE or ARG_LIST"));
@@ -374,8 +376,8 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
         ValidateSpec(origin, absl::StrCat(where, " each"), spec.each(), depth + 1));
   }
   if (spec.has_int_min() && spec.has_int_max() && spec.int_min() > spec.int_max()) {
-    return Invalid(origin, absl::StrCat(where, ": int_min ", spec.int_min(), " > int_max ",
-                                        spec.int_max()));
+    return Invalid(
+        origin, absl::StrCat(where, ": int_min ", spec.int_min(), " > int_max ", spec.int_max()));
   }
   if (!spec.items().empty() && !Takes(spec, v1::ARG_TUPLE)) {
     return Invalid(origin, absl::StrCat(where, ": items without ARG_TUPLE"));
@@ -393,8 +395,9 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
     CKPT_RETURN_IF_ERROR(
         ValidateSpec(origin, absl::StrCat(where, " values"), spec.values(), depth + 1));
   }
-  if (static_cast<int>(!spec.keys().empty()) + static_cast<int>(spec.empty()) +
-          static_cast<int>(spec.str_keys()) > 1) {
+  const int dict_forms = static_cast<int>(!spec.keys().empty()) + static_cast<int>(spec.empty()) +
+                         static_cast<int>(spec.str_keys());
+  if (dict_forms > 1) {
     return Invalid(origin, absl::StrCat(where, ": keys, empty and str_keys exclude each other"));
   }
   for (int i = 0; i < spec.items_size(); ++i) {
@@ -405,11 +408,12 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
     const v1::DictKey& k = spec.keys(i);
     for (int j = 0; j < i; ++j) {
       if (spec.keys(j).key() == k.key()) {
-        return Invalid(origin, absl::StrCat(where, " keys[", i, "]: duplicate key '", k.key(), "'"));
+        return Invalid(origin,
+                       absl::StrCat(where, " keys[", i, "]: duplicate key '", k.key(), "'"));
       }
     }
-    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " keys['", k.key(), "']"),
-                                      k.value(), depth + 1));
+    CKPT_RETURN_IF_ERROR(
+        ValidateSpec(origin, absl::StrCat(where, " keys['", k.key(), "']"), k.value(), depth + 1));
   }
   return absl::OkStatus();
 }
@@ -458,19 +462,21 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
     return Invalid(origin, absl::StrCat(where, ": kwargs is only meaningful for CALL_NEWOBJ_EX"));
   }
   for (int ai = 0; ai < s.args_size(); ++ai) {
-    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " args[", ai, "]"), s.args(ai), 0));
+    CKPT_RETURN_IF_ERROR(
+        ValidateSpec(origin, absl::StrCat(where, " args[", ai, "]"), s.args(ai), 0));
   }
   if (s.has_applies()) {
     const v1::Apply& a = s.applies();
     auto takes = [&](uint32_t i, v1::ArgKind kind) {
-      return i < static_cast<uint32_t>(s.args_size()) &&
-             Takes(s.args(static_cast<int>(i)), kind) && s.args(static_cast<int>(i)).any_of_size() == 1;
+      return i < static_cast<uint32_t>(s.args_size()) && Takes(s.args(static_cast<int>(i)), kind) &&
+             s.args(static_cast<int>(i)).any_of_size() == 1;
     };
-    if (a.func() == a.args() || !takes(a.func(), v1::ARG_GLOBAL) || !takes(a.args(), v1::ARG_TUPLE) ||
-        a.func() >= s.min_args() || a.args() >= s.min_args()) {
-      return Invalid(origin, absl::StrCat(where,
-                                          ": applies needs two different required arguments, "
-                                          "func of kind ARG_GLOBAL only and args of ARG_TUPLE only"));
+    if (a.func() == a.args() || !takes(a.func(), v1::ARG_GLOBAL) ||
+        !takes(a.args(), v1::ARG_TUPLE) || a.func() >= s.min_args() || a.args() >= s.min_args()) {
+      return Invalid(origin,
+                     absl::StrCat(where,
+                                  ": applies needs two different required arguments, "
+                                  "func of kind ARG_GLOBAL only and args of ARG_TUPLE only"));
     }
   }
   return absl::OkStatus();
@@ -964,7 +970,7 @@ class RuleSet::Impl::Run {
       case v1::ARG_NONE:
         return n->kind == Kind::kNone;
       case v1::ARG_BOOL:
-        return n->kind == Kind::kBool;
+        return n->kind == Kind::kBool && (!spec.has_bool_value() || n->b == spec.bool_value());
       case v1::ARG_INT:
         return n->kind == Kind::kInt && IntMatches(*n, spec);
       case v1::ARG_FLOAT:
@@ -1181,8 +1187,9 @@ class RuleSet::Impl::Run {
 
     const std::string name = internal::GlobalName(ref);
     if (allowed->calls().empty()) {
-      ShapeFinding(c, name, absl::StrCat(name, " is allowlisted as data only, but it is called: got ",
-                                         GotText(op, c)));
+      ShapeFinding(c, name,
+                   absl::StrCat(name, " is allowlisted as data only, but it is called: got ",
+                                GotText(op, c)));
       return;
     }
     ShapeFinding(c, name,
@@ -1232,12 +1239,13 @@ class RuleSet::Impl::Run {
     for (size_t i = 0; i < args->items.size() && i < kShown; ++i) {
       got.push_back(Describe(args->items[i]));
     }
-    if (args->items.size() > kShown) got.push_back(absl::StrCat("… ", args->items.size(), " arguments"));
-    ShapeFinding(c, name,
-                 absl::StrCat("the call applies ", name, " to arguments that match none of its shapes",
-                              depth >= kMaxSpecDepth ? " (applications nested too deep)" : "",
-                              ": expected ", ExpectedShapes(*allowed), ", got (",
-                              absl::StrJoin(got, ", "), ")"));
+    if (args->items.size() > kShown)
+      got.push_back(absl::StrCat("… ", args->items.size(), " arguments"));
+    ShapeFinding(
+        c, name,
+        absl::StrCat("the call applies ", name, " to arguments that match none of its shapes",
+                     depth >= kMaxSpecDepth ? " (applications nested too deep)" : "", ": expected ",
+                     ExpectedShapes(*allowed), ", got (", absl::StrJoin(got, ", "), ")"));
   }
 
   void Build(const CallSite& c) {
@@ -1283,9 +1291,9 @@ class RuleSet::Impl::Run {
   // for codes a structured field may not hold (objects) or that numpy does not write.
   static std::optional<absl::int128> NumpyItemBytes(absl::string_view code) {
     static constexpr std::pair<absl::string_view, int> kFixed[] = {
-        {"b1", 1}, {"i1", 1}, {"u1", 1}, {"i2", 2},  {"u2", 2},  {"i4", 4},  {"u4", 4},
-        {"i8", 8}, {"u8", 8}, {"f2", 2}, {"f4", 4},  {"f8", 8},  {"f16", 16}, {"c8", 8},
-        {"c16", 16}, {"c32", 32}, {"M8", 8}, {"m8", 8}};
+        {"b1", 1},   {"i1", 1}, {"u1", 1},   {"i2", 2},   {"u2", 2}, {"i4", 4},
+        {"u4", 4},   {"i8", 8}, {"u8", 8},   {"f2", 2},   {"f4", 4}, {"f8", 8},
+        {"f16", 16}, {"c8", 8}, {"c16", 16}, {"c32", 32}, {"M8", 8}, {"m8", 8}};
     for (const auto& [c, size] : kFixed) {
       if (code == c) return absl::int128(size);
     }
@@ -1315,8 +1323,77 @@ class RuleSet::Impl::Run {
   }
 
   // BuildState.check: what the specs cannot say (see StateCheck in rules.proto).
-  bool Checked(v1::StateCheck check, const std::vector<NodeId>& made_args, NodeId state_id) {
-    if (check != v1::STATE_CHECK_NUMPY_DTYPE) return true;
+  bool Checked(v1::StateCheck check, const std::vector<NodeId>& made_args, NodeId state_id,
+               NodeId target) {
+    switch (check) {
+      case v1::STATE_CHECK_NUMPY_DTYPE:
+        return NumpyDtypeState(made_args, state_id, target);
+      case v1::STATE_CHECK_NUMPY_ARRAY:
+        return NumpyArrayState(state_id);
+      default:
+        return true;
+    }
+  }
+
+  // The field dtypes of a structured dtype state (fields dict values' first items).
+  void FieldDtypes(const Node& state, std::vector<NodeId>* out) const {
+    if (state.kind != Kind::kTuple || state.items.size() < 5) return;
+    const Node* fields = internal::NodeAt(*g_, state.items[4]);
+    if (fields == nullptr || fields->kind != Kind::kDict) return;
+    for (size_t i = 1; i < fields->items.size(); i += 2) {
+      const Node* value = internal::NodeAt(*g_, fields->items[i]);
+      if (value != nullptr && value->kind == Kind::kTuple && !value->items.empty()) {
+        out->push_back(value->items[0]);
+      }
+    }
+  }
+
+  // Whether a dtype's fields, or theirs in turn (through every BUILD state each received),
+  // lead back to `target`: numpy recurses through such a dtype (hash, repr, copy) until the C
+  // stack overflows. Iterative, each node visited once.
+  bool FieldsReach(const Node& state, NodeId target) const {
+    std::vector<NodeId> pending;
+    FieldDtypes(state, &pending);
+    absl::flat_hash_set<NodeId> visited;
+    while (!pending.empty()) {
+      const NodeId id = pending.back();
+      pending.pop_back();
+      if (id == target) return true;
+      if (!visited.insert(id).second) continue;
+      const Node* n = internal::NodeAt(*g_, id);
+      if (n == nullptr) continue;
+      for (NodeId s : n->states) {
+        const Node* st = internal::NodeAt(*g_, s);
+        if (st != nullptr) FieldDtypes(*st, &pending);
+      }
+    }
+    return false;
+  }
+
+  // STATE_CHECK_NUMPY_ARRAY: (1, shape, dtype, is_fortran, data).
+  bool NumpyArrayState(NodeId state_id) const {
+    const Node* state = internal::NodeAt(*g_, state_id);
+    if (state == nullptr || state->kind != Kind::kTuple || state->items.size() != 5) return false;
+    const Node* shape = internal::NodeAt(*g_, state->items[1]);
+    const Node* code = DtypeCode(state->items[2]);
+    const Node* data = internal::NodeAt(*g_, state->items[4]);
+    if (shape == nullptr || code == nullptr || data == nullptr) return false;
+    const bool objects = code->text == "O8" || code->text == "O4";
+    if (data->kind != Kind::kList) return !objects;
+    if (!objects) return false;
+    absl::int128 count = 1;
+    for (NodeId d : shape->items) {
+      const Node* dim = internal::NodeAt(*g_, d);
+      if (dim == nullptr || dim->kind != Kind::kInt || !dim->fits || dim->i < 0) return false;
+      if (dim->i != 0 && count > absl::int128(data->items.size()) / dim->i) {
+        return false;  // more items than the list holds (and no overflow)
+      }
+      count *= dim->i;
+    }
+    return count == absl::int128(data->items.size());
+  }
+
+  bool NumpyDtypeState(const std::vector<NodeId>& made_args, NodeId state_id, NodeId target) {
     const Node* state = internal::NodeAt(*g_, state_id);
     const Node* code = made_args.empty() ? nullptr : internal::NodeAt(*g_, made_args[0]);
     if (state == nullptr || state->kind != Kind::kTuple || state->items.size() < 8 ||
@@ -1358,6 +1435,7 @@ class RuleSet::Impl::Run {
       if (!field_size || offset->i + *field_size > elsize->i) return false;
       keys.insert(key->text);
     }
+    if (FieldsReach(*state, target)) return false;
     absl::flat_hash_set<std::string> seen;
     for (NodeId id : names->items) {
       const Node* name = internal::NodeAt(*g_, id);
@@ -1387,7 +1465,9 @@ class RuleSet::Impl::Run {
                   SpecMatches(made_args[static_cast<size_t>(i)], b.made_with(i), 1);
       }
       if (!made_ok) continue;
-      if (SpecMatches(c.args, b.state(), 0) && Checked(b.check(), made_args, c.args)) return;
+      if (SpecMatches(c.args, b.state(), 0) && Checked(b.check(), made_args, c.args, c.callee)) {
+        return;
+      }
       expected.push_back(SpecText(b.state()));
     }
     v1::Finding* f =
@@ -1403,14 +1483,14 @@ class RuleSet::Impl::Run {
       expected.resize(kShownStates);
       expected.push_back(absl::StrCat("… ", more, " more"));
     }
-    SetMessage(f, absl::StrCat(
-                      "BUILD gives the result of ", name, " a state ", Rendered(c.args, 160),
-                      " that is not one its loader writes for it; the loader trusts this state ",
-                      "(flags, positions, attributes)",
-                      expected.empty()
-                          ? absl::StrCat(", and no state is allowed for an object made by ",
-                                         Summary(producer))
-                          : absl::StrCat(": expected ", absl::StrJoin(expected, " or "))));
+    SetMessage(
+        f, absl::StrCat("BUILD gives the result of ", name, " a state ", Rendered(c.args, 160),
+                        " that is not one its loader writes for it; the loader trusts this state ",
+                        "(flags, positions, attributes)",
+                        expected.empty()
+                            ? absl::StrCat(", and no state is allowed for an object made by ",
+                                           Summary(producer))
+                            : absl::StrCat(": expected ", absl::StrJoin(expected, " or "))));
   }
 
   void Mutation(const CallSite& c, absl::string_view rule_id, absl::string_view op_label,

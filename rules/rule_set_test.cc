@@ -978,8 +978,8 @@ NodeId Dtype(FactsBuilder& b, const char* code) {
 }
 NodeId DtypeState(FactsBuilder& b, const char* order, int64_t elsize, int64_t align,
                   int64_t flags) {
-  return b.Tuple({b.Int(3), b.Str(order), b.None(), b.None(), b.None(), b.Int(elsize),
-                  b.Int(align), b.Int(flags)});
+  return b.Tuple({b.Int(3), b.Str(order), b.None(), b.None(), b.None(), b.Int(elsize), b.Int(align),
+                  b.Int(flags)});
 }
 struct Field {
   const char* name;
@@ -1011,10 +1011,19 @@ NodeId NdArray(FactsBuilder& b) {
   b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), dt, b.Bool(false), b.Bytes("abcd")}));
   return arr;
 }
+void ObjectArray(FactsBuilder& b, std::initializer_list<int64_t> shape, int items) {
+  NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                        b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
+  NodeId dt = Dtype(b, "O8");
+  b.Build(dt, DtypeState(b, "|", -1, -1, 63));
+  NodeId list = b.List({});
+  for (int i = 0; i < items; ++i) b.MutableItems(list).push_back(b.Int(i));
+  b.Build(arr, b.Tuple({b.Int(1), b.IntTuple(shape), dt, b.Bool(false), list}));
+}
 NodeId RandomState(FactsBuilder& b) {
-  return b.Reduce(b.Global("numpy.random._pickle", "__randomstate_ctor"),
-                  b.Tuple({b.Str("MT19937"),
-                           b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
+  return b.Reduce(
+      b.Global("numpy.random._pickle", "__randomstate_ctor"),
+      b.Tuple({b.Str("MT19937"), b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
 }
 NodeId Mt19937State(FactsBuilder& b, int64_t pos) {
   return b.Dict({b.Str("bit_generator"), b.Str("MT19937"), b.Str("state"),
@@ -1041,9 +1050,9 @@ NodeId JoblibWrapper(FactsBuilder& b, NodeId subclass) {
   NodeId w = b.NewObj(b.Global("joblib.numpy_pickle", "NumpyArrayWrapper"), b.Tuple({}));
   NodeId dt = Dtype(b, "f8");
   b.Build(dt, DtypeState(b, "<", -1, -1, 0));
-  b.Build(w, b.Dict({b.Str("subclass"), subclass, b.Str("shape"), b.IntTuple({2}),
-                     b.Str("order"), b.Str("C"), b.Str("dtype"), dt, b.Str("allow_mmap"),
-                     b.Bool(false), b.Str("numpy_array_alignment_bytes"), b.Int(16)}));
+  b.Build(w, b.Dict({b.Str("subclass"), subclass, b.Str("shape"), b.IntTuple({2}), b.Str("order"),
+                     b.Str("C"), b.Str("dtype"), dt, b.Str("allow_mmap"), b.Bool(false),
+                     b.Str("numpy_array_alignment_bytes"), b.Int(16)}));
   return w;
 }
 
@@ -1063,19 +1072,30 @@ const StateCase kStateCases[] = {
     {"DtypeBytesWhoseElsizeIsNotItsCode",
      [](FactsBuilder& b) { b.Build(Dtype(b, "S8"), DtypeState(b, "|", 4096, 1, 0)); }, false},
     {"DtypeStructuredAsNumpyWritesIt",
-     [](FactsBuilder& b) { StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 4}}, 16); },
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 4}}, 16);
+     },
      true},
     {"DtypeStructuredAlignedAsNumpyWritesIt",
-     [](FactsBuilder& b) { StructuredDtype(b, "V16", 16, {{"a", "i4", 0}, {"b", "f8", 8}}, -112); },
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V16", 16, {{"a", "i4", 0}, {"b", "f8", 8}}, -112);
+     },
      true},
     {"DtypeStructuredFieldPastItsEnd",
-     [](FactsBuilder& b) { StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 8}}, 16); },
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 8}}, 16);
+     },
      false},
     {"DtypeStructuredElsizeLargerThanItsCode",
-     [](FactsBuilder& b) { StructuredDtype(b, "V4", 64, {{"a", "i4", 0}, {"b", "f8", 56}}, 16); },
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V4", 64, {{"a", "i4", 0}, {"b", "f8", 56}}, 16);
+     },
      false},
     {"DtypeStructuredWithAnObjectField",
-     [](FactsBuilder& b) { StructuredDtype(b, "V8", 8, {{"a", "O8", 0}}, 16); }, false},
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V8", 8, {{"a", "O8", 0}}, 16);
+     },
+     false},
     {"DtypeStructuredNameWithoutAField",
      [](FactsBuilder& b) {
        StructuredDtype(b, "V8", 8, {{"a", "f8", 0}}, 16, /*extra_name=*/"b");
@@ -1085,28 +1105,52 @@ const StateCase kStateCases[] = {
      [](FactsBuilder& b) { b.Build(Dtype(b, "S8x"), DtypeState(b, "|", 8, 1, 0)); }, false},
     {"DtypeStructuredWithFields",
      [](FactsBuilder& b) {
-       b.Build(Dtype(b, "V8"),
-               b.Tuple({b.Int(3), b.Str("|"), b.None(), b.Tuple({b.Str("a")}),
-                        b.Dict({b.Str("a"), b.Tuple({Dtype(b, "O8"), b.Int(0)})}), b.Int(8),
-                        b.Int(1), b.Int(0)}));
+       b.Build(Dtype(b, "V8"), b.Tuple({b.Int(3), b.Str("|"), b.None(), b.Tuple({b.Str("a")}),
+                                        b.Dict({b.Str("a"), b.Tuple({Dtype(b, "O8"), b.Int(0)})}),
+                                        b.Int(8), b.Int(1), b.Int(0)}));
      },
      false},
     {"DtypeDatetimeAsNumpyWritesIt",
      [](FactsBuilder& b) {
-       b.Build(Dtype(b, "M8"),
-               b.Tuple({b.Int(4), b.Str("<"), b.None(), b.None(), b.None(), b.Int(-1), b.Int(-1),
-                        b.Int(0),
-                        b.Tuple({b.Dict({}), b.Tuple({b.Bytes("s"), b.Int(1), b.Int(1),
-                                                      b.Int(1)})})}));
+       b.Build(
+           Dtype(b, "M8"),
+           b.Tuple({b.Int(4), b.Str("<"), b.None(), b.None(), b.None(), b.Int(-1), b.Int(-1),
+                    b.Int(0),
+                    b.Tuple({b.Dict({}), b.Tuple({b.Bytes("s"), b.Int(1), b.Int(1), b.Int(1)})})}));
      },
      true},
     {"NdarrayAsNumpyWritesIt", [](FactsBuilder& b) { NdArray(b); }, true},
     {"NdarrayWhoseDtypeIsNotADtype",
      [](FactsBuilder& b) {
+       NodeId arr =
+           b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                    b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
+       b.Build(arr,
+               b.Tuple({b.Int(1), b.IntTuple({1}), b.Str("u4"), b.Bool(false), b.Bytes("abcd")}));
+     },
+     false},
+    {"ObjectArrayWithAsManyItemsAsItsShape",
+     [](FactsBuilder& b) { ObjectArray(b, {2, 2}, 4); }, true},
+    {"ObjectArrayWithFewerItemsThanItsShape",
+     [](FactsBuilder& b) { ObjectArray(b, {100'000}, 1); }, false},
+    {"ZeroDimensionalObjectArrayWithNoItem", [](FactsBuilder& b) { ObjectArray(b, {}, 0); },
+     false},
+    {"NumericArrayGivenAListOfItems",
+     [](FactsBuilder& b) {
        NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
                              b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
-       b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), b.Str("u4"), b.Bool(false),
-                             b.Bytes("abcd")}));
+       NodeId dt = Dtype(b, "f8");
+       b.Build(dt, DtypeState(b, "<", -1, -1, 0));
+       b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), dt, b.Bool(false), b.List({b.Int(1)})}));
+     },
+     false},
+    {"StructuredDtypeThatContainsItself",
+     [](FactsBuilder& b) {
+       NodeId dt = Dtype(b, "V16");
+       NodeId names = b.Tuple({b.Str("a")});
+       NodeId fields = b.Dict({b.Str("a"), b.Tuple({dt, b.Int(0)})});
+       b.Build(dt, b.Tuple({b.Int(3), b.Str("|"), b.None(), names, fields, b.Int(16), b.Int(1),
+                            b.Int(16)}));
      },
      false},
     {"RandomStateAtTheEndOfItsKey",
@@ -1116,8 +1160,7 @@ const StateCase kStateCases[] = {
     {"RandomStateNegativePosition",
      [](FactsBuilder& b) { b.Build(RandomState(b), Mt19937State(b, -1)); }, false},
     {"PhiloxBufferPositionAsNumpyWritesIt", [](FactsBuilder& b) { PhiloxGenerator(b, 4); }, true},
-    {"PhiloxBufferPositionBeforeItsBuffer", [](FactsBuilder& b) { PhiloxGenerator(b, -8); },
-     false},
+    {"PhiloxBufferPositionBeforeItsBuffer", [](FactsBuilder& b) { PhiloxGenerator(b, -8); }, false},
     {"OrderedDictWithStateDictMetadata",
      [](FactsBuilder& b) {
        NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
@@ -1147,17 +1190,17 @@ const StateCase kStateCases[] = {
      false},
     {"ReconstructedNamespaceDict",
      [](FactsBuilder& b) {
-       NodeId ns = b.Reduce(b.Global("copyreg", "_reconstructor"),
-                            b.Tuple({b.Global("argparse", "Namespace"),
-                                     b.Global("builtins", "object"), b.None()}));
+       NodeId ns = b.Reduce(
+           b.Global("copyreg", "_reconstructor"),
+           b.Tuple({b.Global("argparse", "Namespace"), b.Global("builtins", "object"), b.None()}));
        b.Build(ns, b.Dict({b.Str("lr"), b.Float(0.1)}));
      },
      true},
     {"ReconstructedCounterWithAttributes",
      [](FactsBuilder& b) {
-       NodeId c = b.Reduce(b.Global("copyreg", "_reconstructor"),
-                           b.Tuple({b.Global("collections", "Counter"),
-                                    b.Global("builtins", "dict"), b.Dict({})}));
+       NodeId c = b.Reduce(
+           b.Global("copyreg", "_reconstructor"),
+           b.Tuple({b.Global("collections", "Counter"), b.Global("builtins", "dict"), b.Dict({})}));
        b.Build(c, b.Dict({b.Str("keys"), b.Int(1)}));
      },
      false},
@@ -1219,8 +1262,9 @@ TEST(EvaluateTest, AppliedRebuildFunctionMustMatchItsOwnShapes) {
     if (c.hooked) b.SetItems(hooks, {b.Int(0), b.Global("torch", "Tensor")});
     NodeId st = b.Storage("FloatStorage", "0", 2);
     NodeId args = b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false), hooks});
-    NodeId value = c.object_attribute ? b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))
-                                      : b.Bool(true);
+    NodeId value = c.object_attribute
+                       ? b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))
+                       : b.Bool(true);
     b.Reduce(b.Global("torch._tensor", "_rebuild_from_type_v2"),
              b.Tuple({b.Global("torch._utils", "_rebuild_tensor_v2"),
                       b.Global("torch.nn.parameter", "Parameter"), args,
@@ -1250,9 +1294,9 @@ TEST(EvaluateTest, ParameterStateSetsOnlyPlainAttributes) {
     FactsBuilder b;
     NodeId empty = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
     NodeId st = b.Storage("FloatStorage", "0", 2);
-    NodeId t = b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v2"),
-                        b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false),
-                                 empty}));
+    NodeId t =
+        b.Reduce(b.Global("torch._utils", "_rebuild_tensor_v2"),
+                 b.Tuple({st, b.Int(0), b.IntTuple({2}), b.IntTuple({1}), b.Bool(false), empty}));
     NodeId hooks = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
     b.SetItems(hooks, {b.Int(0), b.Global("torch", "Tensor")});
     b.Reduce(b.Global("torch._utils", "_rebuild_parameter_with_state"),
@@ -1264,6 +1308,40 @@ TEST(EvaluateTest, ParameterStateSetsOnlyPlainAttributes) {
   }
 }
 
+// numpy.dtype(code, align, copy=False) returns numpy's shared descriptor: anything done to it
+// (a BUILD, numpy...scalar() setting a size) changes every later dtype of that kind.
+TEST(EvaluateTest, SharedDtypeDescriptorIsNeverSafe) {
+  FactsBuilder b;
+  NodeId dt = b.Reduce(b.Global("numpy", "dtype"),
+                       b.Tuple({b.Str("U0"), b.Bool(false), b.Bool(false)}));
+  b.Reduce(b.Global("numpy.core.multiarray", "scalar"), b.Tuple({dt}));
+  Evaluation e = Eval(b.Stream());
+  EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << Dump(e);
+  EXPECT_THAT(Ids(e), ::testing::Contains("call.shape")) << Dump(e);
+}
+
+// copyreg._reconstructor(cls, base, state) runs base.__init__ on a cls object: each class is
+// pinned to its own base (dict.__init__ on an OrderedDict hides its items from iteration).
+TEST(EvaluateTest, ReconstructorClassIsPairedWithItsBase) {
+  struct Case {
+    const char* cls_module;
+    const char* cls_name;
+    const char* base;
+    bool safe;
+  } cases[] = {{"argparse", "Namespace", "object", true},
+               {"collections", "OrderedDict", "dict", false},
+               {"argparse", "Namespace", "dict", false}};
+  for (const Case& c : cases) {
+    FactsBuilder b;
+    b.Reduce(b.Global("copyreg", "_reconstructor"),
+             b.Tuple({b.Global(c.cls_module, c.cls_name), b.Global("builtins", c.base),
+                      c.safe ? b.None() : b.Dict({b.Str("hidden.weight"), b.Int(1)})}));
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, c.safe ? v1::VERDICT_SAFE : v1::VERDICT_SUSPICIOUS)
+        << c.cls_name << " " << c.base << Dump(e);
+  }
+}
+
 // Spec fields that would silently never apply, and build states without a build target.
 TEST(RuleSetLoadTest, InvalidBuildStatesAndNestedSpecsAreRejected) {
   struct Case {
@@ -1271,33 +1349,98 @@ TEST(RuleSetLoadTest, InvalidBuildStatesAndNestedSpecsAreRejected) {
     const char* message;
   } cases[] = {
       {R"pb(build_states { state { any_of: ARG_DICT } })pb", "build_states without build_target"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_INT int_min: 2 int_max: 1 } })pb",
+      {R"pb(build_target: true
+            build_states { state { any_of: ARG_INT int_min: 2 int_max: 1 } })pb",
        "int_min 2 > int_max 1"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_STR int_min: 0 } })pb",
+      {R"pb(build_target: true
+            build_states { state { any_of: ARG_STR int_min: 0 } })pb",
        "without ARG_INT"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_LIST items { any_of: ARG_INT } } })pb",
+      {R"pb(build_target: true
+            build_states {
+              state {
+                any_of: ARG_LIST
+                items { any_of: ARG_INT }
+              }
+            })pb",
        "items without ARG_TUPLE"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_TUPLE keys { key: "a" value { any_of: ARG_INT } } } })pb",
+      {R"pb(build_target: true
+            build_states {
+              state {
+                any_of: ARG_TUPLE
+                keys {
+                  key: "a"
+                  value { any_of: ARG_INT }
+                }
+              }
+            })pb",
        "keys without ARG_DICT"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_DICT str_keys: true empty: true } })pb",
+      {R"pb(build_target: true
+            build_states { state { any_of: ARG_DICT str_keys: true empty: true } })pb",
        "exclude each other"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_CALL } })pb",
+      {R"pb(build_target: true
+            build_states { state { any_of: ARG_CALL } })pb",
        "ARG_CALL without global_values"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_DICT values { any_of: ARG_INT } } })pb",
+      {R"pb(build_target: true
+            build_states {
+              state {
+                any_of: ARG_DICT
+                values { any_of: ARG_INT }
+              }
+            })pb",
        "values without str_keys"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_DICT
-              keys { key: "a" value { any_of: ARG_INT } } keys { key: "a" value { any_of: ARG_INT } } } })pb",
+      {R"pb(build_target: true
+            build_states {
+              state {
+                any_of: ARG_DICT
+                keys {
+                  key: "a"
+                  value { any_of: ARG_INT }
+                }
+                keys {
+                  key: "a"
+                  value { any_of: ARG_INT }
+                }
+              }
+            })pb",
        "duplicate key 'a'"},
-      {R"pb(build_target: true build_states { state { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
-              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
-              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE
-              items { any_of: ARG_TUPLE items { any_of: ARG_TUPLE } } } } } } } } } } })pb",
+      {R"pb(build_target: true
+            build_states {
+              state {
+                any_of: ARG_TUPLE
+                items {
+                  any_of: ARG_TUPLE
+                  items {
+                    any_of: ARG_TUPLE
+                    items {
+                      any_of: ARG_TUPLE
+                      items {
+                        any_of: ARG_TUPLE
+                        items {
+                          any_of: ARG_TUPLE
+                          items {
+                            any_of: ARG_TUPLE
+                            items {
+                              any_of: ARG_TUPLE
+                              items {
+                                any_of: ARG_TUPLE
+                                items { any_of: ARG_TUPLE }
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            })pb",
        "nested deeper than"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls {
-                       op: CALL_REDUCE min_args: 0 max_args: 0 } )pb",
+        absl::StrCat(R"pb(version: "v"
+                          allow { module: "m" name: "f"
+                                  calls { op: CALL_REDUCE min_args: 0 max_args: 0 })pb",
                      c.entry, "}"),
         "states.textproto");
     ASSERT_FALSE(r.ok()) << c.entry;
@@ -1307,17 +1450,28 @@ TEST(RuleSetLoadTest, InvalidBuildStatesAndNestedSpecsAreRejected) {
 
 TEST(RuleSetLoadTest, ApplyNeedsAGlobalAndATupleArgument) {
   for (const char* shape : {
-           R"pb(min_args: 2 max_args: 2 args { any_of: ARG_GLOBAL } args { any_of: ARG_TUPLE }
+           R"pb(min_args: 2
+                max_args: 2
+                args { any_of: ARG_GLOBAL }
+                args { any_of: ARG_TUPLE }
                 applies { func: 0 args: 0 })pb",
-           R"pb(min_args: 2 max_args: 2 args { any_of: ARG_ANY } args { any_of: ARG_TUPLE }
+           R"pb(min_args: 2
+                max_args: 2
+                args { any_of: ARG_ANY }
+                args { any_of: ARG_TUPLE }
                 applies { func: 0 args: 1 })pb",
-           R"pb(min_args: 1 max_args: 2 args { any_of: ARG_GLOBAL } args { any_of: ARG_TUPLE }
+           R"pb(min_args: 1
+                max_args: 2
+                args { any_of: ARG_GLOBAL }
+                args { any_of: ARG_TUPLE }
                 applies { func: 0 args: 1 })pb",
        }) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls { op: CALL_REDUCE )pb",
-                     shape, "} }"),
-        "apply.textproto");
+    absl::StatusOr<std::shared_ptr<const RuleSet>> r =
+        RuleSet::FromTextProto(absl::StrCat(R"pb(version: "v"
+                                                 allow { module: "m" name: "f"
+                                                         calls { op: CALL_REDUCE)pb",
+                                            " ", shape, "} }"),
+                               "apply.textproto");
     ASSERT_FALSE(r.ok()) << shape;
     EXPECT_THAT(r.status().message(), HasSubstr("applies needs")) << shape;
   }
@@ -1435,21 +1589,13 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
 }
 
 TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
-  std::vector<std::string> expected = {"global.unlisted",
-                                       "global.dunder",
-                                       "opcode.ext", "global.dynamic",
-                                       "call.callee",
-                                       "call.shape",
-                                       "call.build",
-                                       "call.build_state",
-                                       "call.setitem",
-                                       "call.append",
-                                       "persid.shape",
-                                       "persid.text",
-                                       "stream.trailing",
-                                       "scan.error",
-                                       "scan.findings_truncated",
-                                       "sandbox.violation"};
+  std::vector<std::string> expected = {
+      "global.unlisted",  "global.dunder",    "opcode.ext",
+      "global.dynamic",   "call.callee",      "call.shape",
+      "call.build",       "call.build_state", "call.setitem",
+      "call.append",      "persid.shape",     "persid.text",
+      "stream.trailing",  "scan.error",       "scan.findings_truncated",
+      "sandbox.violation"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));
