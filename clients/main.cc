@@ -245,6 +245,9 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
   absl::StatusOr<std::unique_ptr<RemoteClient>> client = RemoteClient::Create(options);
   if (!client.ok()) {
     PrintError(absl::StrCat("--server: ", client.status().message()));
+    // A bad address or option is a usage error; a daemon that is absent or not trusted means
+    // nothing could be verified.
+    if (client.status().code() != absl::StatusCode::kInvalidArgument) *exit_code = kExitError;
     return nullptr;
   }
   *exit_code = 0;

@@ -1,8 +1,11 @@
 #include "clients/remote.h"
 
 #include <fcntl.h>
+#include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/unique_fd.h"
 #include "core/signing/keys.h"
 #include "daemon/paths.h"
@@ -24,6 +28,83 @@ namespace {
 constexpr size_t kChunkBytes = 1u << 20;  // the daemon's cap per upload message
 constexpr uint64_t kMinUploadBytesPerSecond = 20u << 20;  // deadline allowance for transfer
 
+
+// A directory or socket on the way to the per-user default socket: not a symlink, owned by this
+// user or root, and (with `no_other_writers`) writable by nobody else.
+absl::Status CheckOwned(const std::string& path, bool no_other_writers) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return absl::ErrnoToStatus(errno, path);
+  const uid_t me = ::geteuid();
+  if (S_ISLNK(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(path, " is a symlink"));
+  }
+  if (st.st_uid != me && st.st_uid != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, " is owned by uid ", st.st_uid, ", not by you (uid ", me, ") or root"));
+  }
+  if (no_other_writers && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("%s is writable by its group or by others (mode %04o)", path,
+                        st.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<base::UniqueFd> ConnectTrustedLocalSocket(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " has no directory"));
+  }
+  const std::string dir = path.substr(0, slash);
+  const auto refused = [&](const absl::Status& why) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "refusing the daemon socket ", path, ": ", why.message(),
+        ". Another local user may have put it there to answer in ckptscand's place; remove it "
+        "and start your own ckptscand, or name a trusted daemon with --server unix:PATH"));
+  };
+  if (absl::Status s = CheckOwned(dir, /*no_other_writers=*/true); !s.ok()) {
+    return s.code() == absl::StatusCode::kNotFound
+               ? absl::UnavailableError(absl::StrCat("no ckptscand socket at ", path,
+                                                     " (is ckptscand running?)"))
+               : refused(s);
+  }
+  if (absl::Status s = CheckOwned(path, /*no_other_writers=*/false); !s.ok()) {
+    return s.code() == absl::StatusCode::kNotFound
+               ? absl::UnavailableError(absl::StrCat("no ckptscand socket at ", path,
+                                                     " (is ckptscand running?)"))
+               : refused(s);
+  }
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path ", path, " is too long"));
+  }
+  path.copy(addr.sun_path, path.size());
+  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return absl::ErrnoToStatus(errno, "socket");
+  if (::connect(fd.get(), reinterpret_cast<const struct sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("connect ", path, ": ", absl::ErrnoToStatus(errno, "").message(),
+                     " (is ckptscand running?)"));
+  }
+  // Who listens, as the kernel saw it at listen(): the answer must come from this user or root.
+  struct ucred peer = {};
+  socklen_t len = sizeof(peer);
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+    return absl::ErrnoToStatus(errno, "SO_PEERCRED");
+  }
+  const uid_t me = ::geteuid();
+  if (peer.uid != me && peer.uid != 0) {
+    return refused(absl::PermissionDeniedError(absl::StrCat(
+        "the process listening on it runs as uid ", peer.uid, ", not as you (uid ", me,
+        ") or root")));
+  }
+  return fd;
+}
+
+namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   absl::StatusOr<std::string> text = signing::ReadSmallFile(path, 1u << 20, "1 MiB");
@@ -97,11 +178,27 @@ absl::Status FromGrpc(const grpc::Status& status, const std::string& target) {
 absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteOptions& options) {
   std::string target = options.address;
   std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (target.empty() || target == "local") {
-    target = absl::StrCat("unix:", daemon::DefaultSocketPath());
-  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kChunkBytes + (1u << 20)));
+  if (target.empty() || target == "local") {
+    const std::string path = daemon::DefaultSocketPath();
+    target = absl::StrCat("unix:", path);
+    // A non-root user's default socket lives where other users may create files first
+    // (/tmp/ckptscan-UID without XDG_RUNTIME_DIR): it is trusted only when this user or root
+    // owns it and listens on it, and the channel uses exactly the connection that was checked.
+    // Root's default is beneath /run, which only root (and the service it starts) can write.
+    if (::geteuid() != 0) {
+      if (!options.tls_ca.empty() || !options.tls_cert.empty() || !options.tls_key.empty()) {
+        return absl::InvalidArgumentError(
+            "--tls-* options are for HOST:PORT servers, not unix: or plain:");
+      }
+      absl::StatusOr<base::UniqueFd> fd = ConnectTrustedLocalSocket(path);
+      if (!fd.ok()) return fd.status();
+      std::shared_ptr<grpc::Channel> channel =
+          grpc::CreateCustomInsecureChannelFromFd(target, fd->release(), args);
+      return std::unique_ptr<RemoteClient>(new RemoteClient(options, target, std::move(channel)));
+    }
+  }
   const bool plain = absl::StartsWith(target, "plain:");
   if (plain) target = target.substr(6);
   if (absl::StartsWith(target, "unix:") || plain) {

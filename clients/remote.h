@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
+#include "core/base/unique_fd.h"
 
 namespace ckptscan::clients {
 
@@ -30,9 +31,17 @@ struct RemoteOptions {
   absl::Duration timeout = absl::Seconds(60);  // per file, as the local --timeout
 };
 
+// Connects to the unix socket at `path` (the per-user default of `--server local`) only if
+// another local user cannot have planted it: its directory is owned by this user or root and
+// writable by nobody else, the socket is owned by this user or root (neither a symlink), and the
+// process listening on it (SO_PEERCRED) runs as this user or root. PermissionDenied names what
+// failed; Unavailable when nothing is there.
+absl::StatusOr<base::UniqueFd> ConnectTrustedLocalSocket(const std::string& path);
+
 class RemoteClient final {
  public:
-  // Checks the options and builds the channel (it connects on first use).
+  // Checks the options and builds the channel (it connects on first use, except for a non-root
+  // user's `local` address, which is connected and verified here: ConnectTrustedLocalSocket).
   static absl::StatusOr<std::unique_ptr<RemoteClient>> Create(const RemoteOptions& options);
 
   // One file's report, by upload or by path (made absolute here; the daemon confines it). The

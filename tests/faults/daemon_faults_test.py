@@ -614,7 +614,7 @@ def memory_pressure(args, pb, tmp, daemons):
 
         # --- concurrent uploads: big and memory-hungry, from --threads threads at once. A call
         # refused with RESOURCE_EXHAUSTED is made again after a pause, as a client would, until
-        # the file has its report (at most 100 attempts): every attempt must be answered. ---
+        # the file has its report (for up to 60 s): every attempt must be answered. ---
         with open(big, "rb") as f:
             big_bytes = f.read()
         uploads = ["big" if i % 2 == 0 else "hog" for i in range(2 * args.threads)]
@@ -627,7 +627,10 @@ def memory_pressure(args, pb, tmp, daemons):
             barrier.wait()
             for kind in mine:
                 data = big_bytes if kind == "big" else HOG_PICKLE
-                for _ in range(100):
+                # Retried for a time, not a count: on a loaded machine the places free up
+                # more slowly, and a client waits rather than giving up after N refusals.
+                give_up = time.monotonic() + 60
+                while True:
                     try:
                         r = client.scan_bytes(kind + ".pkl", data)
                         a = (kind, "OK", verdict_name(pb, r.verdict), errors_of(r), r)
@@ -635,7 +638,7 @@ def memory_pressure(args, pb, tmp, daemons):
                         a = (kind, e.code, None, [e.details], None)
                     with lock:
                         answers.append(a)
-                    if a[1] != "RESOURCE_EXHAUSTED":
+                    if a[1] != "RESOURCE_EXHAUSTED" or time.monotonic() > give_up:
                         break
                     time.sleep(0.05)
 

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""`ckptscan scan --server local` trusts only a daemon socket that another local user cannot
+have planted.
+
+A non-root user's default socket is /tmp/ckptscan-UID/ckptscand.sock when XDG_RUNTIME_DIR is
+unset, and /tmp is writable by everyone: another user can create that directory first and answer
+SAFE to every scan. Each case plants a socket the way such a user could, runs the CLI as the
+victim, and requires exit 2 with the reason; then a socket the victim really owns passes the
+check (the call then fails for want of a real daemon, which is not a refusal).
+
+Needs root (to act as two other users); exits with --skip-exit (77 for ctest) and the reason
+otherwise. Stdlib only.
+
+Usage: untrusted_socket_test.py --ckptscan PATH --fixture FILE [--skip-exit N]
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+VICTIM, ATTACKER = 65532, 65531  # daemon_test uses 65534; these are ours alone
+SOCKET_DIR = "/tmp/ckptscan-%d" % VICTIM
+SOCKET = SOCKET_DIR + "/ckptscand.sock"
+
+failures = []
+
+
+def check(ok, what, detail=""):
+    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else " -- " + detail), flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def can_switch_users():
+    if os.geteuid() != 0:
+        return "not root: cannot act as two other users"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(ATTACKER)
+            os.setuid(ATTACKER)
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return None if os.waitstatus_to_exitcode(status) == 0 else "setuid(%d) fails here" % ATTACKER
+
+
+def serve(listen_uid, chown_socket_to=None):
+    """A process that listens on SOCKET as `listen_uid` (binding first as root when the socket
+    file is to be chowned) and answers every connection with garbage. Returns its pid."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if chown_socket_to is None:
+                os.setgid(listen_uid)
+                os.setuid(listen_uid)
+                s.bind(SOCKET)
+            else:
+                s.bind(SOCKET)
+                os.chown(SOCKET, chown_socket_to, chown_socket_to)
+                os.setgid(listen_uid)
+                os.setuid(listen_uid)
+            s.listen(8)  # SO_PEERCRED reports the credentials of this call
+            os.write(w, b"1")
+            os.close(w)
+            s.settimeout(30)
+            while True:
+                c, _ = s.accept()
+                try:
+                    c.sendall(b"SAFE SAFE SAFE\n")
+                finally:
+                    c.close()
+        except Exception as e:  # noqa: BLE001
+            print("server:", e, file=sys.stderr)
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
+    return pid
+
+
+def stop(pid):
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def reset_dir(owner, mode):
+    shutil.rmtree(SOCKET_DIR, ignore_errors=True)
+    os.mkdir(SOCKET_DIR)
+    os.chown(SOCKET_DIR, owner, owner)
+    os.chmod(SOCKET_DIR, mode)
+
+
+def scan_as_victim(cli, target):
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}  # no XDG_RUNTIME_DIR: the /tmp path
+
+    def demote():
+        os.setgid(VICTIM)
+        os.setuid(VICTIM)
+    p = subprocess.run([cli, "scan", "--server", "local", target], env=env, preexec_fn=demote,
+                       capture_output=True, timeout=60)
+    return p.returncode, p.stderr.decode(errors="replace") + p.stdout.decode(errors="replace")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckptscan", required=True)
+    ap.add_argument("--fixture", required=True)
+    ap.add_argument("--skip-exit", type=int, default=77)
+    a = ap.parse_args()
+    why = can_switch_users()
+    if why:
+        print("SKIPPED: untrusted_socket_test acts as uids %d and %d: %s" % (VICTIM, ATTACKER, why))
+        return a.skip_exit
+
+    work = tempfile.mkdtemp(prefix="ckpt-sock-")
+    os.chmod(work, 0o755)
+    cli = os.path.join(work, "ckptscan")
+    shutil.copy(a.ckptscan, cli)
+    os.chmod(cli, 0o755)
+    target = os.path.join(work, "input.pkl")
+    shutil.copy(a.fixture, target)
+    os.chmod(target, 0o644)
+    server = None
+    try:
+        reset_dir(ATTACKER, 0o755)
+        server = serve(ATTACKER)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "refusing" in out and "owned by uid %d" % ATTACKER in out,
+              "a socket directory another user made first is refused (exit 2)", "%d %s" % (code, out))
+        stop(server)
+        server = None
+
+        reset_dir(VICTIM, 0o777)
+        server = serve(VICTIM)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "writable by its group or by others" in out,
+              "a socket directory others can write is refused (exit 2)", "%d %s" % (code, out))
+        stop(server)
+        server = None
+
+        reset_dir(VICTIM, 0o700)
+        server = serve(ATTACKER, chown_socket_to=VICTIM)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "runs as uid %d" % ATTACKER in out,
+              "a socket the victim owns but another user listens on is refused (SO_PEERCRED)",
+              "%d %s" % (code, out))
+        stop(server)
+        server = None
+
+        reset_dir(VICTIM, 0o700)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "is ckptscand running?" in out and "refusing" not in out,
+              "no socket at all: exit 2, 'is ckptscand running?'", "%d %s" % (code, out))
+
+        reset_dir(VICTIM, 0o700)
+        server = serve(VICTIM)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "refusing" not in out,
+              "the victim's own socket passes the check (the fake daemon then fails the call)",
+              "%d %s" % (code, out))
+    finally:
+        stop(server)
+        shutil.rmtree(SOCKET_DIR, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    print("%d passed, %d failed" % (5 - len(failures), len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
