@@ -48,6 +48,13 @@ std::string Dump(const Evaluation& e) {
 // ---------------------------------------------------------------------------------------------
 // Loading rules: malformed input is rejected with a precise error.
 
+// A rules text that must be refused, naming `message`.
+void ExpectRefused(const std::string& text, const std::string& message) {
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(text, "t.textproto");
+  ASSERT_FALSE(r.ok()) << text;
+  EXPECT_THAT(r.status().message(), HasSubstr(message)) << text;
+}
+
 constexpr char kMinimalRules[] = R"pb(
   version: "test.1"
   allow {
@@ -896,13 +903,12 @@ TEST(RuleSetLoadTest, PinWithoutItsKindIsRejected) {
       {R"pb(any_of: ARG_LIST empty: true)pb", "empty without ARG_DICT"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-        absl::StrCat(R"pb(version: "v" allow { module: "m" name: "f" calls {
-                       op: CALL_REDUCE min_args: 1 max_args: 1 args {)pb",
-                     c.spec, "} } }"),
-        "pin.textproto");
-    ASSERT_FALSE(r.ok()) << c.spec;
-    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.spec;
+    ExpectRefused(
+        absl::StrCat(R"pb(version: "v"
+                          allow { module: "m" name: "f"
+                                  calls { op: CALL_REDUCE min_args: 1 max_args: 1 args {)pb",
+                     " ", c.spec, "} } }"),
+        c.message);
   }
 }
 
@@ -1130,11 +1136,13 @@ const StateCase kStateCases[] = {
      },
      false},
     {"ObjectArrayWithAsManyItemsAsItsShape",
-     [](FactsBuilder& b) { ObjectArray(b, {2, 2}, 4); }, true},
-    {"ObjectArrayWithFewerItemsThanItsShape",
-     [](FactsBuilder& b) { ObjectArray(b, {100'000}, 1); }, false},
-    {"ZeroDimensionalObjectArrayWithNoItem", [](FactsBuilder& b) { ObjectArray(b, {}, 0); },
+     [](FactsBuilder& b) {
+       ObjectArray(b, {2, 2}, 4);
+     },
+     true},
+    {"ObjectArrayWithFewerItemsThanItsShape", [](FactsBuilder& b) { ObjectArray(b, {100'000}, 1); },
      false},
+    {"ZeroDimensionalObjectArrayWithNoItem", [](FactsBuilder& b) { ObjectArray(b, {}, 0); }, false},
     {"NumericArrayGivenAListOfItems",
      [](FactsBuilder& b) {
        NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
@@ -1168,6 +1176,12 @@ const StateCase kStateCases[] = {
                            b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}))}));
      },
      true},
+    {"OrderedDictMetadataRepeatedWithABadLastValue",
+     [](FactsBuilder& b) {
+       NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
+       b.Build(od, b.Dict({b.Str("_metadata"), b.Dict({}), b.Str("_metadata"), b.Int(1)}));
+     },
+     false},
     {"OrderedDictAttributeThatShadowsAMethod",
      [](FactsBuilder& b) {
        NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
@@ -1437,14 +1451,11 @@ TEST(RuleSetLoadTest, InvalidBuildStatesAndNestedSpecsAreRejected) {
        "nested deeper than"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> r = RuleSet::FromTextProto(
-        absl::StrCat(R"pb(version: "v"
-                          allow { module: "m" name: "f"
-                                  calls { op: CALL_REDUCE min_args: 0 max_args: 0 })pb",
-                     c.entry, "}"),
-        "states.textproto");
-    ASSERT_FALSE(r.ok()) << c.entry;
-    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.entry;
+    ExpectRefused(absl::StrCat(R"pb(version: "v"
+                                    allow { module: "m" name: "f"
+                                            calls { op: CALL_REDUCE min_args: 0 max_args: 0 })pb",
+                               " ", c.entry, "}"),
+                  c.message);
   }
 }
 
@@ -1466,14 +1477,11 @@ TEST(RuleSetLoadTest, ApplyNeedsAGlobalAndATupleArgument) {
                 args { any_of: ARG_TUPLE }
                 applies { func: 0 args: 1 })pb",
        }) {
-    absl::StatusOr<std::shared_ptr<const RuleSet>> r =
-        RuleSet::FromTextProto(absl::StrCat(R"pb(version: "v"
-                                                 allow { module: "m" name: "f"
-                                                         calls { op: CALL_REDUCE)pb",
-                                            " ", shape, "} }"),
-                               "apply.textproto");
-    ASSERT_FALSE(r.ok()) << shape;
-    EXPECT_THAT(r.status().message(), HasSubstr("applies needs")) << shape;
+    ExpectRefused(absl::StrCat(R"pb(version: "v"
+                                    allow { module: "m" name: "f"
+                                            calls { op: CALL_REDUCE)pb",
+                               " ", shape, "} }"),
+                  "applies needs");
   }
 }
 

@@ -158,6 +158,24 @@ def main():
         stop(server)
         server = None
 
+        # The other user's symlink at the directory's name, to a directory that passes every
+        # other check (the victim's, mode 0700, the victim listening): it can be repointed at
+        # any time, so the name itself must not be a link.
+        real = SOCKET_DIR + ".real"
+        reset_dir(VICTIM, 0o700)
+        shutil.rmtree(real, ignore_errors=True)
+        os.rename(SOCKET_DIR, real)
+        os.symlink(real, SOCKET_DIR)
+        os.lchown(SOCKET_DIR, ATTACKER, ATTACKER)
+        server = serve(VICTIM)
+        code, out = scan_as_victim(cli, target)
+        check(code == 2 and "is a symlink" in out,
+              "a symlink at the socket directory's name is refused (exit 2)", "%d %s" % (code, out))
+        stop(server)
+        server = None
+        os.unlink(SOCKET_DIR)
+        shutil.rmtree(real, ignore_errors=True)
+
         reset_dir(VICTIM, 0o700)
         code, out = scan_as_victim(cli, target)
         check(code == 2 and "is ckptscand running?" in out and "refusing" not in out,
@@ -171,9 +189,12 @@ def main():
               "%d %s" % (code, out))
     finally:
         stop(server)
+        if os.path.islink(SOCKET_DIR):
+            os.unlink(SOCKET_DIR)
         shutil.rmtree(SOCKET_DIR, ignore_errors=True)
+        shutil.rmtree(SOCKET_DIR + ".real", ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
-    print("%d passed, %d failed" % (5 - len(failures), len(failures)))
+    print("%d passed, %d failed" % (6 - len(failures), len(failures)))
     return 1 if failures else 0
 
 
