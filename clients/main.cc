@@ -206,7 +206,8 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path = true) {
   if (with_by_path) {
     cmd->add_flag("--by-path", f->by_path,
                   "With --server: send paths (the daemon opens them beneath its --root "
-                  "directories) instead of uploading the bytes");
+                  "directories, with its own rights: on its unix socket only its --path-uid "
+                  "uids may) instead of uploading the bytes");
   }
   cmd->add_option("--tls-ca", f->tls_ca,
                   "With --server HOST:PORT: CA certificates (PEM) that the daemon's "

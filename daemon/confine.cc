@@ -7,9 +7,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/escape.h"
@@ -56,12 +59,10 @@ absl::StatusOr<std::pair<int, std::string>> ConfinedRoots::Split(std::string_vie
       return std::make_pair(fds_[i].get(), rest.empty() ? std::string(".") : rest);
     }
   }
-  return absl::PermissionDeniedError(
-      absl::StrCat(Quoted(path), " is not under a configured root"));
+  return absl::PermissionDeniedError(absl::StrCat(Quoted(path), " is not under a configured root"));
 }
 
-absl::StatusOr<base::UniqueFd> ConfinedRoots::Resolve(std::string_view path,
-                                                      uint64_t flags) const {
+absl::StatusOr<base::UniqueFd> ConfinedRoots::Resolve(std::string_view path, uint64_t flags) const {
   absl::StatusOr<std::pair<int, std::string>> split = Split(path);
   if (!split.ok()) return split.status();
   struct open_how how = {};
@@ -73,8 +74,9 @@ absl::StatusOr<base::UniqueFd> ConfinedRoots::Resolve(std::string_view path,
     case EXDEV:
     case ELOOP:
       return absl::PermissionDeniedError(
-          absl::StrCat(Quoted(path), " leaves its root (through \"..\", an absolute path or a "
-                                     "symbolic link)"));
+          absl::StrCat(Quoted(path),
+                       " leaves its root (through \"..\", an absolute path or a "
+                       "symbolic link)"));
     case ENOSYS:
       return absl::UnimplementedError(
           "this kernel has no openat2(2): paths cannot be confined, so none is opened");
@@ -96,6 +98,83 @@ absl::StatusOr<base::UniqueFd> ConfinedRoots::OpenForRead(std::string_view path)
 
 absl::StatusOr<base::UniqueFd> ConfinedRoots::OpenDirectory(std::string_view path) const {
   return Resolve(path, O_PATH | O_DIRECTORY);
+}
+
+namespace {
+
+using Inode = std::pair<dev_t, ino_t>;
+
+// `fd` and every directory above it up to "/", by device and inode; no recursion and at
+// most kMaxDepth steps (a directory tree deeper than that is refused by the caller).
+constexpr int kMaxDepth = 4096;
+
+absl::StatusOr<std::vector<Inode>> Ancestry(int fd) {
+  std::vector<Inode> chain;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, "stat");
+  chain.emplace_back(st.st_dev, st.st_ino);
+  base::UniqueFd cur(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  for (int depth = 0; depth < kMaxDepth; ++depth) {
+    base::UniqueFd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!up.valid()) return absl::ErrnoToStatus(errno, "open ..");
+    if (::fstat(up.get(), &st) != 0) return absl::ErrnoToStatus(errno, "stat ..");
+    if (Inode(st.st_dev, st.st_ino) == chain.back()) return chain;  // "/" is its own parent
+    chain.emplace_back(st.st_dev, st.st_ino);
+    cur = std::move(up);
+  }
+  return absl::FailedPreconditionError("deeper than 4096 directories");
+}
+
+}  // namespace
+
+absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string& path) const {
+  // What does not exist yet (a socket before bind, its directory) is judged by the nearest
+  // directory above it that does.
+  std::string at = path;
+  base::UniqueFd fd(::open(at.c_str(), O_PATH | O_CLOEXEC));
+  while (!fd.valid() && errno == ENOENT && at != "/" && at != ".") {
+    const size_t slash = at.find_last_of('/');
+    at = slash == std::string::npos ? "." : slash == 0 ? "/" : at.substr(0, slash);
+    fd = base::UniqueFd(::open(at.c_str(), O_PATH | O_CLOEXEC));
+  }
+  if (!fd.valid())
+    return absl::ErrnoToStatus(errno, absl::StrCat(base::AbslView(what), " ", Quoted(path)));
+  // A file (the key, the socket): itself, then the directory that holds it.
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, Quoted(at));
+  std::vector<Inode> file;
+  if (!S_ISDIR(st.st_mode)) {
+    file.emplace_back(st.st_dev, st.st_ino);
+    const size_t slash = at.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "."
+                            : slash == 0               ? "/"
+                                                       : at.substr(0, slash);
+    fd = base::UniqueFd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return absl::ErrnoToStatus(errno, Quoted(dir));
+  }
+  absl::StatusOr<std::vector<Inode>> above = Ancestry(fd.get());
+  if (above.ok()) above->insert(above->begin(), file.begin(), file.end());
+  if (!above.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(base::AbslView(what), " ", Quoted(path), ": ", above.status().message()));
+  }
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    absl::StatusOr<std::vector<Inode>> root = Ancestry(fds_[i].get());
+    if (!root.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("root ", Quoted(paths_[i]), ": ", root.status().message()));
+    }
+    const bool contains = std::find(above->begin(), above->end(), root->front()) != above->end();
+    const bool inside = std::find(root->begin(), root->end(), above->front()) != root->end();
+    if (contains || inside) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("root ", Quoted(paths_[i]), contains ? " contains " : " lies inside ",
+                       base::AbslView(what), " ", Quoted(path),
+                       ": by-path calls could reach it; give the daemon a root apart from its "
+                       "key, state, spool and socket"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ckptscan::daemon

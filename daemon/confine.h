@@ -39,6 +39,12 @@ class ConfinedRoots final {
 
   const std::vector<std::string>& roots() const { return paths_; }
 
+  // Refuses a root that contains `path` (the file or directory itself, or its directory when
+  // it does not exist yet) or lies beneath it, compared by device and inode up to "/" (so a
+  // bind mount or a second spelling does not hide it): by-path calls must never reach what the
+  // daemon keeps for itself (`what`: its key, state, spool, socket). FailedPrecondition.
+  absl::Status CheckApart(std::string_view what, const std::string& path) const;
+
  private:
   ConfinedRoots(std::vector<std::string> paths, std::vector<base::UniqueFd> fds)
       : paths_(std::move(paths)), fds_(std::move(fds)) {}

@@ -73,7 +73,8 @@ wait_for_worker() {
 # memo is real work, a stream of None is not), and a sparse file whose SHA-256 keeps a job
 # busy as long (no disk, no memory).
 python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x04N' + b'\x94' * 4000000 + b'.')" >slow.pkl
-truncate -s 3G long.bin
+mkdir -p "$tmp/big"  # the small daemon's root: apart from every daemon's state and socket
+truncate -s 3G "$tmp/big/long.bin"
 # The corpus both modes scan: every torch fixture and a sample of every malicious kind.
 corpus=("$fixtures/torch" "$fixtures/pickles" "$fixtures/zip")
 
@@ -241,7 +242,7 @@ fi
 # --- an upload over the cap, a bad reload, a full queue -------------------------------------
 cp "$here/../rules/default_rules.textproto" rules.textproto
 start_daemon small --max-upload-bytes 1M --max-running 1 --max-queued 0 \
-  --rules "$tmp/rules.textproto" --root "$tmp" --health-tcp 127.0.0.1:0 || exit 1
+  --rules "$tmp/rules.textproto" --root "$tmp/big" --health-tcp 127.0.0.1:0 || exit 1
 health_addr="plain:127.0.0.1:$(grep -o '"health_port":[0-9]*' "$tmp/small/log" | cut -d: -f2)"
 run "plaintext health port" 0 "$bin" health --server "$health_addr" &&
   contains out.txt "SERVING" && pass "the plaintext health port answers SERVING"
@@ -264,7 +265,7 @@ kill -HUP "$small_pid"
 for _ in $(seq 50); do grep -q '"rules_version":"test.sighup"' "$tmp/small/log" && break; sleep 0.05; done
 run "status after SIGHUP" 0 "$bin" admin status --server "$small_sock" &&
   contains out.txt "rules test.sighup" && pass "SIGHUP reloads the rules file"
-"$bin" scan --server "$small_sock" --by-path long.bin >slow1.txt 2>&1 &
+"$bin" scan --server "$small_sock" --by-path "$tmp/big/long.bin" >slow1.txt 2>&1 &
 client=$!
 sleep 0.5
 run "queue full" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" &&
@@ -272,7 +273,7 @@ run "queue full" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" 
 wait "$client"
 
 # --- SIGTERM drains ------------------------------------------------------------------------
-"$bin" scan -f json --server "$small_sock" --by-path long.bin >drained.txt 2>&1 &
+"$bin" scan -f json --server "$small_sock" --by-path "$tmp/big/long.bin" >drained.txt 2>&1 &
 client=$!
 sleep 0.5
 kill -TERM "$small_pid"
@@ -309,10 +310,13 @@ mkdir -p pki && (
   }
   issue server localhost "DNS:localhost,IP:127.0.0.1"
   issue hub hub-client
+  # The admin's name in every SAN type but under another common name: a typed identity
+  # (cn:ops-admin) matches none of them.
+  issue sneaky hub-user "DNS:ops-admin,URI:ops-admin,email:ops-admin"
   issue ops ops-admin
 )
 start_daemon tls --no-socket --tcp 127.0.0.1:0 --tls-cert pki/server.pem --tls-key pki/server.key \
-  --tls-client-ca pki/ca.pem --require-client-cert --admin-identity ops-admin || exit 1
+  --tls-client-ca pki/ca.pem --require-client-cert --admin-identity cn:ops-admin || exit 1
 port=$(grep -o '"tcp_port":[0-9]*' "$tmp/tls/log" | cut -d: -f2)
 tls_addr="localhost:$port"
 run "mTLS scan with a client certificate" 0 "$bin" scan --server "$tls_addr" --tls-ca pki/ca.pem \
@@ -323,8 +327,12 @@ run "mTLS without a client certificate" 2 "$bin" scan --server "$tls_addr" --tls
   ! contains out.txt "SAFE (" && pass "mTLS: a client without a certificate is refused"
 run "mTLS admin with a non-admin certificate" 2 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/hub.pem --tls-key pki/hub.key &&
-  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:hub-client" &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:cn:hub-client" &&
   pass "mTLS: Admin refused for a certificate not in --admin-identity"
+run "mTLS admin with the admin's name as SANs" 2 "$bin" admin status --server "$tls_addr" \
+  --tls-ca pki/ca.pem --tls-cert pki/sneaky.pem --tls-key pki/sneaky.key &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:cn:hub-user" &&
+  pass "mTLS: Admin refused for SANs that spell the admin's common name (identities are typed)"
 run "mTLS admin with the admin certificate" 0 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/ops.pem --tls-key pki/ops.key &&
   pass "mTLS: Admin served for the --admin-identity certificate"

@@ -11,10 +11,12 @@
 // sigwait in main; gRPC threads never see them.
 
 #include <dirent.h>
-#include <malloc.h>
+#include <google/protobuf/stubs/logging.h>
+#include <grpc/support/log.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <malloc.h>
 #include <prometheus/exposer.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,6 +36,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/base/size_value.h"
@@ -74,6 +77,7 @@ struct Flags {
   bool require_client_cert = false;
   std::vector<uint32_t> admin_uids;
   std::vector<std::string> admin_identities;
+  std::vector<uint32_t> path_uids;
   std::vector<std::string> roots;
   std::string rules;
   std::string signing_key;
@@ -114,9 +118,14 @@ absl::Status MakePrivateDir(const std::string& path, mode_t mode) {
   if (::lstat(path.c_str(), &st) != 0) return absl::ErrnoToStatus(errno, "stat " + path);
   if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
   if (st.st_uid != ::geteuid()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " belongs to uid ", st.st_uid, ", not to this daemon's uid ",
-                     ::geteuid()));
+    return absl::FailedPreconditionError(absl::StrCat(path, " belongs to uid ", st.st_uid,
+                                                      ", not to this daemon's uid ", ::geteuid()));
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    // Another user could swap what it holds (the key, the spool, the socket) for their own.
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is writable by its group or by others (mode %04o); run chmod go-w on it", path,
+        st.st_mode & 07777));
   }
   return absl::OkStatus();
 }
@@ -158,8 +167,8 @@ absl::StatusOr<std::string> CheckJail(const pipeline::JailOptions& jail) {
   if (!fd.valid()) return absl::ErrnoToStatus(errno, "memfd_create");
   constexpr std::string_view kNone = "\x80\x02N.";  // pickle.dumps(None, 2)
   if (absl::Status s = base::WriteAll(fd.get(), kNone); !s.ok()) return s;
-  pipeline::JailedRun run = pipeline::RunJailedJob(std::move(fd), kNone.size(),
-                                                   worker::v1::Job::MODE_SCAN, {}, jail);
+  pipeline::JailedRun run =
+      pipeline::RunJailedJob(std::move(fd), kNone.size(), worker::v1::Job::MODE_SCAN, {}, jail);
   if (!run.result.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the jail self-test failed: ", run.result.message));
@@ -176,7 +185,31 @@ std::string ReadFileOr(const std::string& path, absl::Status* status) {
   return *std::move(text);
 }
 
+// Messages of the libraries the daemon links become JSON log lines like its own: protobuf
+// reports a request string that is not UTF-8 while the call is refused, with the field's name.
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
+  const bool error = level >= google::protobuf::LOGLEVEL_ERROR;
+  LogLine("library", error ? "error" : "warning")
+      .Str("library", "protobuf")
+      .Str("source", absl::StrCat(file, ":", line))
+      .Str("message", message)
+      .Emit();
+}
+
+void GrpcLog(gpr_log_func_args* args) {
+  LogLine("library", args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
+                     : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
+                                                               : "debug")
+      .Str("library", "grpc")
+      .Str("source", absl::StrCat(args->file, ":", args->line))
+      .Str("message", args->message)
+      .Emit();
+}
+
 int Run(int argc, char** argv) {
+  google::protobuf::SetLogHandler(&ProtobufLog);
+  gpr_set_log_function(&GrpcLog);
   // Before any thread exists, so that every thread inherits the mask and sigwait below is the
   // only taker.
   sigset_t signals;
@@ -233,9 +266,15 @@ int Run(int argc, char** argv) {
                  "this daemon's uid and root)")
       ->type_name("UID");
   app.add_option("--admin-identity", f.admin_identities,
-                 "A client-certificate common name or SAN allowed to call Admin over mTLS "
-                 "(repeatable)")
-      ->type_name("NAME");
+                 "A client certificate allowed to call Admin over mTLS, typed: uri:, dns:, "
+                 "email: or ip: for a subject alternative name of that type, cn: for the "
+                 "common name (repeatable)")
+      ->type_name("TYPE:NAME");
+  app.add_option("--path-uid", f.path_uids,
+                 "A uid allowed to make by-path calls (ScanPath, ConvertPath) over the unix "
+                 "socket; they read and write with this daemon's rights (repeatable; default: "
+                 "this daemon's uid and root; other uids upload)")
+      ->type_name("UID");
   app.add_option("--root", f.roots,
                  "A directory by-path calls may name (repeatable); files are opened beneath it "
                  "only (openat2 RESOLVE_BENEATH)")
@@ -326,9 +365,15 @@ int Run(int argc, char** argv) {
   options.admin_uids.insert(::geteuid());
   options.admin_uids.insert(0);
   if (!f.admin_uids.empty()) options.admin_uids = {f.admin_uids.begin(), f.admin_uids.end()};
-  options.admin_identities = {f.admin_identities.begin(), f.admin_identities.end()};
-  options.sign_method = f.sign_method == "shards" ? signing::Method::kShards
-                                                  : signing::Method::kFiles;
+  for (const std::string& id : f.admin_identities) {
+    absl::StatusOr<std::string> typed = ParseIdentity(id);
+    if (!typed.ok()) return Fail(absl::StrCat("--admin-identity: ", typed.status().message()));
+    options.admin_identities.insert(*std::move(typed));
+  }
+  options.path_uids = {::geteuid(), 0};
+  if (!f.path_uids.empty()) options.path_uids = {f.path_uids.begin(), f.path_uids.end()};
+  options.sign_method =
+      f.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
 
   // The jail first: a daemon that cannot jail its workers must not serve.
   if (absl::Status s = sandbox::CheckSeccompAvailable(); !s.ok()) {
@@ -355,6 +400,18 @@ int Run(int argc, char** argv) {
     absl::StatusOr<ConfinedRoots> opened = ConfinedRoots::Open(f.roots);
     if (!opened.ok()) return Fail(absl::StrCat("--root: ", opened.status().message()));
     roots = std::make_unique<ConfinedRoots>(*std::move(opened));
+    const std::string key_path =
+        f.signing_key.empty() ? f.state_dir + "/signing-key.pem" : f.signing_key;
+    for (const auto& [what, path] :
+         {std::pair<std::string_view, const std::string&>{"the state directory", f.state_dir},
+          {"the spool directory", f.spool_dir},
+          {"the signing key", key_path},
+          {"the socket", f.socket}}) {
+      if (f.no_socket && what == "the socket") continue;
+      if (absl::Status s = roots->CheckApart(what, path); !s.ok()) {
+        return Fail(absl::StrCat("--root: ", s.message()));
+      }
+    }
   }
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   JobSlots slots(f.max_running != 0 ? f.max_running : cores,
@@ -365,10 +422,10 @@ int Run(int argc, char** argv) {
   const std::shared_ptr<Metrics> metrics = std::make_shared<Metrics>(&slots);
   std::unique_ptr<prometheus::Exposer> exposer;
   if (f.metrics_port != 0) {
-    const std::string bind = absl::StrCat(
-        f.metrics_address.find(':') != std::string::npos ? "[" + f.metrics_address + "]"
-                                                          : f.metrics_address,
-        ":", f.metrics_port);
+    const std::string bind = absl::StrCat(f.metrics_address.find(':') != std::string::npos
+                                              ? "[" + f.metrics_address + "]"
+                                              : f.metrics_address,
+                                          ":", f.metrics_port);
     try {
       exposer = std::make_unique<prometheus::Exposer>(bind, 1);
     } catch (const std::exception& e) {
@@ -424,15 +481,15 @@ int Run(int argc, char** argv) {
     if (!f.tls_client_ca.empty()) ssl.pem_root_certs = ReadFileOr(f.tls_client_ca, &status);
     if (!status.ok()) return Fail(status.ToString());
     ssl.client_certificate_request =
-        f.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+        f.require_client_cert     ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
         : f.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                   : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
     builder.AddListeningPort(f.tcp, grpc::SslServerCredentials(ssl), &tcp_port);
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!f.tcp.empty() && tcp_port == 0)) {
-    return Fail(absl::StrCat("could not start the gRPC server", f.tcp.empty() ? "" : " on ",
-                             f.tcp));
+    return Fail(
+        absl::StrCat("could not start the gRPC server", f.tcp.empty() ? "" : " on ", f.tcp));
   }
   // Health alone, in plaintext: a server with no service of ours (the default health service
   // is added to every server built after EnableDefaultHealthCheckService).
@@ -459,7 +516,8 @@ int Run(int argc, char** argv) {
   ready.Str("version", CKPT_VERSION).Int("pid", static_cast<uint64_t>(::getpid()));
   if (listener != nullptr) ready.Str("socket", f.socket);
   if (tcp_port != 0) {
-    ready.Str("tcp", f.tcp).Int("tcp_port", static_cast<uint64_t>(tcp_port))
+    ready.Str("tcp", f.tcp)
+        .Int("tcp_port", static_cast<uint64_t>(tcp_port))
         .Bool("mtls", f.require_client_cert);
   }
   if (exposer != nullptr) {
@@ -492,8 +550,11 @@ int Run(int argc, char** argv) {
   // running jobs get the grace period, then the calls still open are cancelled (which kills
   // their workers) and the process exits.
   const absl::Time drain_start = absl::Now();
-  LogLine("draining").Int("running", slots.counts().running).Int("queued", slots.counts().queued)
-      .Num("grace_seconds", f.drain_seconds).Emit();
+  LogLine("draining")
+      .Int("running", slots.counts().running)
+      .Int("queued", slots.counts().queued)
+      .Num("grace_seconds", f.drain_seconds)
+      .Emit();
   for (grpc::HealthCheckServiceInterface* health : healths) health->Shutdown();
   slots.Drain();
   if (listener != nullptr) listener->Stop();
@@ -504,8 +565,10 @@ int Run(int argc, char** argv) {
     health_server->Shutdown(std::chrono::system_clock::now());
     health_server->Wait();
   }
-  LogLine("stopped").Bool("drained", idle)
-      .Num("ms", absl::ToDoubleMilliseconds(absl::Now() - drain_start)).Emit();
+  LogLine("stopped")
+      .Bool("drained", idle)
+      .Num("ms", absl::ToDoubleMilliseconds(absl::Now() - drain_start))
+      .Emit();
   return 0;
 }
 

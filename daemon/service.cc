@@ -1,6 +1,7 @@
 #include "daemon/service.h"
 
 #include <fcntl.h>
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,13 +19,14 @@
 #include "absl/strings/str_replace.h"
 #include "clients/report_format.h"
 #include "clients/verdict.h"
+#include "core/base/escape.h"
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
+#include "core/signing/limits.h"
 #include "daemon/log.h"
 #include "pipeline/judge_facts.h"
 #include "pipeline/output_file.h"
 #include "pipeline/shard_set.h"
-#include "core/signing/limits.h"
 
 namespace ckptscan::daemon {
 namespace {
@@ -61,13 +63,11 @@ absl::Status RunWhenSlotFree(JobSlots::Ticket* ticket, grpc::ServerContext* ctx,
 }
 
 // The jail options for one call: the caller's cancellation and deadline kill the worker.
-pipeline::JailOptions JailFor(const ServiceOptions& options, grpc::ServerContext* ctx,
-                              bool sha256, Metrics* metrics) {
+pipeline::JailOptions JailFor(const ServiceOptions& options, grpc::ServerContext* ctx, bool sha256,
+                              Metrics* metrics) {
   pipeline::JailOptions jail = options.jail;
   jail.on_worker_exit = [metrics](const sandbox::Result& r) { metrics->WorkerExit(r); };
-  jail.on_phase = [metrics](std::string_view phase, absl::Duration d) {
-    metrics->Phase(phase, d);
-  };
+  jail.on_phase = [metrics](std::string_view phase, absl::Duration d) { metrics->Phase(phase, d); };
   jail.sha256 = sha256;
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
   const absl::Duration left = deadline - absl::Now();
@@ -124,6 +124,25 @@ class JobLog {
 };
 
 namespace {
+
+// By-path calls act with this daemon's rights: over the unix socket only the uids trusted with
+// them may make one (ServiceOptions::path_uids).
+absl::Status CheckPathCaller(const Caller& caller) {
+  if (caller.by_path) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      caller.name,
+      " may not name paths: by-path calls read and write with this daemon's rights, so on the "
+      "unix socket they are open only to its own uid, root and --path-uid; upload the file "
+      "instead (ckptscan without --by-path)"));
+}
+
+// A name given in a request that the file system would cut short or could not hold.
+absl::Status CheckRequestPath(std::string_view what, const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(AbslView(what), " contains a NUL byte"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckUploadName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("the upload header needs a name");
@@ -186,9 +205,9 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
     }
     total += data.size();
     if (total > options.max_upload_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the upload is over the daemon's cap of ", options.max_upload_bytes,
-          " bytes (max_upload_bytes)"));
+      return absl::ResourceExhaustedError(absl::StrCat("the upload is over the daemon's cap of ",
+                                                       options.max_upload_bytes,
+                                                       " bytes (max_upload_bytes)"));
     }
     if (header->size() != 0 && total > header->size()) {
       return absl::InvalidArgumentError(
@@ -198,9 +217,8 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
   }
   if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
   if (header->size() != 0 && total != header->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total,
-                                                   " of the ", header->size(),
-                                                   " bytes its header declares"));
+    return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",
+                                                   header->size(), " bytes its header declares"));
   }
   return ReopenReadOnly(fd->get());
 }
@@ -222,8 +240,8 @@ absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method d
   } else if (in.sign_method() == "shards") {
     request->sign.method = signing::Method::kShards;
   } else if (!in.sign_method().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sign_method \"", in.sign_method(), "\": expected \"files\" or \"shards\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sign_method \"", in.sign_method(), "\": expected \"files\" or \"shards\""));
   }
   return absl::OkStatus();
 }
@@ -345,9 +363,9 @@ void Stats::Record(const v1::FileReport& file) {
   }
   for (const v1::ScanError& e : file.errors()) {
     if (e.code() == "timeout" || e.code() == "sandbox" || e.code() == "cancelled" ||
-        (e.code() == "limit" && (e.limit_name() == "worker_memory" ||
-                                 e.limit_name() == "max_frame_bytes" ||
-                                 e.limit_name() == "file_size"))) {
+        (e.code() == "limit" &&
+         (e.limit_name() == "worker_memory" || e.limit_name() == "max_frame_bytes" ||
+          e.limit_name() == "file_size"))) {
       ++failures_[e.code()];
     }
   }
@@ -380,6 +398,21 @@ void Daemon::Judged(const v1::FileReport& file) {
   if (file.has_conversion()) metrics_->Converted(file.conversion().bytes());
 }
 
+absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value) {
+  const size_t colon = flag_value.find(':');
+  const std::string_view type = flag_value.substr(0, colon == std::string_view::npos ? 0 : colon);
+  const std::string_view value =
+      colon == std::string_view::npos ? std::string_view() : flag_value.substr(colon + 1);
+  if ((type == "uri" || type == "dns" || type == "email" || type == "ip" || type == "cn") &&
+      !value.empty()) {
+    return std::string(flag_value);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "identity \"", AbslView(base::Escaped(flag_value)),
+      "\" needs its type: uri:, dns:, email: or ip: for a subject alternative name of that "
+      "type, cn: for the certificate's common name"));
+}
+
 Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
   Caller caller;
   const std::string peer = ctx.peer();
@@ -388,16 +421,23 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
       caller.name = absl::StrCat("uid:", cred->uid);
       caller.authenticated = true;
       caller.admin = options_.admin_uids.count(cred->uid) != 0;
+      caller.by_path = options_.path_uids.count(cred->uid) != 0;
       return caller;
     }
   }
+  caller.by_path = true;  // TCP: the transport admitted it; the roots are what it may name
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
-    // A verified client certificate: its common name and every SAN are identities.
+    // A verified client certificate: each identity typed by where it was found, so that a
+    // SAN of one type never passes for another, nor for the common name.
     std::vector<std::string> ids;
-    for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
+    for (const auto& [property, type] : {std::pair{GRPC_X509_CN_PROPERTY_NAME, "cn:"},
+                                         std::pair{GRPC_PEER_URI_PROPERTY_NAME, "uri:"},
+                                         std::pair{GRPC_PEER_DNS_PROPERTY_NAME, "dns:"},
+                                         std::pair{GRPC_PEER_EMAIL_PROPERTY_NAME, "email:"},
+                                         std::pair{GRPC_PEER_IP_PROPERTY_NAME, "ip:"}}) {
       for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
-        ids.emplace_back(v.data(), v.size());
+        ids.push_back(absl::StrCat(type, absl::string_view(v.data(), v.size())));
       }
     }
     caller.authenticated = !ids.empty();
@@ -452,8 +492,8 @@ grpc::Status OutOfMemoryGuard(Daemon* d, std::string_view rpc, grpc::ServerConte
 
 }  // namespace
 
-grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx,
-                                      const v1::ScanPathRequest* request, v1::Report* response) {
+grpc::Status ScannerService::ScanPath(grpc::ServerContext* ctx, const v1::ScanPathRequest* request,
+                                      v1::Report* response) {
   return OutOfMemoryGuard(d_, "ScanPath", ctx, [&] { return DoScanPath(ctx, request, response); });
 }
 
@@ -497,10 +537,14 @@ grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd
 }
 
 grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
-                                      const v1::ScanPathRequest* request, v1::Report* response) {
+                                        const v1::ScanPathRequest* request, v1::Report* response) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ScanPath", caller, *ctx, &d_->metrics());
   log.Name(request->path());
+  if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
+  if (absl::Status st = CheckRequestPath("the path", request->path()); !st.ok()) {
+    return log.Done(ToGrpc(st));
+  }
   if (d_->roots() == nullptr) {
     return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  "this daemon has no roots configured (--root): it scans "
@@ -517,8 +561,8 @@ grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
 }
 
 grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
-                                        grpc::ServerReader<v1::UploadChunk>* reader,
-                                        v1::Report* response) {
+                                          grpc::ServerReader<v1::UploadChunk>* reader,
+                                          v1::Report* response) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ScanUpload", caller, *ctx, &d_->metrics());
   // Admitted before the bytes stream in: an upload holds a queue place (and a thread).
@@ -535,11 +579,17 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
 }
 
 grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
-                                         const v1::ConvertPathRequest* request,
-                                         v1::ConvertResponse* response) {
+                                           const v1::ConvertPathRequest* request,
+                                           v1::ConvertResponse* response) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ConvertPath", caller, *ctx, &d_->metrics());
   log.Name(request->input());
+  if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
+  for (const auto& [what, path] :
+       {std::pair<std::string_view, const std::string&>{"the input", request->input()},
+        {"the output", request->output()}}) {
+    if (absl::Status st = CheckRequestPath(what, path); !st.ok()) return log.Done(ToGrpc(st));
+  }
   const ConfinedRoots* roots = d_->roots();
   if (roots == nullptr) {
     return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -662,12 +712,12 @@ grpc::Status ScannerService::DoConvertUpload(
   if (response->converted()) {
     output = base::UniqueFd(::open(convert.output.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st;
-    absl::StatusOr<std::string> bundle = signing::ReadSmallFile(
-        pipeline::SignaturePathFor(convert.output), signing::Limits{}.max_bundle_bytes,
-        "Limits::max_bundle_bytes");
+    absl::StatusOr<std::string> bundle =
+        signing::ReadSmallFile(pipeline::SignaturePathFor(convert.output),
+                               signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
     if (!output.valid() || ::fstat(output.get(), &st) != 0 || !bundle.ok()) {
-      return log.Done(grpc::Status(grpc::StatusCode::INTERNAL,
-                                   "the converted output could not be read back"));
+      return log.Done(
+          grpc::Status(grpc::StatusCode::INTERNAL, "the converted output could not be read back"));
     }
     output_size = static_cast<uint64_t>(st.st_size);
     response->set_signature(*std::move(bundle));
@@ -680,11 +730,11 @@ grpc::Status ScannerService::DoConvertUpload(
   std::string* data = chunk.mutable_data();
   for (uint64_t offset = 0; offset < output_size;) {
     data->resize(static_cast<size_t>(std::min<uint64_t>(kMaxChunkBytes, output_size - offset)));
-    const ssize_t got = ::pread(output.get(), data->data(), data->size(),
-                                static_cast<off_t>(offset));
+    const ssize_t got =
+        ::pread(output.get(), data->data(), data->size(), static_cast<off_t>(offset));
     if (got <= 0) {
-      return log.Done(grpc::Status(grpc::StatusCode::INTERNAL,
-                                   "the converted output could not be read back"));
+      return log.Done(
+          grpc::Status(grpc::StatusCode::INTERNAL, "the converted output could not be read back"));
     }
     data->resize(static_cast<size_t>(got));
     if (!stream->Write(chunk)) {
@@ -711,12 +761,13 @@ grpc::Status RequireAdmin(const Caller& caller, std::string_view rpc) {
                      absl::StrCat(caller.name, " is not in the daemon's admin list"));
   }
   LogLine line("admin", s.ok() ? "info" : "warning");
-  line.Str("rpc", rpc).Str("caller", caller.name).Int("code", static_cast<uint64_t>(s.error_code()));
+  line.Str("rpc", rpc)
+      .Str("caller", caller.name)
+      .Int("code", static_cast<uint64_t>(s.error_code()));
   if (!s.ok()) line.Str("error", s.error_message());
   line.Emit();
   return s;
 }
-
 
 }  // namespace
 

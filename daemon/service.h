@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,9 +53,19 @@ struct ServiceOptions {
   uint64_t max_upload_bytes = 64ull << 30;
   std::string spool_dir;  // private to this daemon (0700); uploads are unlinked files in it
   signing::Method sign_method = signing::Method::kFiles;
-  std::set<uid_t> admin_uids;              // unix socket peers allowed to call Admin
-  std::set<std::string> admin_identities;  // client-certificate CN / SAN allowed to call Admin
+  std::set<uid_t> admin_uids;  // unix socket peers allowed to call Admin
+  // Client-certificate identities allowed to call Admin over mTLS, typed (ParseIdentity): a
+  // DNS SAN never matches a URI one, and the common name only when asked ("cn:").
+  std::set<std::string> admin_identities;
+  // Unix socket peers allowed to make by-path calls. Those read and write with this daemon's
+  // rights, so any other uid would get a file it cannot read, or replace one it cannot write.
+  std::set<uid_t> path_uids;
 };
+
+// "uri:X", "dns:X", "email:X", "ip:X" (a subject alternative name of that type) or "cn:X"
+// (the subject's common name): the canonical form stored in admin_identities. Anything else,
+// an untyped name included, is InvalidArgument.
+absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value);
 
 // The rules in force, swapped whole on reload (a bad file leaves the old ones).
 class RulesHolder final {
@@ -83,6 +94,9 @@ struct Caller {
   std::string name;
   bool admin = false;
   bool authenticated = false;  // a uid or a verified certificate
+  // May name paths (ScanPath, ConvertPath): a unix peer in path_uids, or any TCP caller the
+  // transport admitted (over TCP the roots themselves are the grant; docs/daemon.md).
+  bool by_path = false;
 };
 
 // What Status reports; updated by the services.
@@ -94,8 +108,8 @@ class Stats final {
 
  private:
   mutable std::mutex mu_;
-  std::map<int, uint64_t> done_;                 // by v1::Verdict
-  std::map<std::string, uint64_t> failures_;     // by kind
+  std::map<int, uint64_t> done_;              // by v1::Verdict
+  std::map<std::string, uint64_t> failures_;  // by kind
   std::string jail_layers_;
 };
 
@@ -165,9 +179,8 @@ class ScannerService final : public v1::Scanner::Service {
                             v1::Report* response);
   grpc::Status DoConvertPath(grpc::ServerContext* ctx, const v1::ConvertPathRequest* request,
                              v1::ConvertResponse* response);
-  grpc::Status DoConvertUpload(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream);
+  grpc::Status DoConvertUpload(grpc::ServerContext* ctx,
+                               grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream);
   // The rest of a scan once its input is open and it has a worker slot.
   grpc::Status ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd, const std::string& name,
                        const v1::ScanOptions& options, JobLog* log, v1::Report* response);

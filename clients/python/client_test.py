@@ -263,6 +263,16 @@ class EscapeTest(DaemonTestCase):
                                 self.in_root("train_checkpoint.pt"), out)
         self.assertEqual(sorted(os.listdir(self.outside)), ["secret.pt"])
 
+    def test_nul_in_paths_is_invalid(self):
+        # A NUL would cut the name the daemon opens or writes ("a.pt\0x" opens "a.pt").
+        self.assertCode("INVALID_ARGUMENT", self.client.scan_path,
+                        self.in_root("train_checkpoint.pt") + "\0.x")
+        for out in ("out\0.safetensors", self.in_root("nul\0dir/out.safetensors")):
+            with self.subTest(repr(out)):
+                self.assertCode("INVALID_ARGUMENT", self.client.convert_path,
+                                self.in_root("train_checkpoint.pt"), out)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "out")))
+
     def test_missing_file_is_not_found(self):
         self.assertCode("NOT_FOUND", self.client.scan_path, self.in_root("nope.pt"))
 

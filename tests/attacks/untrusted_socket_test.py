@@ -23,33 +23,11 @@ import sys
 import tempfile
 import time
 
+from attack_lib import cannot_switch_to, check, failures, summary
+
 VICTIM, ATTACKER = 65532, 65531  # daemon_test uses 65534; these are ours alone
 SOCKET_DIR = "/tmp/ckptscan-%d" % VICTIM
 SOCKET = SOCKET_DIR + "/ckptscand.sock"
-
-failures = []
-
-
-def check(ok, what, detail=""):
-    print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else " -- " + detail), flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def can_switch_users():
-    if os.geteuid() != 0:
-        return "not root: cannot act as two other users"
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgid(ATTACKER)
-            os.setuid(ATTACKER)
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return None if os.waitstatus_to_exitcode(status) == 0 else "setuid(%d) fails here" % ATTACKER
-
 
 def serve(listen_uid, chown_socket_to=None):
     """A process that listens on SOCKET as `listen_uid` (binding first as root when the socket
@@ -118,7 +96,7 @@ def main():
     ap.add_argument("--fixture", required=True)
     ap.add_argument("--skip-exit", type=int, default=77)
     a = ap.parse_args()
-    why = can_switch_users()
+    why = cannot_switch_to(ATTACKER)
     if why:
         print("SKIPPED: untrusted_socket_test acts as uids %d and %d: %s" % (VICTIM, ATTACKER, why))
         return a.skip_exit
