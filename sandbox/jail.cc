@@ -111,11 +111,18 @@ const std::vector<Entry>& Entries() {
   static const std::vector<Entry> entries = {
       {{"brk", "", "glibc malloc grows the main heap"},
        [](scmp_filter_ctx ctx, const JailConfig&) { return Allow(ctx, SCMP_SYS(brk)); }},
-      {{"mmap", "(prot & PROT_EXEC) == 0",
-        "large allocations and the read-only mapping of the input; never executable (W^X)"},
+      {{"mmap",
+        "(prot & PROT_EXEC) == 0 and ((prot & PROT_WRITE) == 0 or (flags & MAP_SHARED) == 0)",
+        "large allocations and the read-only mapping of the input; never executable (W^X), "
+        "never a writable shared mapping (the output descriptor stays append-only: no byte "
+        "already written can be rewritten)"},
        [](scmp_filter_ctx ctx, const JailConfig&) {
-         return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
-                                 SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+         const int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1,
+                                         SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC | PROT_WRITE, 0));
+         if (rc != 0) return rc;
+         return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 2,
+                                 SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0),
+                                 SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED, 0));
        }},
       {{"munmap", "", "free of large allocations"},
        [](scmp_filter_ctx ctx, const JailConfig&) { return Allow(ctx, SCMP_SYS(munmap)); }},

@@ -106,8 +106,8 @@ TEST_P(ForbiddenActionTest, DiesOfSigsysAndIsAViolation) {
 
 INSTANTIATE_TEST_SUITE_P(Jail, ForbiddenActionTest,
                          testing::Values("open", "openat", "socket", "execve", "fork", "ptrace",
-                                         "kill", "mmap_exec", "mprotect_exec", "write_stderr",
-                                         "write_input", "read_input"),
+                                         "kill", "mmap_exec", "mprotect_exec", "mmap_shared_write",
+                                         "write_stderr", "write_input", "read_input"),
                          [](const testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
@@ -332,8 +332,7 @@ absl::StatusOr<pipeline::ConvertResult> ProbeConvert(std::string_view mode,
   request.input = std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/torch/sequential.pt";
   request.output = output;
   request.scanner_version = "test";
-  return pipeline::ConvertFileJailed(request, *rules::RuleSet::Default(), {},
-                                     ProbeOptions(mode));
+  return pipeline::ConvertFileJailed(request, *rules::RuleSet::Default(), {}, ProbeOptions(mode));
 }
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }

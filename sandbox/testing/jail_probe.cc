@@ -4,7 +4,7 @@
 //   jail_probe --job=HEX --probe=MODE
 //
 // Forbidden actions (each must die of SIGSYS): open openat socket execve fork ptrace kill
-//   mmap_exec mprotect_exec write_stderr write_input read_input
+//   mmap_exec mprotect_exec mmap_shared_write write_stderr write_input read_input
 // Reports (a valid frame whose listing text says what the probe saw):
 //   env        the environment the worker was given
 //   leaked_fd  mmap of descriptors opened before the jail (must be closed: EBADF)
@@ -162,6 +162,11 @@ int Probe(std::string_view mode, const worker::v1::Job& job, const JailLayers& l
   }
   if (mode == "mmap_exec") {
     (void)::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return kExitNotKilled;
+  }
+  if (mode == "mmap_shared_write") {
+    // What a worker would need to rewrite bytes it already wrote to its output descriptor.
+    (void)::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     return kExitNotKilled;
   }
   if (mode == "mprotect_exec") {
