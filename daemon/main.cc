@@ -380,6 +380,12 @@ int Run(int argc, char** argv) {
   if (!memory.ok() || *memory == 0) return Fail("--worker-memory: not a positive size");
   if (!upload.ok() || *upload == 0) return Fail("--max-upload-bytes: not a positive size");
   options.max_upload_bytes = *upload;
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint32_t max_running = f.max_running != 0 ? f.max_running : cores;
+  const uint32_t max_queued = app.count("--max-queued") > 0 ? f.max_queued : 4 * max_running;
+  absl::StatusOr<UploadLimits> upload_limits =
+      ApplyUploadFlags(upload_flags, max_running + max_queued, &options);
+  if (!upload_limits.ok()) return Fail(base::StdView(upload_limits.status().message()));
   if (f.no_socket && f.tcp.empty()) return Fail("--no-socket needs --tcp: nothing to listen on");
   if (!f.tcp.empty() && (f.tls_cert.empty() || f.tls_key.empty())) {
     return Fail("--tcp needs --tls-cert and --tls-key: TCP is served with TLS only");
@@ -420,12 +426,6 @@ int Run(int argc, char** argv) {
     if (!opened.ok()) return Fail(absl::StrCat("--root: ", opened.status().message()));
     roots = std::make_unique<ConfinedRoots>(*std::move(opened));
   }
-  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const uint32_t max_running = f.max_running != 0 ? f.max_running : cores;
-  const uint32_t max_queued = app.count("--max-queued") > 0 ? f.max_queued : 4 * max_running;
-  absl::StatusOr<UploadLimits> upload_limits =
-      ApplyUploadFlags(upload_flags, max_running + max_queued, &options);
-  if (!upload_limits.ok()) return Fail(base::StdView(upload_limits.status().message()));
   JobSlots slots(max_running, max_queued, *upload_limits);
   const std::string rules_version = (*rules)->Get()->version();
   const std::string rules_source = (*rules)->source();
