@@ -2,7 +2,7 @@
 """Uploads that stall, and a ConvertUpload whose caller never reads, do not hold ckptscand.
 
     upload_stall_test.py --ckptscand PATH --ckptscan PATH --fixtures DIR [--proto-dir DIR]
-                         [--stubs-dir DIR] [--client-dir DIR] [--only a|b|c] [--keep]
+                         [--stubs-dir DIR] [--client-dir DIR] [--only a|b|c|d] [--keep]
                          [--skip-exit N]
 
 A. N+1 stalled uploads, N job places. A ckptscand with --max-running 1 --max-queued 1 (two job
@@ -20,6 +20,8 @@ C. A ConvertUpload whose caller sends the whole upload and never reads the answe
    --max-running 1 --max-queued 0 and --output-idle-timeout 2, once the conversion is done its
    unread output stops the daemon's writes; the call must be cancelled, its job slot freed (a
    later scan gets its report) and its job directory in the spool removed.
+D. The spool budget. With --max-spool-bytes 1M, while one stalled upload has spooled 600 KiB a
+   second one's 600 KiB chunk is refused with RESOURCE_EXHAUSTED naming max_spool_bytes.
 
 Every check fails against a ckptscand without these defences. A binary that lacks one of the
 flags (today's main) is run without it, which is printed: then the test shows its default
@@ -126,16 +128,17 @@ def header(name, size=0, **convert):
 
 
 class Stalled:
-    """A ScanUpload that sends its header and one chunk, then nothing until release()."""
+    """A ScanUpload that sends its header and one chunk (`first`), then nothing until
+    release()."""
 
-    def __init__(self, daemon, name):
+    def __init__(self, daemon, name, first=b"\x80\x02"):
         self.gate = threading.Event()
         self.sent = threading.Event()
         self.sent_at = None
 
         def chunks():
             yield header(name)
-            yield pb.scanner_pb2.UploadChunk(data=b"\x80\x02")
+            yield pb.scanner_pb2.UploadChunk(data=first)
             self.sent_at = time.monotonic()
             self.sent.set()
             self.gate.wait(120)
@@ -347,13 +350,38 @@ def unread_convert(args, tmp, known, benign):
         d.kill()
 
 
+def spool_budget(args, tmp, known, benign):
+    print("\n== D: --max-spool-bytes 1M ==", flush=True)
+    d = Daemon(args.ckptscand, os.path.join(tmp, "d"), known, "--max-upload-bytes", "1M",
+               "--max-spool-bytes", "1M", "--max-uploads", "8", "--max-uploads-per-caller", "8")
+    held = []
+    try:
+        # 600 KiB each (a BINBYTES opcode and its first bytes): the second does not fit.
+        first = b"\x80\x03B" + (2 << 20).to_bytes(4, "little") + bytes(600 << 10)
+        held.append(Stalled(d, "first.pkl", first))
+        held[0].sent.wait(10)
+        time.sleep(0.3)
+        held.append(Stalled(d, "second.pkl", first))
+        second = settle(held[1].outcome, "RESOURCE_EXHAUSTED", seconds=PROMPT)
+        told = held[1].future.exception().details() if held[1].future.done() else ""
+        check(second == "RESOURCE_EXHAUSTED" and "max_spool_bytes" in told,
+              "a second 600 KiB upload while 600 KiB are spooled: RESOURCE_EXHAUSTED naming "
+              "max_spool_bytes", "got %s %s" % (second, told))
+        check(held[0].outcome() is None, "the first upload is still in flight")
+    finally:
+        for h in held:
+            h.release()
+            h.future.cancel()
+        d.kill()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckptscand", required=True)
     parser.add_argument("--ckptscan", required=True, help="the CLI, as another caller")
     parser.add_argument("--fixtures", required=True)
     add_client_args(parser)
-    parser.add_argument("--only", choices=("a", "b", "c"), help="run one scenario only")
+    parser.add_argument("--only", choices=("a", "b", "c", "d"), help="run one scenario only")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (daemon logs)")
     parser.add_argument("--skip-exit", type=int, default=77)
     args = parser.parse_args()
@@ -373,7 +401,8 @@ def main():
         known = known_flags(args.ckptscand)
         benign = os.path.join(os.path.abspath(args.fixtures), "pickles", "benign",
                               "concat_two_pickles.pkl")
-        scenarios = {"a": stalled_uploads, "b": per_caller_cap, "c": unread_convert}
+        scenarios = {"a": stalled_uploads, "b": per_caller_cap, "c": unread_convert,
+                     "d": spool_budget}
         for key, run in scenarios.items():
             if args.only in (None, key):
                 os.makedirs(os.path.join(tmp, key + "-files"))
