@@ -9,18 +9,89 @@ namespace ckptscan::daemon {
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::Admit() {
   std::lock_guard<std::mutex> lock(mu_);
+  return AdmitLocked(/*refuse_if_draining=*/true);
+}
+
+absl::Status JobSlots::FullLocked() {
+  if (static_cast<uint64_t>(running_) + queued_ <
+      static_cast<uint64_t>(max_running_) + max_queued_) {
+    return absl::OkStatus();
+  }
+  ++refused_;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the daemon is busy: ", running_, " jobs running and ", queued_, " queued (max_running ",
+      max_running_, ", max_queued ", max_queued_, "); retry later"));
+}
+
+absl::StatusOr<JobSlots::Ticket> JobSlots::AdmitLocked(bool refuse_if_draining) {
+  if (refuse_if_draining && draining_) {
+    return absl::UnavailableError("the daemon is shutting down and takes no new job");
+  }
+  if (absl::Status s = FullLocked(); !s.ok()) return s;
+  ++queued_;
+  return Ticket(this);
+}
+
+absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (draining_) {
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
-  if (static_cast<uint64_t>(running_) + queued_ >=
-      static_cast<uint64_t>(max_running_) + max_queued_) {
+  if (absl::Status s = FullLocked(); !s.ok()) return s;
+  if (uploading_ >= uploads_.max_uploads) {
+    ++refused_;
+    return absl::ResourceExhaustedError(absl::StrCat("the daemon is receiving ", uploading_,
+                                                     " uploads, its limit (max_uploads ",
+                                                     uploads_.max_uploads, "); retry later"));
+  }
+  const auto it = uploading_by_caller_.find(caller);
+  const uint32_t mine = it == uploading_by_caller_.end() ? 0 : it->second;
+  if (mine >= uploads_.max_uploads_per_caller) {
     ++refused_;
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the daemon is busy: ", running_, " jobs running and ", queued_,
-        " queued (max_running ", max_running_, ", max_queued ", max_queued_, "); retry later"));
+        caller, " has ", mine, " uploads in flight, its limit (max_uploads_per_caller ",
+        uploads_.max_uploads_per_caller, "); finish one first"));
   }
-  ++queued_;
-  return Ticket(this);
+  ++uploading_by_caller_[caller];
+  ++uploading_;
+  return Upload(this, caller);
+}
+
+void JobSlots::EndUploadLocked(const std::string& caller) {
+  --uploading_;
+  const auto it = uploading_by_caller_.find(caller);
+  if (it != uploading_by_caller_.end() && --it->second == 0) uploading_by_caller_.erase(it);
+}
+
+absl::Status JobSlots::Upload::Spool(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(slots_->mu_);
+  const uint64_t budget = slots_->uploads_.max_spool_bytes;
+  if (bytes > budget || slots_->spool_bytes_ > budget - bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon's spool is full: uploads in flight hold ", slots_->spool_bytes_,
+                     " bytes (max_spool_bytes ", budget, "); retry later"));
+  }
+  slots_->spool_bytes_ += bytes;
+  bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {
+  std::lock_guard<std::mutex> lock(slots_->mu_);
+  if (receiving_) {
+    receiving_ = false;
+    slots_->EndUploadLocked(caller_);
+    slots_->idle_cv_.notify_all();
+  }
+  return slots_->AdmitLocked(/*refuse_if_draining=*/false);
+}
+
+JobSlots::Upload::~Upload() {
+  if (slots_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(slots_->mu_);
+  if (receiving_) slots_->EndUploadLocked(caller_);
+  slots_->spool_bytes_ -= bytes_;
+  slots_->idle_cv_.notify_all();
 }
 
 absl::Status JobSlots::Ticket::Run(const std::function<bool()>& cancelled) {
@@ -76,12 +147,80 @@ void JobSlots::Drain() {
 bool JobSlots::WaitIdle(int64_t deadline_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   return idle_cv_.wait_for(lock, std::chrono::milliseconds(deadline_ms),
-                           [this] { return running_ == 0 && queued_ == 0; });
+                           [this] { return running_ == 0 && queued_ == 0 && uploading_ == 0; });
 }
 
 JobSlots::Counts JobSlots::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return Counts{running_, queued_, refused_, draining_};
+  return Counts{running_, queued_, refused_, draining_, uploading_, spool_bytes_};
+}
+
+// --- StallWatchdog ------------------------------------------------------------------------
+
+StallWatchdog::StallWatchdog() : thread_([this] { Loop(); }) {}
+
+StallWatchdog::~StallWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+std::unique_ptr<StallWatchdog::Watch> StallWatchdog::Start(std::function<void()> on_stall) {
+  std::unique_ptr<Watch> watch(new Watch(this, std::move(on_stall)));
+  std::lock_guard<std::mutex> lock(mu_);
+  watches_.insert(watch.get());
+  return watch;
+}
+
+StallWatchdog::Watch::~Watch() {
+  std::lock_guard<std::mutex> lock(dog_->mu_);
+  dog_->watches_.erase(this);
+}
+
+void StallWatchdog::Watch::Arm(Clock::duration limit) {
+  const Clock::time_point now = Clock::now();
+  const Clock::time_point deadline =
+      limit >= Clock::time_point::max() - now ? Clock::time_point::max() : now + limit;
+  std::lock_guard<std::mutex> lock(dog_->mu_);
+  deadline_ = deadline;
+  // The watchdog sleeps until its earliest deadline; wake it when this one comes first.
+  if (deadline < dog_->next_wake_) dog_->cv_.notify_one();
+}
+
+void StallWatchdog::Watch::Disarm() {
+  std::lock_guard<std::mutex> lock(dog_->mu_);
+  deadline_ = Clock::time_point::max();
+}
+
+bool StallWatchdog::Watch::fired() const {
+  std::lock_guard<std::mutex> lock(dog_->mu_);
+  return fired_;
+}
+
+void StallWatchdog::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    const Clock::time_point now = Clock::now();
+    Clock::time_point next = Clock::time_point::max();
+    for (Watch* w : watches_) {
+      if (w->deadline_ <= now) {
+        w->deadline_ = Clock::time_point::max();
+        w->fired_ = true;
+        if (w->on_stall_) w->on_stall_();
+      } else {
+        next = std::min(next, w->deadline_);
+      }
+    }
+    next_wake_ = next;
+    if (next == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_until(lock, next);
+    }
+  }
 }
 
 }  // namespace ckptscan::daemon

@@ -9,6 +9,12 @@
 // that waiter is woken (no thundering herd, no queue jumping). The ticket gives its place back
 // when destroyed.
 //
+// An upload takes no job place while its bytes stream in (issue 18): it holds an upload place
+// instead (BeginUpload), bounded daemon-wide (max_uploads) and per caller
+// (max_uploads_per_caller), and its spooled bytes count against a daemon-wide budget
+// (max_spool_bytes). Once its last byte is spooled it is admitted as a job (Upload::Admit) and
+// gives its upload place back; its spooled bytes stay counted until the Upload is destroyed.
+//
 // Thread-safe.
 //
 //   CKPT_ASSIGN_OR_RETURN(JobSlots::Ticket t, slots.Admit());
@@ -17,21 +23,35 @@
 #ifndef CKPTSCAN_DAEMON_JOB_SLOTS_H_
 #define CKPTSCAN_DAEMON_JOB_SLOTS_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ckptscan::daemon {
 
+// What uploads in flight may hold (ckptscand's flags of the same names; main.cc derives the
+// defaults from --max-running and --max-queued).
+struct UploadLimits {
+  uint32_t max_uploads = 16;                // streaming in at once, daemon-wide
+  uint32_t max_uploads_per_caller = 8;      // of them, from one caller
+  uint64_t max_spool_bytes = 256ull << 30;  // upload bytes spooled at once, daemon-wide
+};
+
 class JobSlots final {
  public:
-  JobSlots(uint32_t max_running, uint32_t max_queued)
-      : max_running_(max_running), max_queued_(max_queued) {}
+  JobSlots(uint32_t max_running, uint32_t max_queued, UploadLimits uploads = {})
+      : max_running_(max_running), max_queued_(max_queued), uploads_(uploads) {}
 
   class Ticket final {
    public:
@@ -57,6 +77,42 @@ class JobSlots final {
   // RESOURCE_EXHAUSTED when max_running + max_queued jobs are admitted; UNAVAILABLE after Drain.
   absl::StatusOr<Ticket> Admit();
 
+  // An upload in flight: an upload place and its spooled bytes, given back when destroyed.
+  class Upload final {
+   public:
+    Upload(Upload&& other) noexcept
+        : slots_(other.slots_),
+          caller_(std::move(other.caller_)),
+          bytes_(other.bytes_),
+          receiving_(other.receiving_) {
+      other.slots_ = nullptr;
+    }
+    Upload& operator=(Upload&&) = delete;
+    Upload(const Upload&) = delete;
+    Upload& operator=(const Upload&) = delete;
+    ~Upload();
+
+    // `bytes` more to spool: RESOURCE_EXHAUSTED (nothing taken) past max_spool_bytes.
+    absl::Status Spool(uint64_t bytes);
+    // The upload is complete: a job place for it (RESOURCE_EXHAUSTED when all are taken; not
+    // refused for a drain that began after the upload did). The upload place is given back
+    // either way; the spooled bytes stay counted while this object lives.
+    absl::StatusOr<Ticket> Admit();
+
+   private:
+    friend class JobSlots;
+    Upload(JobSlots* slots, std::string caller) : slots_(slots), caller_(std::move(caller)) {}
+    JobSlots* slots_;
+    std::string caller_;
+    uint64_t bytes_ = 0;
+    bool receiving_ = true;
+  };
+
+  // An upload from `caller` begins. UNAVAILABLE after Drain; RESOURCE_EXHAUSTED, naming the
+  // limit, when every job place is taken (it could not run now either), when max_uploads are
+  // streaming in, or when `caller` has max_uploads_per_caller of them.
+  absl::StatusOr<Upload> BeginUpload(const std::string& caller);
+
   // No new job from now on.
   void Drain();
   // Waits until no admitted job is left or `deadline_ms` milliseconds passed; true if none is.
@@ -67,10 +123,13 @@ class JobSlots final {
     uint32_t queued = 0;
     uint64_t refused = 0;
     bool draining = false;
+    uint32_t uploading = 0;    // uploads streaming in (no job place yet)
+    uint64_t spool_bytes = 0;  // bytes the uploads in flight have spooled
   };
   Counts counts() const;
   uint32_t max_running() const { return max_running_; }
   uint32_t max_queued() const { return max_queued_; }
+  const UploadLimits& upload_limits() const { return uploads_; }
 
  private:
   struct Waiter {
@@ -79,9 +138,16 @@ class JobSlots final {
   };
   // Frees a running slot and hands it to the oldest waiter, if any. mu_ held.
   void ReleaseLocked();
+  // RESOURCE_EXHAUSTED (and counted as refused) when every job place is taken. mu_ held.
+  absl::Status FullLocked();
+  // A queue place, if one is free (UNAVAILABLE after Drain if `refuse_if_draining`). mu_ held.
+  absl::StatusOr<Ticket> AdmitLocked(bool refuse_if_draining);
+  // Gives an upload place back. mu_ held.
+  void EndUploadLocked(const std::string& caller);
 
   const uint32_t max_running_;
   const uint32_t max_queued_;
+  const UploadLimits uploads_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;  // WaitIdle
   std::deque<Waiter*> waiters_;      // Run() callers waiting for a slot, oldest first
@@ -89,6 +155,61 @@ class JobSlots final {
   uint32_t queued_ = 0;
   uint64_t refused_ = 0;
   bool draining_ = false;
+  uint32_t uploading_ = 0;
+  std::map<std::string, uint32_t> uploading_by_caller_;  // callers with an upload in flight
+  uint64_t spool_bytes_ = 0;
+};
+
+// Cancels calls that stop making progress (issue 18): a stream read that waits too long for the
+// caller's next upload chunk, or a write the caller does not take. One thread serves every
+// call: a call Starts a Watch with what to do on a stall (cancel the call), Arms it with a
+// limit before each blocking read or write and Disarms it after. A Watch not re-armed or
+// disarmed within its limit fires once: its action runs on the watchdog's thread, under the
+// watchdog's lock (so it must be quick and must not call back into the watchdog); fired()
+// then says why the read or write failed. Destroying a Watch waits out an action in progress:
+// after ~Watch its action never runs.
+//
+// Thread-safe. Every Watch must be destroyed before the watchdog.
+class StallWatchdog final {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  StallWatchdog();
+  ~StallWatchdog();
+  StallWatchdog(const StallWatchdog&) = delete;
+  StallWatchdog& operator=(const StallWatchdog&) = delete;
+
+  class Watch final {
+   public:
+    ~Watch();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+    // Fires unless Arm or Disarm is called again within `limit`.
+    void Arm(Clock::duration limit);
+    void Disarm();
+    bool fired() const;
+
+   private:
+    friend class StallWatchdog;
+    Watch(StallWatchdog* dog, std::function<void()> on_stall)
+        : dog_(dog), on_stall_(std::move(on_stall)) {}
+    StallWatchdog* dog_;
+    std::function<void()> on_stall_;
+    Clock::time_point deadline_ = Clock::time_point::max();  // dog_->mu_
+    bool fired_ = false;                                     // dog_->mu_
+  };
+
+  std::unique_ptr<Watch> Start(std::function<void()> on_stall);
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<Watch*> watches_;
+  Clock::time_point next_wake_ = Clock::time_point::max();  // when Loop wakes up next
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest exists
 };
 
 }  // namespace ckptscan::daemon

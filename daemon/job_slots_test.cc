@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace ckptscan::daemon {
@@ -97,6 +98,135 @@ TEST(JobSlotsTest, DrainRefusesNewJobsAndWaitIdleSeesTheLastOneEnd) {
   std::thread t([&] { JobSlots::Ticket done = *std::move(running); });
   EXPECT_TRUE(slots.WaitIdle(5000));
   t.join();
+}
+
+// Issue 18: uploads hold upload places, not job places, while they stream in.
+TEST(JobSlotsUploadTest, UploadsInFlightTakeNoJobPlace) {
+  JobSlots slots(1, 0, UploadLimits{.max_uploads = 4, .max_uploads_per_caller = 4});
+  std::vector<JobSlots::Upload> uploads;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<JobSlots::Upload> u = slots.BeginUpload("uid:1");
+    ASSERT_TRUE(u.ok()) << i << " " << u.status();
+    uploads.push_back(*std::move(u));
+  }
+  EXPECT_EQ(slots.counts().uploading, 3u);
+  EXPECT_EQ(slots.counts().queued + slots.counts().running, 0u);
+  // The one job place is still there for another job.
+  absl::StatusOr<JobSlots::Ticket> job = slots.Admit();
+  ASSERT_TRUE(job.ok());
+  // While it is taken a new upload is refused at once (it could not run either) ...
+  absl::StatusOr<JobSlots::Upload> refused = slots.BeginUpload("uid:2");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "max_running 1")) << refused.status();
+  // ... and a complete upload finds no place: refused, its upload place given back.
+  EXPECT_EQ(uploads[0].Admit().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(slots.counts().uploading, 2u);
+  { JobSlots::Ticket done = *std::move(job); }
+  absl::StatusOr<JobSlots::Ticket> from_upload = uploads[1].Admit();
+  ASSERT_TRUE(from_upload.ok());
+  EXPECT_EQ(slots.counts().uploading, 1u);
+  EXPECT_EQ(slots.counts().queued, 1u);
+}
+
+TEST(JobSlotsUploadTest, PerCallerAndDaemonWideCapsNameTheirLimit) {
+  JobSlots slots(4, 4, UploadLimits{.max_uploads = 3, .max_uploads_per_caller = 2});
+  absl::StatusOr<JobSlots::Upload> a1 = slots.BeginUpload("uid:1");
+  absl::StatusOr<JobSlots::Upload> a2 = slots.BeginUpload("uid:1");
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  absl::StatusOr<JobSlots::Upload> a3 = slots.BeginUpload("uid:1");
+  EXPECT_EQ(a3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(a3.status().message(), "max_uploads_per_caller 2")) << a3.status();
+  EXPECT_TRUE(absl::StrContains(a3.status().message(), "uid:1")) << a3.status();
+  absl::StatusOr<JobSlots::Upload> b1 = slots.BeginUpload("uid:2");
+  ASSERT_TRUE(b1.ok()) << "another caller has places of its own";
+  absl::StatusOr<JobSlots::Upload> c1 = slots.BeginUpload("uid:3");
+  EXPECT_EQ(c1.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(c1.status().message(), "max_uploads 3")) << c1.status();
+  EXPECT_EQ(slots.counts().refused, 2u);
+  { JobSlots::Upload done = *std::move(a1); }  // the caller's place comes back
+  EXPECT_TRUE(slots.BeginUpload("uid:1").ok());
+}
+
+TEST(JobSlotsUploadTest, SpoolBudgetIsSharedAndHeldUntilTheUploadEnds) {
+  JobSlots slots(2, 2, UploadLimits{.max_spool_bytes = 100});
+  absl::StatusOr<JobSlots::Upload> a = slots.BeginUpload("uid:1");
+  absl::StatusOr<JobSlots::Upload> b = slots.BeginUpload("uid:2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->Spool(60).ok());
+  absl::Status over = b->Spool(41);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.message(), "max_spool_bytes 100")) << over;
+  EXPECT_TRUE(b->Spool(40).ok());
+  EXPECT_EQ(slots.counts().spool_bytes, 100u);
+  EXPECT_EQ(b->Spool(~0ull).code(), absl::StatusCode::kResourceExhausted);  // no overflow
+  absl::StatusOr<JobSlots::Ticket> job = a->Admit();  // complete: its bytes stay counted
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(slots.counts().spool_bytes, 100u);
+  { JobSlots::Upload done = *std::move(a); }
+  EXPECT_EQ(slots.counts().spool_bytes, 40u);
+}
+
+TEST(JobSlotsUploadTest, DrainRefusesNewUploadsAdmitsThoseInFlightAndWaitsForThem) {
+  JobSlots slots(2, 2);
+  absl::StatusOr<JobSlots::Upload> u = slots.BeginUpload("uid:1");
+  ASSERT_TRUE(u.ok());
+  slots.Drain();
+  EXPECT_EQ(slots.BeginUpload("uid:2").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(slots.WaitIdle(50)) << "an upload in flight is work the drain waits for";
+  absl::StatusOr<JobSlots::Ticket> job = u->Admit();
+  ASSERT_TRUE(job.ok()) << "an upload begun before the drain still runs";
+  std::thread t([&] {
+    JobSlots::Ticket done = *std::move(job);
+    JobSlots::Upload gone = *std::move(u);
+  });
+  EXPECT_TRUE(slots.WaitIdle(5000));
+  t.join();
+}
+
+TEST(StallWatchdogTest, FiresOnceAfterTheLimitUnlessReArmed) {
+  StallWatchdog dog;
+  std::atomic<int> stalls{0};
+  std::unique_ptr<StallWatchdog::Watch> busy = dog.Start([&] { ++stalls; });
+  std::unique_ptr<StallWatchdog::Watch> idle = dog.Start([&] { stalls += 100; });
+  idle->Arm(std::chrono::milliseconds(100));
+  // Re-armed every 20 ms for 300 ms: never a second without progress.
+  for (int i = 0; i < 15; ++i) {
+    busy->Arm(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  busy->Disarm();
+  EXPECT_EQ(stalls.load(), 100);
+  EXPECT_FALSE(busy->fired());
+  EXPECT_TRUE(idle->fired());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(stalls.load(), 100) << "fires once, and not when disarmed";
+}
+
+TEST(StallWatchdogTest, AnEarlierDeadlineWakesTheWatchdog) {
+  StallWatchdog dog;
+  std::atomic<bool> fired{false};
+  std::unique_ptr<StallWatchdog::Watch> late = dog.Start([] {});
+  late->Arm(std::chrono::hours(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the watchdog sleeps for an hour
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<StallWatchdog::Watch> soon = dog.Start([&] { fired = true; });
+  soon->Arm(std::chrono::milliseconds(50));
+  while (!fired && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(fired.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(StallWatchdogTest, ADestroyedWatchNeverFires) {
+  StallWatchdog dog;
+  std::atomic<int> stalls{0};
+  for (int i = 0; i < 100; ++i) {
+    std::unique_ptr<StallWatchdog::Watch> w = dog.Start([&] { ++stalls; });
+    w->Arm(std::chrono::milliseconds(200));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(stalls.load(), 0) << "destroyed long before its deadline";
 }
 
 }  // namespace

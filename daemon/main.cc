@@ -98,6 +98,68 @@ struct Flags {
   std::string metrics_address = "127.0.0.1";
 };
 
+// Uploads (issue 18): what the uploads in flight may hold, and how long a stream may stall.
+struct UploadFlags {
+  double idle_timeout = 30;
+  double output_idle_timeout = 30;
+  uint32_t max_uploads = 0;             // 0: --max-running + --max-queued
+  uint32_t max_uploads_per_caller = 0;  // 0: half of --max-uploads, rounded up
+  std::string max_spool;                // empty: 4 x --max-upload-bytes
+};
+
+void AddUploadFlags(CLI::App& app, UploadFlags* u) {
+  app.add_option("--upload-idle-timeout", u->idle_timeout,
+                 "Seconds an upload may send nothing before its call is cancelled "
+                 "(DEADLINE_EXCEEDED) and its spool file dropped")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--output-idle-timeout", u->output_idle_timeout,
+                 "Seconds a chunk of ConvertUpload's output may wait for the caller to take it "
+                 "before the call is cancelled (DEADLINE_EXCEEDED), freeing its job slot")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-uploads", u->max_uploads,
+                 "Uploads streaming in at once (they hold no job place until complete); past "
+                 "it RESOURCE_EXHAUSTED (default: --max-running + --max-queued)")
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--max-uploads-per-caller", u->max_uploads_per_caller,
+                 "Of them, from one caller (a uid, a client certificate; callers without an "
+                 "identity share one bucket, \"anonymous\"); past it RESOURCE_EXHAUSTED "
+                 "(default: half of --max-uploads, rounded up)")
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--max-spool-bytes", u->max_spool,
+                 "Upload bytes spooled at once, daemon-wide (suffix K, M, G, T); past it "
+                 "RESOURCE_EXHAUSTED (default: 4 x --max-upload-bytes)")
+      ->type_name("SIZE");
+}
+
+// The upload flags applied: the timeouts to `options`, the limits (defaults derived from the
+// job places and --max-upload-bytes) returned.
+absl::StatusOr<UploadLimits> ApplyUploadFlags(const UploadFlags& u, uint32_t job_places,
+                                              ServiceOptions* options) {
+  options->upload_idle_timeout = absl::Seconds(u.idle_timeout);
+  options->output_idle_timeout = absl::Seconds(u.output_idle_timeout);
+  UploadLimits limits;
+  limits.max_uploads = u.max_uploads != 0 ? u.max_uploads : std::max(1u, job_places);
+  limits.max_uploads_per_caller =
+      u.max_uploads_per_caller != 0 ? u.max_uploads_per_caller : (limits.max_uploads + 1) / 2;
+  limits.max_spool_bytes =
+      options->max_upload_bytes > (~0ull >> 2) ? ~0ull : 4 * options->max_upload_bytes;
+  if (!u.max_spool.empty()) {
+    absl::StatusOr<uint64_t> spool = base::ParseSize(u.max_spool);
+    if (!spool.ok() || *spool == 0) {
+      return absl::InvalidArgumentError("--max-spool-bytes: not a positive size");
+    }
+    if (*spool < options->max_upload_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-spool-bytes ", *spool, " is below --max-upload-bytes ", options->max_upload_bytes,
+          ": the largest upload allowed could never be spooled"));
+    }
+    limits.max_spool_bytes = *spool;
+  }
+  return limits;
+}
+
 int Fail(std::string_view message) {
   LogLine("startup", "error").Str("error", message).Emit();
   std::fprintf(stderr, "ckptscand: %.*s\n", static_cast<int>(message.size()), message.data());
@@ -334,6 +396,8 @@ int Run(int argc, char** argv) {
   app.add_option("--sign-method", f.sign_method, "How conversions are signed: files or shards")
       ->check(CLI::IsMember({"files", "shards"}))
       ->capture_default_str();
+  UploadFlags upload_flags;
+  AddUploadFlags(app, &upload_flags);
   app.set_version_flag("--version", std::string("ckptscand ") + CKPT_VERSION);
   try {
     app.parse(argc, argv);
@@ -355,6 +419,12 @@ int Run(int argc, char** argv) {
   if (!memory.ok() || *memory == 0) return Fail("--worker-memory: not a positive size");
   if (!upload.ok() || *upload == 0) return Fail("--max-upload-bytes: not a positive size");
   options.max_upload_bytes = *upload;
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint32_t max_running = f.max_running != 0 ? f.max_running : cores;
+  const uint32_t max_queued = app.count("--max-queued") > 0 ? f.max_queued : 4 * max_running;
+  absl::StatusOr<UploadLimits> upload_limits =
+      ApplyUploadFlags(upload_flags, max_running + max_queued, &options);
+  if (!upload_limits.ok()) return Fail(base::StdView(upload_limits.status().message()));
   if (f.no_socket && f.tcp.empty()) return Fail("--no-socket needs --tcp: nothing to listen on");
   if (!f.tcp.empty() && (f.tls_cert.empty() || f.tls_key.empty())) {
     return Fail("--tcp needs --tls-cert and --tls-key: TCP is served with TLS only");
@@ -413,10 +483,7 @@ int Run(int argc, char** argv) {
       }
     }
   }
-  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
-  JobSlots slots(f.max_running != 0 ? f.max_running : cores,
-                 app.count("--max-queued") > 0 ? f.max_queued
-                                               : 4 * (f.max_running != 0 ? f.max_running : cores));
+  JobSlots slots(max_running, max_queued, *upload_limits);
   const std::string rules_version = (*rules)->Get()->version();
   const std::string rules_source = (*rules)->source();
   const std::shared_ptr<Metrics> metrics = std::make_shared<Metrics>(&slots);
@@ -465,10 +532,12 @@ int Run(int argc, char** argv) {
   builder.RegisterService(&admin);
   // Chunks are at most 1 MiB of data; the margin is for the message framing.
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64u << 10)));
-  // Every call in flight holds a thread (synchronous API); the job slots bound the jobs, this
+  // Every call in flight holds a thread (synchronous API); the job slots bound the jobs and the
+  // uploads in flight, this
   // bounds the rest (health checks, admin calls, calls refused at once).
   grpc::ResourceQuota quota("ckptscand");
-  quota.SetMaxThreads(static_cast<int>(slots.max_running() + slots.max_queued() + 64));
+  quota.SetMaxThreads(static_cast<int>(slots.max_running() + slots.max_queued() +
+                                       upload_limits->max_uploads + 64));
   builder.SetResourceQuota(quota);
   int tcp_port = 0;
   if (!f.tcp.empty()) {
@@ -534,6 +603,11 @@ int Run(int argc, char** argv) {
       .Str("signer", daemon.key().public_key().hint())
       .Int("max_running", slots.max_running())
       .Int("max_queued", slots.max_queued())
+      .Int("max_uploads", upload_limits->max_uploads)
+      .Int("max_uploads_per_caller", upload_limits->max_uploads_per_caller)
+      .Int("max_spool_bytes", upload_limits->max_spool_bytes)
+      .Num("upload_idle_timeout", upload_flags.idle_timeout)
+      .Num("output_idle_timeout", upload_flags.output_idle_timeout)
       .Str("jail", *layers)
       .Emit();
 

@@ -64,7 +64,7 @@ Metrics::Metrics(const JobSlots* slots)
                  .Register(*registry_)),
       queued_(prometheus::BuildGauge()
                   .Name("ckptscand_jobs_queued")
-                  .Help("Jobs admitted and waiting for a worker slot (uploads included)")
+                  .Help("Jobs admitted and waiting for a worker slot (uploads once complete)")
                   .Register(*registry_)
                   .Add({})),
       running_(prometheus::BuildGauge()
@@ -74,9 +74,21 @@ Metrics::Metrics(const JobSlots* slots)
                    .Add({})),
       refused_(prometheus::BuildCounter()
                    .Name("ckptscand_jobs_refused_total")
-                   .Help("Jobs refused with RESOURCE_EXHAUSTED because the queue was full")
+                   .Help("Jobs refused with RESOURCE_EXHAUSTED: the queue was full, or an upload "
+                         "limit (max_uploads, max_uploads_per_caller, max_spool_bytes) was "
+                         "reached")
                    .Register(*registry_)
                    .Add({})),
+      uploading_(prometheus::BuildGauge()
+                     .Name("ckptscand_uploads_in_flight")
+                     .Help("Uploads streaming in (they hold no job place yet)")
+                     .Register(*registry_)
+                     .Add({})),
+      spool_bytes_(prometheus::BuildGauge()
+                       .Name("ckptscand_upload_spool_bytes")
+                       .Help("Bytes spooled by the uploads in flight (max_spool_bytes bounds it)")
+                       .Register(*registry_)
+                       .Add({})),
       scanned_(prometheus::BuildCounter()
                    .Name("ckptscand_bytes_scanned_total")
                    .Help("Bytes of files scanned")
@@ -124,14 +136,14 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     const JobSlots::Counts counts = slots_->counts();
     queued_.Set(counts.queued);
     running_.Set(counts.running);
+    uploading_.Set(counts.uploading);
+    spool_bytes_.Set(static_cast<double>(counts.spool_bytes));
     const double refused = static_cast<double>(counts.refused);
     if (refused > refused_.Value()) refused_.Increment(refused - refused_.Value());
   }
   return registry_->Collect();
 }
 
-std::string Metrics::Text() const {
-  return prometheus::TextSerializer().Serialize(Collect());
-}
+std::string Metrics::Text() const { return prometheus::TextSerializer().Serialize(Collect()); }
 
 }  // namespace ckptscan::daemon

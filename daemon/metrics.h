@@ -11,7 +11,9 @@
 //                                                 timeout, signaled, failed, bad_frame, limit,
 //                                                 cancelled
 //   ckptscand_jobs_queued, ckptscand_jobs_running  gauges, read from the job slots when scraped
-//   ckptscand_jobs_refused_total                   RESOURCE_EXHAUSTED answers (queue full)
+//   ckptscand_jobs_refused_total                   RESOURCE_EXHAUSTED answers (queue full,
+//                                                  upload limits)
+//   ckptscand_uploads_in_flight, ckptscand_upload_spool_bytes  gauges, from the job slots
 //   ckptscand_bytes_scanned_total, ckptscand_bytes_converted_total
 //
 // Thread-safe.
@@ -63,6 +65,8 @@ class Metrics final : public prometheus::Collectable {
   prometheus::Gauge& queued_;
   prometheus::Gauge& running_;
   prometheus::Counter& refused_;
+  prometheus::Gauge& uploading_;
+  prometheus::Gauge& spool_bytes_;
   prometheus::Counter& scanned_;
   prometheus::Counter& converted_;
   mutable std::mutex mu_;  // Family::Add is thread-safe; this orders refused_'s catch-up

@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <grpc/grpc_security_constants.h>
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string_view>
@@ -171,14 +173,52 @@ absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
   return ro;
 }
 
+// Whose upload places an upload takes: the caller's identity when it has one (a uid on the
+// unix socket, a verified client certificate). Every caller without one shares the bucket
+// "anonymous": a TCP peer's address is no identity, as one client can connect from many ports
+// and addresses.
+std::string UploadBucket(const Caller& caller) {
+  return caller.authenticated ? caller.name : "anonymous";
+}
+
+// A watch that cancels the call on a stall. The caller gets DEADLINE_EXCEEDED and `message`:
+// the transport sends a server-side cancellation's status as the call's trailers.
+std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
+                                                const std::string& message) {
+  return dog->Start([call = ctx->c_call(), message] {
+    (void)grpc_call_cancel_with_status(call, GRPC_STATUS_DEADLINE_EXCEEDED, message.c_str(),
+                                       nullptr);
+  });
+}
+
+// One blocking stream operation under a watch: cancelled if it takes longer than `limit`.
+template <typename Op>
+bool Watched(StallWatchdog::Watch* watch, absl::Duration limit, Op&& op) {
+  watch->Arm(absl::ToChronoNanoseconds(limit));
+  const bool ok = op();
+  watch->Disarm();
+  return ok;
+}
+
 // Reads an upload: the header first, then data chunks into an unlinked spool file, under the
-// total cap. `Stream` is a ServerReader or a ServerReaderWriter.
+// total cap and the daemon's spool budget (`upload`). A read that waits longer than
+// upload_idle_timeout for the caller cancels the call. `Stream` is a ServerReader or a
+// ServerReaderWriter.
 template <typename Stream>
 absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
                                              grpc::ServerContext* ctx, Stream* stream,
+                                             JobSlots::Upload* upload, StallWatchdog* dog,
                                              v1::UploadHeader* header) {
+  const std::string stalled = absl::StrCat(
+      "the upload sent nothing for ", absl::FormatDuration(options.upload_idle_timeout),
+      " (the daemon's upload_idle_timeout): the call is cancelled");
+  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(dog, ctx, stalled);
   v1::UploadChunk chunk;
-  if (!stream->Read(&chunk)) {
+  auto read = [&] {
+    return Watched(watch.get(), options.upload_idle_timeout, [&] { return stream->Read(&chunk); });
+  };
+  if (!read()) {
+    if (watch->fired()) return absl::DeadlineExceededError(stalled);
     return absl::InvalidArgumentError("the upload ended before its header");
   }
   if (chunk.kind_case() != v1::UploadChunk::kHeader) {
@@ -194,7 +234,7 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
   absl::StatusOr<base::UniqueFd> fd = SpoolFile(options.spool_dir);
   if (!fd.ok()) return fd.status();
   uint64_t total = 0;
-  while (stream->Read(&chunk)) {
+  while (read()) {
     if (chunk.kind_case() != v1::UploadChunk::kData) {
       return absl::InvalidArgumentError("only the first message of an upload is a header");
     }
@@ -213,8 +253,10 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
       return absl::InvalidArgumentError(
           absl::StrCat("the upload runs past the ", header->size(), " bytes its header declares"));
     }
+    if (absl::Status s = upload->Spool(data.size()); !s.ok()) return s;
     if (absl::Status s = base::WriteAll(fd->get(), data, "spool upload"); !s.ok()) return s;
   }
+  if (watch->fired()) return absl::DeadlineExceededError(stalled);
   if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
   if (header->size() != 0 && total != header->size()) {
     return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",
@@ -565,13 +607,16 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
                                           v1::Report* response) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ScanUpload", caller, *ctx, &d_->metrics());
-  // Admitted before the bytes stream in: an upload holds a queue place (and a thread).
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  // An upload place while the bytes stream in; a job place only once they are all spooled.
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(UploadBucket(caller));
+  if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
-  absl::StatusOr<base::UniqueFd> fd = ReceiveUpload(d_->options(), ctx, reader, &header);
+  absl::StatusOr<base::UniqueFd> fd =
+      ReceiveUpload(d_->options(), ctx, reader, &*upload, &d_->watchdog(), &header);
   log.Name(header.name());
   if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
+  absl::StatusOr<JobSlots::Ticket> ticket = upload->Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
   }
@@ -655,10 +700,12 @@ grpc::Status ScannerService::DoConvertUpload(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ConvertUpload", caller, *ctx, &d_->metrics());
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
+  // An upload place while the bytes stream in; a job place only once they are all spooled.
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(UploadBucket(caller));
+  if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
-  absl::StatusOr<base::UniqueFd> fd = ReceiveUpload(d_->options(), ctx, stream, &header);
+  absl::StatusOr<base::UniqueFd> fd =
+      ReceiveUpload(d_->options(), ctx, stream, &*upload, &d_->watchdog(), &header);
   log.Name(header.name());
   if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
   pipeline::ConvertRequest convert;
@@ -668,6 +715,8 @@ grpc::Status ScannerService::DoConvertUpload(
   }
   absl::StatusOr<JobDir> job = JobDir::Create(d_->options().spool_dir);
   if (!job.ok()) return log.Done(ToGrpc(job.status()));
+  absl::StatusOr<JobSlots::Ticket> ticket = upload->Admit();
+  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
   }
@@ -723,9 +772,22 @@ grpc::Status ScannerService::DoConvertUpload(
     response->set_signature(*std::move(bundle));
     response->set_output_size(output_size);
   }
-  if (!stream->Write(first)) {
-    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-  }
+  // A caller that stops taking the output would hold its job place and the output files: a
+  // write that waits longer than output_idle_timeout cancels the call (the files go with it).
+  const absl::Duration idle = d_->options().output_idle_timeout;
+  const std::string unread =
+      absl::StrCat("the caller took no output for ", absl::FormatDuration(idle),
+                   " (the daemon's output_idle_timeout): the call is cancelled");
+  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(&d_->watchdog(), ctx, unread);
+  auto write = [&](const v1::ConvertChunk& c) {
+    return Watched(watch.get(), idle, [&] { return stream->Write(c); });
+  };
+  auto write_failed = [&] {
+    return log.Done(watch->fired() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, unread)
+                                   : grpc::Status(grpc::StatusCode::CANCELLED,
+                                                  "the caller went away"));
+  };
+  if (!write(first)) return write_failed();
   v1::ConvertChunk chunk;
   std::string* data = chunk.mutable_data();
   for (uint64_t offset = 0; offset < output_size;) {
@@ -737,9 +799,7 @@ grpc::Status ScannerService::DoConvertUpload(
           grpc::Status(grpc::StatusCode::INTERNAL, "the converted output could not be read back"));
     }
     data->resize(static_cast<size_t>(got));
-    if (!stream->Write(chunk)) {
-      return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-    }
+    if (!write(chunk)) return write_failed();
     offset += static_cast<uint64_t>(got);
   }
   return log.Done(grpc::Status::OK);

@@ -10,7 +10,10 @@
 // Jobs are bounded by JobSlots (max_running at once, max_queued waiting: past both,
 // RESOURCE_EXHAUSTED at once). A caller's deadline or cancellation kills its job's worker. The
 // services use gRPC's synchronous API: a handler thread per call in flight, which JobSlots
-// bounds (uploads count as queued while they stream in).
+// bounds. An upload takes a job place only once it is spooled whole; while it streams in it
+// holds an upload place (max_uploads, max_uploads_per_caller) and spool bytes (max_spool_bytes),
+// and a stream that stalls -- no chunk within upload_idle_timeout, or ConvertUpload output the
+// caller does not take within output_idle_timeout -- is cancelled by the watchdog.
 //
 // Thread-safe.
 #ifndef CKPTSCAN_DAEMON_SERVICE_H_
@@ -51,6 +54,11 @@ struct ServiceOptions {
   pipeline::JailOptions jail;  // timeout = the per-job limit (a caller's deadline may cut it)
   pickle::Limits limits;
   uint64_t max_upload_bytes = 64ull << 30;
+  // How long an upload may wait for its next chunk, and a chunk of ConvertUpload's output for
+  // the caller to take it, before the call is cancelled (--upload-idle-timeout,
+  // --output-idle-timeout).
+  absl::Duration upload_idle_timeout = absl::Seconds(30);
+  absl::Duration output_idle_timeout = absl::Seconds(30);
   std::string spool_dir;  // private to this daemon (0700); uploads are unlinked files in it
   signing::Method sign_method = signing::Method::kFiles;
   std::set<uid_t> admin_uids;  // unix socket peers allowed to call Admin
@@ -136,6 +144,7 @@ class Daemon final {
   const ConfinedRoots* roots() const { return roots_.get(); }
   const signing::PrivateKey& key() const { return key_; }
   JobSlots& slots() { return *slots_; }
+  StallWatchdog& watchdog() { return watchdog_; }
   Stats& stats() { return stats_; }
   Metrics& metrics() { return *metrics_; }
   // A file judged: the status counters and the metrics.
@@ -152,6 +161,7 @@ class Daemon final {
   Stats stats_;
   const UnixListener* listener_ = nullptr;
   const absl::Time started_;
+  StallWatchdog watchdog_;  // stalled uploads and unread outputs
 };
 
 class JobLog;

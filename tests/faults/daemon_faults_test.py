@@ -24,8 +24,9 @@ B. Memory pressure. A ckptscand whose own address space is limited (RLIMIT_AS so
    default 256M + 8M per core, hard left as it is, so workers set their own; --worker-memory 256M, --max-running 2,
    --max-queued 2), sent from 8 threads at once uploads of a 100 MiB benign pickle (one
    BINBYTES) and of a pickle of 3,900,000 lists that needs more than 256 MiB to parse;
-   then, with every job place held by stalled uploads, more calls than places. Every call is
-   answered (a report, or RESOURCE_EXHAUSTED for the surplus); the memory-hungry files are
+   then, with every upload place (--max-uploads 4) held by stalled uploads, which hold no job
+   place, more uploads than places. Every call is answered (a report, or RESOURCE_EXHAUSTED
+   for the surplus); the memory-hungry files are
    ERROR naming the limit; the big ones get the verdict the CLI gives them; the daemon never
    dies, and its peak RSS (VmHWM) stays far below the bytes uploaded (a memory bound, printed);
    afterwards it is SERVING, scans right, with an empty spool and its descriptors as before.
@@ -47,13 +48,13 @@ import subprocess
 import sys
 import threading
 import time
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from daemon_harness import (add_client_args, check, child_pids, client_package,  # noqa: E402
-                            finish, log_events, require_grpc, short_tmpdir)
+                            finish, log_events, require_grpc, settle, short_tmpdir,
+                            slow_torch_zip)
 
 require_grpc("the daemon faults test")
 import grpc  # noqa: E402
@@ -78,31 +79,6 @@ KINDS = ("ScanUpload", "ScanPath", "ConvertPath", "ConvertUpload")
 def parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
-
-
-def slow_torch_zip(path, tensors=4, numel=1 << 20, pad=3_000_000):
-    """A torch archive (zip, stored) of `tensors` float32 tensors of `numel` each, written by
-    hand (no torch needed), whose data.pkl starts with None memoized `pad` times (then popped)
-    so that the worker takes about a second over it."""
-    def text(s):
-        b = s.encode()
-        return b"X" + struct.pack("<I", len(b)) + b
-
-    def int4(n):
-        return b"J" + struct.pack("<i", n)
-    p = b"\x80\x02N" + b"\x94" * pad + b"0ccollections\nOrderedDict\n)R("
-    for t in range(tensors):
-        p += text("layers.%d.weight" % t) + b"ctorch._utils\n_rebuild_tensor_v2\n(("
-        p += text("storage") + b"ctorch\nFloatStorage\n" + text(str(t)) + text("cpu")
-        p += int4(numel) + b"tQ" + b"K\x00" + int4(numel) + b"\x85K\x01\x85\x89"
-        p += b"ccollections\nOrderedDict\n)RtR"
-    p += b"u."
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("slow/data.pkl", p)
-        block = struct.pack("<f", 0.5) * numel
-        for t in range(tensors):
-            z.writestr("slow/data/%d" % t, block)
-        z.writestr("slow/version", "3\n")
 
 
 def cli_verdict(ckptscan, path, *flags):
@@ -210,18 +186,6 @@ def proc_state(pid):
         return ""
 
 
-def settle(probe, want, seconds=5.0):
-    """Polls probe() until it equals want or `seconds` pass (connection teardown and spool
-    cleanup end just after a call's answer); returns the last value. The check that follows is
-    on the value, not on the time."""
-    deadline = time.monotonic() + seconds
-    value = probe()
-    while value != want and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = probe()
-    return value
-
-
 def health(socket_path, timeout=5):
     """grpc.health.v1.Health/Check, service "", encoded by hand (as replicas_test.py)."""
     with grpc.insecure_channel("unix:" + socket_path) as ch:
@@ -248,6 +212,14 @@ class Admin:
                 reason = line.split('"')[1]
                 out[reason] = int(float(line.split()[-1]))
         return out
+
+    def gauge(self, name):
+        """A gauge without labels (-1 when the daemon has no such metric)."""
+        text = self._stub.Metrics(self._pb.scanner_pb2.MetricsRequest(), timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return int(float(line.split()[-1]))
+        return -1
 
     def close(self):
         self._channel.close()
@@ -595,8 +567,10 @@ def memory_pressure(args, pb, tmp, daemons):
           "big %s, hog %s" % (want_big, want_hog))
 
     max_running, max_queued = 2, 2
+    places = max_running + max_queued  # job places, and as many upload places
     d = Daemon(args.ckptscand, os.path.join(tmp, "d"), "--max-running", str(max_running),
-               "--max-queued", str(max_queued), "--worker-memory", WORKER_MEMORY,
+               "--max-queued", str(max_queued), "--max-uploads", str(places),
+               "--max-uploads-per-caller", str(places), "--worker-memory", WORKER_MEMORY,
                as_soft=as_soft)
     daemons.append(d)
     with open("/proc/%d/limits" % d.pid) as f:
@@ -690,7 +664,8 @@ def memory_pressure(args, pb, tmp, daemons):
             want_big, len(big_reports)), "; ".join("%s %s" % (a[2], a[3][:1])
                                                   for a in big_bad[:5]))
 
-        # --- more calls than places: every place held by a stalled upload, then the surplus ---
+        # --- more uploads than places: every upload place held by a stalled upload (they hold
+        # no job place until complete), then the surplus ---
         gate = threading.Event()
         holders = []
         held = []
@@ -704,19 +679,20 @@ def memory_pressure(args, pb, tmp, daemons):
                 a = (e.code, e.details)
             with lock:
                 held.append(a)
-        places = max_running + max_queued
         for _ in range(places):
             t = threading.Thread(target=hold, daemon=True)
             t.start()
             holders.append(t)
-        st = settle(lambda: (lambda s: s.jobs_running + s.jobs_queued)(client.status()),
-                    places, seconds=20)
+        admin = Admin(pb, d.socket)
+        st = settle(lambda: admin.gauge("ckptscand_uploads_in_flight"), places, seconds=20)
         status = client.status()
-        print("held: %d running + %d queued of %d + %d places" % (
-            status.jobs_running, status.jobs_queued, status.max_running, status.max_queued),
+        admin.close()
+        print("held: %d uploads in flight; %d running + %d queued of %d + %d job places" % (
+            st, status.jobs_running, status.jobs_queued, status.max_running, status.max_queued),
             flush=True)
-        check(st == places, "stalled uploads hold every job place (%d)" % places,
-              "running %d queued %d" % (status.jobs_running, status.jobs_queued))
+        check(st == places and status.jobs_running + status.jobs_queued == 0,
+              "stalled uploads hold every upload place (%d) and no job place" % places,
+              "uploads %d, running %d queued %d" % (st, status.jobs_running, status.jobs_queued))
         surplus = []
         for _ in range(places):
             try:
@@ -725,8 +701,8 @@ def memory_pressure(args, pb, tmp, daemons):
             except ScanClientError as e:
                 surplus.append(e.code)
         check(surplus == ["RESOURCE_EXHAUSTED"] * places,
-              "the surplus: %d calls past %d running + %d queued answered RESOURCE_EXHAUSTED" % (
-                  places, max_running, max_queued), "got %s" % surplus)
+              "the surplus: %d uploads past --max-uploads %d answered RESOURCE_EXHAUSTED" % (
+                  places, places), "got %s" % surplus)
         gate.set()
         for t in holders:
             t.join(120)

@@ -1,15 +1,19 @@
 """What the Python tests that run live ckptscand daemons share (tests/replicas,
-tests/faults/daemon_faults_test.py): PASS/FAIL checks, a temp dir short enough for unix
-sockets, and the Python client's gRPC stubs (clients/python/ckptscan_client, generated from our
-protos on first use) set up from the same command-line arguments.
+tests/faults/daemon_faults_test.py, tests/attacks/upload_stall_test.py): PASS/FAIL checks, a
+temp dir short enough for unix sockets, the Python client's gRPC stubs
+(clients/python/ckptscan_client, generated from our protos on first use) set up from the same
+command-line arguments, and a torch archive written by hand.
 
 Stdlib only: a test calls require_grpc() before it imports grpc.
 """
 
 import json
 import os
+import struct
 import sys
 import tempfile
+import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,6 +66,18 @@ def check(ok, what, detail=""):
     return ok
 
 
+def settle(probe, want, seconds=5.0):
+    """Polls probe() until it equals want or `seconds` pass (connection teardown and spool
+    cleanup end just after a call's answer); returns the last value. The check that follows is
+    on the value, not on the time."""
+    deadline = time.monotonic() + seconds
+    value = probe()
+    while value != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = probe()
+    return value
+
+
 def short_tmpdir(prefix):
     """A temp dir whose paths leave room for a socket name inside sun_path (108 bytes)."""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -99,3 +115,28 @@ def finish():
         print("FAILED: %d check(s): %s" % (len(failures), "; ".join(failures)))
         sys.exit(1)
     print("OK: all checks passed")
+
+
+def slow_torch_zip(path, tensors=4, numel=1 << 20, pad=3_000_000):
+    """A torch archive (zip, stored) of `tensors` float32 tensors of `numel` each, written by
+    hand (no torch needed), whose data.pkl starts with None memoized `pad` times (then popped)
+    so that the worker takes about a second over it."""
+    def text(s):
+        b = s.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+
+    def int4(n):
+        return b"J" + struct.pack("<i", n)
+    p = b"\x80\x02N" + b"\x94" * pad + b"0ccollections\nOrderedDict\n)R("
+    for t in range(tensors):
+        p += text("layers.%d.weight" % t) + b"ctorch._utils\n_rebuild_tensor_v2\n(("
+        p += text("storage") + b"ctorch\nFloatStorage\n" + text(str(t)) + text("cpu")
+        p += int4(numel) + b"tQ" + b"K\x00" + int4(numel) + b"\x85K\x01\x85\x89"
+        p += b"ccollections\nOrderedDict\n)RtR"
+    p += b"u."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("slow/data.pkl", p)
+        block = struct.pack("<f", 0.5) * numel
+        for t in range(tensors):
+            z.writestr("slow/data/%d" % t, block)
+        z.writestr("slow/version", "3\n")
