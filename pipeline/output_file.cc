@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -61,9 +62,20 @@ bool SameFile(const struct stat& a, const struct stat& b) {
 }  // namespace
 
 mode_t CurrentUmask() {
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return mask;
+  // Read, never set: umask(2) is process-wide, and setting it to 0 even briefly would let a
+  // file another thread (another daemon job) creates meanwhile be writable by everyone.
+  // /proc/self/status has had "Umask:" since Linux 4.7; without it, 022.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) != 0) continue;
+    mode_t mask = 0;
+    for (char c : std::string_view(line).substr(6)) {
+      if (c >= '0' && c <= '7') mask = static_cast<mode_t>(mask * 8 + (c - '0'));
+    }
+    return mask & 0777;
+  }
+  return 022;
 }
 
 absl::StatusOr<OutputDir> OpenOutputDir(const ConvertRequest& request) {

@@ -88,7 +88,7 @@ struct OutputDir {
 // name (not empty, ".", ".." or containing '/').
 absl::StatusOr<OutputDir> OpenOutputDir(const ConvertRequest& request);
 
-// The process's umask (read without changing it for longer than two system calls).
+// The process's umask, read from /proc/self/status without changing it (022 if unreadable).
 mode_t CurrentUmask();
 
 // The spec both sides plan from (convert::PlanFromSpec): the request's selection and dtype
