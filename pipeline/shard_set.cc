@@ -232,6 +232,9 @@ class Staging {
                             err == EEXIST ? " (it appeared during the conversion)"
                             : err == ENOENT && out.has_value()
                                 ? " (the empty directory there vanished during the conversion)"
+                            : err == EINVAL
+                                ? " (the file system does not support renameat2 with "
+                                  "RENAME_NOREPLACE or RENAME_EXCHANGE; nothing was published)"
                                 : ""));
     }
     auto undo = [&] {
