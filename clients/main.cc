@@ -43,6 +43,7 @@
 #include "pipeline/jailed_scan.h"
 #include "pipeline/local_scan.h"
 #include "pipeline/mapped_file.h"
+#include "pipeline/output_file.h"
 #include "pipeline/sha256.h"
 #include "pipeline/shard_set.h"
 #include "pipeline/sign_output.h"
@@ -602,18 +603,24 @@ int RunConvert(const ConvertOptions& opt) {
     }
     key = *std::move(loaded);
   }
+  pipeline::ConvertRequest request;
+  request.input = opt.input;
+  request.output = opt.output;
+  // OUT's directory is opened once here; the output (or a set's staging directory) is created
+  // relative to that descriptor only (pipeline/output_file.h). If it cannot be opened, the
+  // conversion still scans and reports, then fails naming it.
+  absl::StatusOr<pipeline::OutputDir> out_dir = pipeline::OpenOutputDir(request);
+  if (out_dir.ok()) request.output_dir_fd = out_dir->fd;
   // A file OUT is checked here (fail fast); a directory OUT is for a sharded set, which
   // checks it itself (it must be empty).
   struct stat st;
-  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+  if (!opt.force && out_dir.ok() &&
+      ::fstatat(out_dir->fd, out_dir->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !S_ISDIR(st.st_mode)) {
     PrintError(absl::StrCat(TerminalSafe(opt.output),
                             ": exists; not converting (--force replaces it)"));
     return kExitError;
   }
-
-  pipeline::ConvertRequest request;
-  request.input = opt.input;
-  request.output = opt.output;
   request.select = opt.select;
   request.to_bf16 = opt.dtype == "bf16";
   request.scanner_version = std::string(kVersion);

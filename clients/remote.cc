@@ -377,13 +377,15 @@ absl::StatusOr<v1::ConvertResponse> RemoteClient::Convert(const std::string& inp
   if (!response.signature().empty()) {
     const std::string sig_path = pipeline::SignaturePathFor(output);
     absl::Status written = [&]() -> absl::Status {
-      absl::StatusOr<pipeline::OutputFile> sig = pipeline::OutputFile::Create(sig_path);
+      // Beside the output, in the directory it was created in (opened once).
+      absl::StatusOr<pipeline::OutputFile> sig = pipeline::OutputFile::CreateAt(
+          out->dir_fd(), pipeline::SignaturePathFor(out->name()), sig_path);
       if (!sig.ok()) return sig.status();
       if (absl::Status s = sig->WriteAt(0, response.signature()); !s.ok()) return s;
       return sig->Publish(options.replace());
     }();
     if (!written.ok()) {
-      (void)::unlink(output.c_str());  // a signed output is never left without its signature
+      (void)out->Unpublish();  // a signed output is never left without its signature
       return absl::Status(written.code(), absl::StrCat("the signature ", sig_path,
                                                        " could not be written (",
                                                        written.message(),

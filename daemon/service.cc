@@ -674,6 +674,7 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
   const std::string display_dir = out_dir.empty() ? std::string(".") : out_dir;
   convert.input = request->input();
   convert.output = absl::StrCat(proc_dir, "/", out_name);
+  convert.output_dir_fd = dir->get();  // a set's staging directory is made through it too
   convert.scanner_version = d_->options().scanner_version;
   convert.rules_version = rules->version();
   convert.sign.key = &d_->key();

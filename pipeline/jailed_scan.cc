@@ -312,7 +312,10 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
 
   ConvertResult result;
   const base::UniqueFd watch = Watch(fd.get());
-  absl::StatusOr<OutputFile> out = OutputFile::Create(request.output);
+  absl::StatusOr<OutputDir> out_dir = OpenOutputDir(request);
+  absl::StatusOr<OutputFile> out =
+      out_dir.ok() ? OutputFile::CreateAt(out_dir->fd, out_dir->name, request.output)
+                   : absl::StatusOr<OutputFile>(out_dir.status());
   absl::StatusOr<base::UniqueFd> worker_out =
       out.ok() ? out->DupForWorker() : absl::StatusOr<base::UniqueFd>(out.status());
   JailedRun run;

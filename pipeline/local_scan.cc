@@ -43,7 +43,8 @@ absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
   CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
                         convert::PlanFromSpec(facts, SpecFor(request, sha256)));
   if (check) CKPT_RETURN_IF_ERROR(check(plan));
-  CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::Create(request.output));
+  CKPT_ASSIGN_OR_RETURN(OutputDir dir, OpenOutputDir(request));
+  CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::CreateAt(dir.fd, dir.name, request.output));
   convert::FdSink sink(out.fd(), "write the output");
   // `input` is MappedFile's read-only mapping: what was copied leaves the resident set.
   CKPT_RETURN_IF_ERROR(

@@ -8,10 +8,13 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/strings.h"
 
 namespace ckptscan::pipeline {
@@ -40,56 +43,116 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
   return {path.substr(0, slash), path.substr(slash + 1)};
 }
 
-// A named, not yet existing path next to `final_path` (for the fallback and for --force).
-std::string TempTemplate(const std::string& final_path) {
-  auto [dir, base] = SplitPath(final_path);
-  std::string t = dir;
-  t.append("/.");
-  t.append(base);
-  t.append(".ckptscan-XXXXXX");
-  return t;
+bool IsPlainName(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
+// ".NAME.ckptscan-XXXXXXXX": a fresh hidden name next to `name` (the fallback, --force).
+std::string TempName(const std::string& name) {
+  static thread_local std::mt19937 random{std::random_device{}()};
+  return absl::StrFormat(".%s.ckptscan-%08x", name, static_cast<uint32_t>(random()));
+}
+
+// Same dev and inode.
+bool SameFile(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 }  // namespace
 
-absl::StatusOr<OutputFile> OutputFile::Create(const std::string& final_path) {
-  const auto [dir, base] = SplitPath(final_path);
-  if (base.empty() || base == "." || base == "..") {
-    return absl::InvalidArgumentError(absl::StrCat("not a file name: ", final_path));
+mode_t CurrentUmask() {
+  // Read, never set: umask(2) is process-wide, and setting it to 0 even briefly would let a
+  // file another thread (another daemon job) creates meanwhile be writable by everyone.
+  // /proc/self/status has had "Umask:" since Linux 4.7; without it, 022.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) != 0) continue;
+    mode_t mask = 0;
+    for (char c : std::string_view(line).substr(6)) {
+      if (c >= '0' && c <= '7') mask = static_cast<mode_t>(mask * 8 + (c - '0'));
+    }
+    return mask & 0777;
   }
-  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  return 022;
+}
+
+absl::StatusOr<OutputDir> OpenOutputDir(const ConvertRequest& request) {
+  std::string path = request.output;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  auto [dir, name] = SplitPath(path);
+  if (!IsPlainName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output \"", request.output, "\" does not end in a file or directory name"));
+  }
+  OutputDir out;
+  out.name = std::move(name);
+  if (request.output_dir_fd >= 0) {
+    out.fd = request.output_dir_fd;
+    return out;
+  }
+  out.owned.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!out.owned.valid()) return Errno(errno, "cannot open the output's directory", dir);
+  out.fd = out.owned.get();
+  return out;
+}
+
+absl::StatusOr<OutputFile> OutputFile::Create(const std::string& final_path) {
+  ConvertRequest request;
+  request.output = final_path;
+  absl::StatusOr<OutputDir> dir = OpenOutputDir(request);
+  if (!dir.ok()) return dir.status();
+  return CreateAt(dir->fd, dir->name, final_path);
+}
+
+absl::StatusOr<OutputFile> OutputFile::CreateAt(int dir_fd, const std::string& name,
+                                                std::string shown) {
+  if (!IsPlainName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("not a file name: ", shown));
+  }
+  base::UniqueFd dir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return Errno(errno, "dup the directory of", shown);
+  // O_TMPFILE and the fallback ignore the umask's usual application to a later link: apply it.
+  const mode_t mode = 0666 & ~CurrentUmask();
+  const int fd = ::openat(dir.get(), ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
   if (fd >= 0) {
-    // O_TMPFILE ignores the umask's usual application to a later link: apply it now.
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    (void)::fchmod(fd, 0666 & ~mask);
-    return OutputFile(final_path, std::string(), base::UniqueFd(fd));
+    (void)::fchmod(fd, mode);
+    return OutputFile(std::move(dir), name, std::move(shown), std::string(), base::UniqueFd(fd));
   }
   const int err = errno;
   if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) {
-    return Errno(err, "cannot create the output in", dir);
+    return Errno(err, "cannot create the output", shown);
   }
   // No O_TMPFILE here: a named temporary, removed unless published.
-  std::string temp = TempTemplate(final_path);
-  const int named = ::mkostemp(temp.data(), O_CLOEXEC);
-  if (named < 0) return Errno(errno, "cannot create the output in", dir);
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  (void)::fchmod(named, 0666 & ~mask);
-  return OutputFile(final_path, std::move(temp), base::UniqueFd(named));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string temp = TempName(name);
+    const int named =
+        ::openat(dir.get(), temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (named < 0) {
+      if (errno == EEXIST) continue;
+      return Errno(errno, "cannot create the output", shown);
+    }
+    (void)::fchmod(named, mode);
+    return OutputFile(std::move(dir), name, std::move(shown), std::move(temp),
+                      base::UniqueFd(named));
+  }
+  return absl::AlreadyExistsError(absl::StrCat("no free temporary name next to ", shown));
 }
 
 OutputFile::OutputFile(OutputFile&& other) noexcept
-    : final_path_(std::move(other.final_path_)),
-      temp_path_(std::move(other.temp_path_)),
+    : dir_(std::move(other.dir_)),
+      name_(std::move(other.name_)),
+      shown_(std::move(other.shown_)),
+      temp_name_(std::move(other.temp_name_)),
       fd_(std::move(other.fd_)),
       published_(other.published_) {
-  other.temp_path_.clear();
+  other.temp_name_.clear();
   other.published_ = true;  // the moved-from object owns nothing to clean up
 }
 
 OutputFile::~OutputFile() {
-  if (!published_ && !temp_path_.empty()) (void)::unlink(temp_path_.c_str());
+  if (!published_ && !temp_name_.empty()) (void)::unlinkat(dir_.get(), temp_name_.c_str(), 0);
 }
 
 absl::StatusOr<base::UniqueFd> OutputFile::DupForWorker() const {
@@ -100,19 +163,19 @@ absl::StatusOr<base::UniqueFd> OutputFile::DupForWorker() const {
 
 absl::StatusOr<safetensors::Layout> OutputFile::Validate(std::string_view expected_header) const {
   struct stat st;
-  if (::fstat(fd_.get(), &st) != 0) return Errno(errno, "stat the output of", final_path_);
+  if (::fstat(fd_.get(), &st) != 0) return Errno(errno, "stat the output of", shown_);
   if (!S_ISREG(st.st_mode)) return absl::InternalError("the output is not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) return absl::InvalidArgumentError("the output is empty");
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_.get(), 0);
-  if (addr == MAP_FAILED) return Errno(errno, "map the output of", final_path_);
+  if (addr == MAP_FAILED) return Errno(errno, "map the output of", shown_);
   const std::string_view bytes(static_cast<const char*>(addr), size);
   absl::StatusOr<safetensors::Layout> layout =
       safetensors::Validate(bytes, safetensors::ValidatorLimits{});
   if (layout.ok() && !expected_header.empty() &&
       bytes.substr(0, expected_header.size()) != expected_header) {
-    layout = absl::InvalidArgumentError(
-        "the output's header is not the one planned from the facts");
+    layout =
+        absl::InvalidArgumentError("the output's header is not the one planned from the facts");
   }
   ::munmap(addr, size);
   if (!layout.ok()) {
@@ -124,51 +187,64 @@ absl::StatusOr<safetensors::Layout> OutputFile::Validate(std::string_view expect
 
 absl::Status OutputFile::Publish(bool replace) {
   if (published_) return absl::FailedPreconditionError("already published");
-  if (::fsync(fd_.get()) != 0) return Errno(errno, "fsync the output of", final_path_);
-  if (!temp_path_.empty()) {
+  if (::fsync(fd_.get()) != 0) return Errno(errno, "fsync the output of", shown_);
+  const int dir = dir_.get();
+  if (!temp_name_.empty()) {
     // Named fallback: rename (replace) or link + unlink (never over an existing name).
     if (replace) {
-      if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
-        return Errno(errno, "rename the output to", final_path_);
+      if (::renameat(dir, temp_name_.c_str(), dir, name_.c_str()) != 0) {
+        return Errno(errno, "rename the output to", shown_);
       }
     } else {
-      if (::link(temp_path_.c_str(), final_path_.c_str()) != 0) {
-        return Errno(errno, "link the output to", final_path_);
+      if (::linkat(dir, temp_name_.c_str(), dir, name_.c_str(), 0) != 0) {
+        return Errno(errno, "link the output to", shown_);
       }
-      (void)::unlink(temp_path_.c_str());
+      (void)::unlinkat(dir, temp_name_.c_str(), 0);
     }
     published_ = true;
-    temp_path_.clear();
+    temp_name_.clear();
     return absl::OkStatus();
   }
   const std::string proc = absl::StrCat("/proc/self/fd/", fd_.get());
   if (!replace) {
-    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, final_path_.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-      return Errno(errno, "link the output to", final_path_);
+    if (::linkat(AT_FDCWD, proc.c_str(), dir, name_.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      return Errno(errno, "link the output to", shown_);
     }
     published_ = true;
     return absl::OkStatus();
   }
   // Replace: link under a fresh temporary name, then rename over the final name (atomic).
   for (int attempt = 0; attempt < 16; ++attempt) {
-    std::string temp = TempTemplate(final_path_);
-    const int probe = ::mkostemp(temp.data(), O_CLOEXEC);  // reserve a unique name...
-    if (probe < 0) return Errno(errno, "create a temporary name for", final_path_);
-    ::close(probe);
-    (void)::unlink(temp.c_str());  // ...and free it for linkat (EEXIST below retries)
-    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, temp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    const std::string temp = TempName(name_);
+    if (::linkat(AT_FDCWD, proc.c_str(), dir, temp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
       if (errno == EEXIST) continue;
-      return Errno(errno, "link the output to", temp);
+      return Errno(errno, "link the output to a temporary name beside", shown_);
     }
-    if (::rename(temp.c_str(), final_path_.c_str()) != 0) {
+    if (::renameat(dir, temp.c_str(), dir, name_.c_str()) != 0) {
       const int err = errno;
-      (void)::unlink(temp.c_str());
-      return Errno(err, "rename the output to", final_path_);
+      (void)::unlinkat(dir, temp.c_str(), 0);
+      return Errno(err, "rename the output to", shown_);
     }
     published_ = true;
     return absl::OkStatus();
   }
   return absl::AlreadyExistsError("no free temporary name next to the output");
+}
+
+absl::Status OutputFile::Unpublish() {
+  if (!published_) return absl::OkStatus();
+  struct stat ours, named;
+  if (::fstat(fd_.get(), &ours) != 0) return Errno(errno, "stat the output of", shown_);
+  if (::fstatat(dir_.get(), name_.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Errno(errno, "stat", shown_);
+  }
+  if (!SameFile(ours, named)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(shown_, " no longer names the output written; it was left alone"));
+  }
+  if (::unlinkat(dir_.get(), name_.c_str(), 0) != 0) return Errno(errno, "unlink", shown_);
+  published_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status OutputFile::WriteAt(uint64_t offset, std::string_view bytes) {
@@ -202,18 +278,18 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
   if (request.sign.key != nullptr) {
     const std::string sig_path = SignaturePathFor(request.output);
     absl::Status written = [&]() -> absl::Status {
-      absl::StatusOr<OutputFile> sig = OutputFile::Create(sig_path);
+      absl::StatusOr<OutputFile> sig =
+          OutputFile::CreateAt(out.dir_fd(), SignaturePathFor(out.name()), sig_path);
       if (!sig.ok()) return sig.status();
       if (absl::Status s = sig->WriteAt(0, bundle); !s.ok()) return s;
       return sig->Publish(request.replace);
     }();
     if (!written.ok()) {
       // A signed output is never left without its signature.
-      (void)::unlink(request.output.c_str());
-      return absl::Status(written.code(), absl::StrCat("the signature ", sig_path,
-                                                       " could not be written (", 
-                                                       written.message(),
-                                                       "); the output was removed"));
+      (void)out.Unpublish();
+      return absl::Status(written.code(),
+                          absl::StrCat("the signature ", sig_path, " could not be written (",
+                                       written.message(), "); the output was removed"));
     }
     c.set_signature(sig_path);
     c.set_signer(request.sign.key->public_key().hint());

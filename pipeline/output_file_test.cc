@@ -1,6 +1,7 @@
 #include "pipeline/output_file.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,15 @@ TEST_F(OutputFileTest, InvalidOrUnexpectedBytesFailValidationAndLeaveNothing) {
 
 TEST_F(OutputFileTest, MissingDirectoryFails) {
   EXPECT_FALSE(OutputFile::Create((dir_ / "no" / "m.safetensors").string()).ok());
+}
+
+// Read without being set: another thread creating a file meanwhile never sees a zero umask.
+TEST(CurrentUmaskTest, ReadsTheUmaskWithoutChangingIt) {
+  const mode_t saved = ::umask(027);
+  EXPECT_EQ(CurrentUmask(), 027u);
+  EXPECT_EQ(::umask(0), 027u);  // still what was set
+  ::umask(saved);
+  EXPECT_EQ(CurrentUmask(), saved);
 }
 
 }  // namespace

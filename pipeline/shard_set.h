@@ -9,10 +9,28 @@
 // tensor the index does not list, or a listed one the shard lacks, fails the set.
 //
 // Nothing partial is ever visible under OUT: outputs are written into a hidden staging
-// directory beside OUT (".OUT.ckptscan-XXXXXX"), the new index is written last, and the
-// directory is renamed to OUT in one step. OUT must not exist or be an empty directory (a set
-// never replaces or mixes with existing files, --force or not). On any failure the staging
-// directory and everything in it are removed; only a crash can leave it behind (hidden).
+// directory beside OUT (".OUT.ckptscan-XXXXXXXX", mode 0700 until published), the new index is
+// written last, and the directory is renamed to OUT in one step. OUT must not exist or be an
+// empty directory (a set never replaces or mixes with existing files, --force or not). On any
+// failure what this job created in the staging directory, and then the directory, are removed;
+// only a crash can leave it behind (hidden).
+//
+// Someone who can write OUT's directory must not be able to redirect any of this (the daemon
+// writes beneath roots its callers may share). So OUT's directory is used through one
+// descriptor (request.output_dir_fd, or opened once here); the staging directory is made with
+// mkdirat(2), opened O_NOFOLLOW and checked (a directory, ours, mode 0700, empty), and from then
+// on used only through its own descriptor: each shard created with O_TMPFILE in it and linked
+// (OutputFile::CreateAt), the index and signature created openat(O_CREAT|O_EXCL|O_NOFOLLOW),
+// the signature hashing files opened beneath it (SignDirectoryModel, signing::HashModelAt), and
+// the cleanup unlinkat(2) of names recorded only after they were created. The name is resolved
+// again only to publish: it must still refer to the directory made (dev, inode), then
+// renameat2(RENAME_NOREPLACE) makes it OUT; an existing empty OUT, held open since it was
+// checked, is swapped out with RENAME_EXCHANGE and must be that directory before it is removed
+// (unlinkat AT_REMOVEDIR, which removes only an empty one). OUT is checked to be the staging
+// directory afterwards. Any mismatch fails the conversion with an error naming the swap, the
+// rename undone: nothing published, and nothing created or removed in the swapped-in directory
+// or where a swapped-in symbolic link points. A staging directory renamed away stays where it
+// was moved, emptied (it cannot be reached by name).
 //
 // The new index maps every name, aliases included, to the file that holds it (as Hugging
 // Face's converter does); metadata.total_size is the sum of the stored tensors' bytes. With a
@@ -35,7 +53,7 @@ namespace ckptscan::pipeline {
 
 inline constexpr char kOutputIndexName[] = "model.safetensors.index.json";
 inline constexpr char kSignatureName[] = "model.sig";  // convert --key: the set's OMS bundle
-inline constexpr uint64_t kMaxShards = 99999;  // the five digits of model-NNNNN-of-NNNNN
+inline constexpr uint64_t kMaxShards = 99999;          // the five digits of model-NNNNN-of-NNNNN
 
 // Runs before an output is published; an error fails that file's conversion.
 using PlanCheck = std::function<absl::Status(const convert::Plan&)>;

@@ -13,8 +13,7 @@ namespace {
 absl::StatusOr<std::string> SignWith(const signing::Manifest& manifest,
                                      const SignOptions& options) {
   if (options.cert_pem.empty()) return signing::Sign(manifest, *options.key);
-  return signing::SignWithCertificate(manifest, *options.key, options.cert_pem,
-                                      options.chain_pem);
+  return signing::SignWithCertificate(manifest, *options.key, options.cert_pem, options.chain_pem);
 }
 
 }  // namespace
@@ -90,17 +89,15 @@ absl::StatusOr<std::string> SignFileModel(int fd, uint64_t size, const std::stri
   return SignWith(manifest, options);
 }
 
-absl::StatusOr<std::string> SignDirectoryModel(const std::string& dir,
-                                               const std::string& model_name,
+absl::StatusOr<std::string> SignDirectoryModel(int dir_fd, const std::string& model_name,
                                                const std::string& signature_name,
                                                const SignOptions& options) {
   signing::HashOptions hash;
   hash.serialization.method = options.method;
   hash.serialization.shard_size = options.shard_size;
   hash.serialization.ignore_paths = {signature_name};
-  absl::StatusOr<signing::Manifest> manifest = signing::HashModel(dir, hash);
+  absl::StatusOr<signing::Manifest> manifest = signing::HashModelAt(dir_fd, model_name, hash);
   if (!manifest.ok()) return manifest.status();
-  manifest->model_name = model_name;
   return SignWith(*manifest, options);
 }
 

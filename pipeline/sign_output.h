@@ -89,10 +89,10 @@ absl::StatusOr<std::string> SignFileModel(int fd, uint64_t size, const std::stri
                                           const ShardDigests* early = nullptr,
                                           uint64_t header_end = 0);
 
-// The bundle for the directory model `dir` (every regular file but `signature_name`, which is
-// recorded as ignored), named `model_name` in the statement; both cores hash.
-absl::StatusOr<std::string> SignDirectoryModel(const std::string& dir,
-                                               const std::string& model_name,
+// The bundle for the directory model open on `dir_fd` (every regular file but `signature_name`,
+// which is recorded as ignored), named `model_name` in the statement; both cores hash. Files
+// are listed and read beneath the descriptor only (signing::HashModelAt, O_NOFOLLOW).
+absl::StatusOr<std::string> SignDirectoryModel(int dir_fd, const std::string& model_name,
                                                const std::string& signature_name,
                                                const SignOptions& options);
 

@@ -31,7 +31,6 @@ struct BioFree {
 };
 using BioPtr = std::unique_ptr<BIO, BioFree>;
 
-
 // Never prompts: a passphrase-protected key fails to load.
 int NoPassphrase(char*, int, int, void*) { return -1; }
 
@@ -231,8 +230,15 @@ absl::StatusOr<std::string> PrivateKey::ToPem() const {
 }
 
 absl::Status WriteNewFile(const std::string& path, std::string_view contents, unsigned mode) {
-  base::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                           static_cast<mode_t>(mode)));
+  return WriteNewFileAt(AT_FDCWD, path, contents, mode);
+}
+
+absl::Status WriteNewFileAt(int dir_fd, const std::string& name, std::string_view contents,
+                            unsigned mode, std::string_view shown_view) {
+  const std::string path(shown_view.empty() ? std::string_view(name) : shown_view);
+  base::UniqueFd fd(::openat(dir_fd, name.c_str(),
+                             O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                             static_cast<mode_t>(mode)));
   if (!fd.valid()) {
     if (errno == EEXIST) {
       return absl::AlreadyExistsError(
@@ -240,18 +246,31 @@ absl::Status WriteNewFile(const std::string& path, std::string_view contents, un
     }
     return absl::ErrnoToStatus(errno, absl::StrFormat("create %s", path));
   }
-  auto fail = [&path](int err, std::string_view what) {
-    (void)::unlink(path.c_str());
+  // Only what this call created is removed: the name, if it still names this file.
+  struct stat ours;
+  const bool known = ::fstat(fd.get(), &ours) == 0;
+  auto remove = [&] {
+    struct stat named;
+    if (known && ::fstatat(dir_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+        ours.st_dev == named.st_dev && ours.st_ino == named.st_ino) {
+      (void)::unlinkat(dir_fd, name.c_str(), 0);
+    }
+  };
+  auto fail = [&](int err, std::string_view what) {
+    remove();
     return absl::ErrnoToStatus(err, absl::StrFormat("%s %s", AbslView(what), path));
   };
   if (::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) return fail(errno, "fchmod");
-  if (absl::Status s = base::WriteAll(fd.get(), contents, absl::StrCat("write ", path));
-      !s.ok()) {
-    (void)::unlink(path.c_str());
+  if (absl::Status s = base::WriteAll(fd.get(), contents, absl::StrCat("write ", path)); !s.ok()) {
+    remove();
     return s;
   }
   if (::fsync(fd.get()) != 0) return fail(errno, "fsync");
-  if (::close(fd.release()) != 0) return fail(errno, "close");
+  if (::close(fd.release()) != 0) {
+    const int err = errno;
+    remove();
+    return absl::ErrnoToStatus(err, absl::StrFormat("close %s", path));
+  }
   return absl::OkStatus();
 }
 

@@ -102,6 +102,12 @@ absl::StatusOr<PublicKey> GenerateKeyFiles(const std::string& private_path,
 [[nodiscard]] absl::Status WriteNewFile(const std::string& path, std::string_view contents,
                                         unsigned mode);
 
+// WriteNewFile for `name` in the directory open on `dir_fd` (openat; AT_FDCWD: `name` is a
+// path). `shown` names the file in messages (empty: `name`).
+[[nodiscard]] absl::Status WriteNewFileAt(int dir_fd, const std::string& name,
+                                          std::string_view contents, unsigned mode,
+                                          std::string_view shown = {});
+
 // Reads a whole regular file of at most `max_bytes`.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes,
                                           std::string_view limit_name);

@@ -121,9 +121,12 @@ absl::Status Enumerate(int root_fd, const std::string& root_path,
   };
   std::vector<Pending> stack;
   {
-    base::UniqueFd dup_fd(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
-    if (!dup_fd.valid()) return absl::ErrnoToStatus(errno, "dup");
-    stack.push_back(Pending{std::move(dup_fd), "", 0});
+    // A new open file description (not a dup): reading it leaves the caller's offset alone.
+    base::UniqueFd own(::openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!own.valid()) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("open ", Esc(root_path)));
+    }
+    stack.push_back(Pending{std::move(own), "", 0});
   }
   while (!stack.empty()) {
     Pending dir = std::move(stack.back());
@@ -458,10 +461,13 @@ absl::StatusOr<Sha256Digest> RootDigest(const std::vector<Resource>& resources) 
   return h->Finish();
 }
 
-absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOptions& options) {
+namespace {
+
+// The manifest's model name and serialization from `options`, ignore paths canonical.
+absl::StatusOr<Manifest> StartManifest(std::string model_name, const HashOptions& options) {
   const Limits& limits = options.limits;
   Manifest m;
-  m.model_name = ModelName(model_path);
+  m.model_name = std::move(model_name);
   m.serialization = options.serialization;
   std::vector<std::string>& ignores = m.serialization.ignore_paths;
   for (std::string& p : ignores) p = NormalizeIgnore(p);
@@ -484,33 +490,13 @@ absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOpti
     }
     if (absl::Status s = CheckRelativePath(p, "ignore path", limits); !s.ok()) return s;
   }
+  return m;
+}
 
-  struct stat st;
-  if (::lstat(model_path.c_str(), &st) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("model path %s", model_path));
-  }
-  std::vector<FileEntry> files;
-  base::UniqueFd root;
-  std::string single_file;
-  if (S_ISLNK(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "model path %s is a symbolic link; pass the path it points to", model_path));
-  } else if (S_ISREG(st.st_mode)) {
-    single_file = model_path;  // model_signing names the only resource "."
-    files.push_back(FileEntry{".", static_cast<uint64_t>(st.st_size)});
-  } else if (S_ISDIR(st.st_mode)) {
-    root.reset(::open(model_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!root.valid()) {
-      return absl::ErrnoToStatus(errno, absl::StrFormat("open model directory %s", model_path));
-    }
-    if (absl::Status s = Enumerate(root.get(), model_path, ignores, limits, &files); !s.ok()) {
-      return s;
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("model path %s is neither a regular file nor a directory", model_path));
-  }
-
+// Hashes `files` (beneath `root_fd`, or the one file `single_file`) into `m`.
+absl::StatusOr<Manifest> HashFiles(Manifest m, int root_fd, const std::string& single_file,
+                                   std::vector<FileEntry> files, const HashOptions& options) {
+  const Limits& limits = options.limits;
   if (options.only_files.has_value() && single_file.empty()) {
     std::vector<FileEntry> kept;
     for (FileEntry& f : files) {
@@ -546,8 +532,7 @@ absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOpti
     }
   }
 
-  Hasher hasher(root.valid() ? root.get() : -1, single_file, files, items,
-                options.read_buffer_bytes);
+  Hasher hasher(root_fd, single_file, files, items, options.read_buffer_bytes);
   if (absl::Status s = hasher.Run(options.threads); !s.ok()) return s;
   m.resources.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
@@ -561,6 +546,55 @@ absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOpti
   }
   SortResources(m.serialization.method, &m.resources);
   return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOptions& options) {
+  absl::StatusOr<Manifest> m = StartManifest(ModelName(model_path), options);
+  if (!m.ok()) return m.status();
+  struct stat st;
+  if (::lstat(model_path.c_str(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("model path %s", model_path));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model path %s is a symbolic link; pass the path it points to", model_path));
+  }
+  if (S_ISREG(st.st_mode)) {
+    // model_signing names the only resource "."
+    return HashFiles(*std::move(m), -1, model_path,
+                     {FileEntry{".", static_cast<uint64_t>(st.st_size)}}, options);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model path %s is neither a regular file nor a directory", model_path));
+  }
+  base::UniqueFd root(::open(model_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!root.valid()) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("open model directory %s", model_path));
+  }
+  std::vector<FileEntry> files;
+  if (absl::Status s =
+          Enumerate(root.get(), model_path, m->serialization.ignore_paths, options.limits, &files);
+      !s.ok()) {
+    return s;
+  }
+  return HashFiles(*std::move(m), root.get(), std::string(), std::move(files), options);
+}
+
+absl::StatusOr<Manifest> HashModelAt(int dir_fd, std::string model_name,
+                                     const HashOptions& options) {
+  const std::string shown = model_name;
+  absl::StatusOr<Manifest> m = StartManifest(std::move(model_name), options);
+  if (!m.ok()) return m.status();
+  std::vector<FileEntry> files;
+  if (absl::Status s =
+          Enumerate(dir_fd, shown, m->serialization.ignore_paths, options.limits, &files);
+      !s.ok()) {
+    return s;
+  }
+  return HashFiles(*std::move(m), dir_fd, std::string(), std::move(files), options);
 }
 
 absl::Status CompareManifests(const Manifest& signed_manifest, const Manifest& actual,

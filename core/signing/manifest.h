@@ -113,6 +113,14 @@ struct HashOptions {
 // are not valid UTF-8. The returned manifest records ignore_paths sorted and deduplicated.
 absl::StatusOr<Manifest> HashModel(const std::string& model_path, const HashOptions& options);
 
+// HashModel for the directory open on `dir_fd` (any descriptor of a directory, O_PATH too;
+// its offset is not moved), named `model_name` in the manifest and in messages. Every name is
+// opened beneath the descriptor (openat, O_NOFOLLOW): the path the directory was reached by is
+// never resolved again, so renaming it or replacing it with a symbolic link meanwhile changes
+// nothing that is hashed.
+absl::StatusOr<Manifest> HashModelAt(int dir_fd, std::string model_name,
+                                     const HashOptions& options);
+
 // Compares what was signed with what is there. OK when every signed resource is present with
 // its digest and (unless `ignore_unsigned_files`) nothing else is. Otherwise DataLoss whose
 // message lists up to 10 problems, e.g.
