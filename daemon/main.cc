@@ -460,6 +460,15 @@ int Run(int argc, char** argv) {
   daemon.stats().SetJailLayers(*layers);
 
   std::unique_ptr<UnixListener> listener;
+  if (rlimit nofile{}; !f.no_socket && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+                       f.max_unix_connections + 4 * slots.max_running() + 64 > nofile.rlim_cur) {
+    // Each connection holds a descriptor, each job a few, gRPC and the daemon about 64.
+    LogLine("descriptor_limit", "warning")
+        .Int("max_unix_connections", f.max_unix_connections)
+        .Int("soft", nofile.rlim_cur)
+        .Str("warning", "--max-unix-connections is close to the descriptor limit: lower it")
+        .Emit();
+  }
   if (!f.no_socket) {
     const size_t slash = f.socket.rfind('/');
     if (slash != std::string::npos && slash > 0 && f.socket == DefaultSocketPath()) {
