@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,11 +49,14 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/paths.h"
+#include "daemon/reflection_guard.h"
 #include "daemon/service.h"
 #include "daemon/unix_listener.h"
+#include "pipeline/facts_budget.h"
 #include "pipeline/jailed_scan.h"
 #include "sandbox/availability.h"
 #include "sandbox/job.h"
+#include "sandbox/protocol.h"
 
 #ifndef CKPT_VERSION
 #error "CKPT_VERSION must be defined by the build (the CMake project version)"
@@ -94,6 +98,14 @@ struct Flags {
   std::string sign_method = "files";
   std::string health_tcp;
   double max_connection_age = 300;
+  double max_connection_idle = 120;
+  uint32_t max_unix_connections = 256;
+  double first_byte_timeout = 30;
+  std::string max_frame_bytes = "64M";
+  uint64_t max_frame_values = sandbox::kMaxFrameValues;
+  std::string facts_memory = "2G";
+  uint32_t max_reflection_streams = 4;
+  double reflection_stream_seconds = 10;
   uint32_t metrics_port = 0;
   std::string metrics_address = "127.0.0.1";
 };
@@ -269,6 +281,23 @@ void GrpcLog(gpr_log_func_args* args) {
       .Emit();
 }
 
+// Raises the soft descriptor limit to the hard one (systemd starts services at 1024 soft, and
+// every connection and job holds descriptors), and logs both.
+void RaiseDescriptorLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const rlim_t before = lim.rlim_cur;
+  if (lim.rlim_cur != lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = before;
+  }
+  LogLine("descriptor_limit")
+      .Int("soft_at_start", before)
+      .Int("soft", lim.rlim_cur)
+      .Int("hard", lim.rlim_max)
+      .Emit();
+}
+
 int Run(int argc, char** argv) {
   google::protobuf::SetLogHandler(&ProtobufLog);
   gpr_set_log_function(&GrpcLog);
@@ -279,6 +308,7 @@ int Run(int argc, char** argv) {
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, s);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  RaiseDescriptorLimit();
   // glibc gives every thread that allocates an arena of its own; with a thread per call in
   // flight that is resident memory that grows with the peak concurrency ever seen and is never
   // returned. Two arenas keep RSS flat (bench/README.md, "Daemon load").
@@ -393,6 +423,43 @@ int Run(int argc, char** argv) {
                  "that new replicas get traffic; calls in flight get --drain-seconds to finish")
       ->check(CLI::Range(1.0, 86400.0 * 365))
       ->capture_default_str();
+  app.add_option("--max-connection-idle", f.max_connection_idle,
+                 "Seconds after which a connection with no call in flight is closed (unix and "
+                 "TCP)")
+      ->check(CLI::Range(0.1, 86400.0 * 365))
+      ->capture_default_str();
+  app.add_option("--max-unix-connections", f.max_unix_connections,
+                 "Unix socket connections at once; one more is closed at accept (keep it well "
+                 "under the descriptor limit)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  app.add_option("--first-byte-timeout", f.first_byte_timeout,
+                 "Seconds a new connection may stay silent (unix) or take to finish its TLS "
+                 "handshake (TCP) before it is closed")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  app.add_option("--max-frame-bytes", f.max_frame_bytes,
+                 "Largest result frame a job's worker may send (its facts, serialized; suffix K, "
+                 "M; at most 64M); past it the file is ERROR, limit max_frame_bytes")
+      ->capture_default_str();
+  app.add_option("--max-frame-values", f.max_frame_values,
+                 "Most values (graph nodes, globals, ...) one job's facts may hold (each costs "
+                 "~400 bytes decoded); past it ERROR, limit max_frame_values")
+      ->check(CLI::Range(uint64_t{1}, sandbox::kMaxFrameValues))
+      ->capture_default_str();
+  app.add_option("--facts-memory", f.facts_memory,
+                 "Memory for decoding workers' results, shared by all jobs (estimated: the frame "
+                 "plus ~400 bytes a value); a job waits for room, and one larger than all of it "
+                 "is ERROR, limit facts_memory")
+      ->capture_default_str();
+  app.add_option("--max-reflection-streams", f.max_reflection_streams,
+                 "With --reflection: reflection streams at once; one more is cancelled")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  app.add_option("--reflection-stream-seconds", f.reflection_stream_seconds,
+                 "With --reflection: how long a reflection stream may stay open")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   app.add_option("--sign-method", f.sign_method, "How conversions are signed: files or shards")
       ->check(CLI::IsMember({"files", "shards"}))
       ->capture_default_str();
@@ -425,6 +492,14 @@ int Run(int argc, char** argv) {
   absl::StatusOr<UploadLimits> upload_limits =
       ApplyUploadFlags(upload_flags, max_running + max_queued, &options);
   if (!upload_limits.ok()) return Fail(base::StdView(upload_limits.status().message()));
+  absl::StatusOr<uint64_t> frame_bytes = base::ParseSize(f.max_frame_bytes);
+  if (!frame_bytes.ok() || *frame_bytes == 0 || *frame_bytes > sandbox::kMaxFrameBytes) {
+    return Fail(absl::StrCat("--max-frame-bytes: not a size from 1 to ", sandbox::kMaxFrameBytes));
+  }
+  absl::StatusOr<uint64_t> facts_memory = base::ParseSize(f.facts_memory);
+  if (!facts_memory.ok() || *facts_memory == 0) {
+    return Fail("--facts-memory: not a positive size");
+  }
   if (f.no_socket && f.tcp.empty()) return Fail("--no-socket needs --tcp: nothing to listen on");
   if (!f.tcp.empty() && (f.tls_cert.empty() || f.tls_key.empty())) {
     return Fail("--tcp needs --tls-cert and --tls-key: TCP is served with TLS only");
@@ -454,7 +529,11 @@ int Run(int argc, char** argv) {
   options.jail.worker_path = *worker;
   options.jail.timeout = absl::Seconds(f.job_timeout);
   options.jail.worker_memory = *memory;
+  options.jail.max_frame_bytes = *frame_bytes;
+  options.jail.max_frame_values = f.max_frame_values;
+  pipeline::FactsBudget facts_budget(*facts_memory);
   absl::StatusOr<std::string> layers = CheckJail(options.jail);
+  options.jail.facts_budget = &facts_budget;
   if (!layers.ok()) return Fail(absl::StrCat("refusing to start: ", layers.status().message()));
 
   if (absl::Status s = MakePrivateDir(f.state_dir, 0700); !s.ok()) return Fail(s.ToString());
@@ -505,6 +584,15 @@ int Run(int argc, char** argv) {
   daemon.stats().SetJailLayers(*layers);
 
   std::unique_ptr<UnixListener> listener;
+  if (rlimit nofile{}; !f.no_socket && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+                       f.max_unix_connections + 4 * slots.max_running() + 64 > nofile.rlim_cur) {
+    // Each connection holds a descriptor, each job a few, gRPC and the daemon about 64.
+    LogLine("descriptor_limit", "warning")
+        .Int("max_unix_connections", f.max_unix_connections)
+        .Int("soft", nofile.rlim_cur)
+        .Str("warning", "--max-unix-connections is close to the descriptor limit: lower it")
+        .Emit();
+  }
   if (!f.no_socket) {
     const size_t slash = f.socket.rfind('/');
     if (slash != std::string::npos && slash > 0 && f.socket == DefaultSocketPath()) {
@@ -512,8 +600,9 @@ int Run(int argc, char** argv) {
         return Fail(s.ToString());
       }
     }
-    absl::StatusOr<std::unique_ptr<UnixListener>> bound =
-        UnixListener::Bind(f.socket, static_cast<mode_t>(mode));
+    absl::StatusOr<std::unique_ptr<UnixListener>> bound = UnixListener::Bind(
+        f.socket, static_cast<mode_t>(mode),
+        UnixListenerLimits{f.max_unix_connections, absl::Seconds(f.first_byte_timeout)});
     if (!bound.ok()) return Fail(absl::StrCat("--socket: ", bound.status().message()));
     listener = *std::move(bound);
     daemon.SetListener(listener.get());
@@ -528,6 +617,19 @@ int Run(int argc, char** argv) {
                              static_cast<int>(std::min(f.max_connection_age * 1000, 2e9)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                              static_cast<int>(std::min(f.drain_seconds * 1000 + 1000, 2e9)));
+  // Connections without a call in flight are closed after --max-connection-idle; a TCP one
+  // must finish its TLS handshake within --first-byte-timeout (the unix listener holds silent
+  // connections back itself).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::min(f.max_connection_idle * 1000, 2e9)));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(f.first_byte_timeout * 1000));
+  std::unique_ptr<ReflectionGuard> reflection_guard;
+  if (f.reflection) {
+    reflection_guard = std::make_unique<ReflectionGuard>(
+        ReflectionLimits{f.max_reflection_streams, absl::Seconds(f.reflection_stream_seconds)});
+    builder.experimental().SetInterceptorCreators(reflection_guard->Factories());
+  }
   builder.RegisterService(&scanner);
   builder.RegisterService(&admin);
   // Chunks are at most 1 MiB of data; the margin is for the message framing.
@@ -608,6 +710,8 @@ int Run(int argc, char** argv) {
       .Int("max_spool_bytes", upload_limits->max_spool_bytes)
       .Num("upload_idle_timeout", upload_flags.idle_timeout)
       .Num("output_idle_timeout", upload_flags.output_idle_timeout)
+      .Int("facts_memory", facts_budget.total())
+      .Int("max_unix_connections", f.max_unix_connections)
       .Str("jail", *layers)
       .Emit();
 

@@ -11,11 +11,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/log.h"
 
 namespace ckptscan::daemon {
 namespace {
@@ -27,12 +30,16 @@ absl::Status Errno(const char* what, const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path,
-                                                                 mode_t mode) {
+                                                                 mode_t mode,
+                                                                 UnixListenerLimits limits) {
+  if (limits.max_connections == 0) {
+    return absl::InvalidArgumentError("the unix socket's connection cap must be at least 1");
+  }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "socket path \"", path, "\" must be 1 to ", sizeof(addr.sun_path) - 1, " bytes long"));
+    return absl::InvalidArgumentError(absl::StrCat("socket path \"", path, "\" must be 1 to ",
+                                                   sizeof(addr.sun_path) - 1, " bytes long"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
 
@@ -41,8 +48,8 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
   if (!lock.valid()) return Errno("open", lock_path);
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "another ckptscand is serving ", path, " (it holds ", lock_path, ")"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("another ckptscand is serving ", path, " (it holds ", lock_path, ")"));
     }
     return Errno("flock", lock_path);
   }
@@ -72,7 +79,7 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
   base::UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return Errno("eventfd for", path);
   return std::unique_ptr<UnixListener>(
-      new UnixListener(path, std::move(lock), std::move(sock), std::move(wake)));
+      new UnixListener(path, limits, std::move(lock), std::move(sock), std::move(wake)));
 }
 
 UnixListener::~UnixListener() {
@@ -97,45 +104,129 @@ void UnixListener::Stop() {
 }
 
 void UnixListener::Loop(grpc::Server* server) {
+  std::vector<Pending> pending;
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{socket_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    const int ready = ::poll(fds, 2, -1);
+    fds.assign({{socket_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}});
+    absl::Time next = absl::InfiniteFuture();
+    for (const Pending& p : pending) {
+      fds.push_back({p.fd.get(), POLLIN, 0});
+      next = std::min(next, p.deadline);
+    }
+    // Wake for the first silent connection's deadline, and to log counts held back.
+    if (refused_ + silent_closed_ != 0) next = std::min(next, last_log_ + absl::Seconds(1));
+    int timeout_ms = -1;
+    if (next != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(absl::Ceil(next - absl::Now(), absl::Milliseconds(1))), 0,
+          1 << 30));
+    }
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
+    // A silent connection that sent something goes to gRPC; one that hung up, or stayed silent
+    // past its deadline, is closed (its UniqueFd).
+    const absl::Time now = absl::Now();
+    std::vector<Pending> silent;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      const short events = fds[i + 2].revents;
+      if ((events & POLLIN) != 0) {
+        {
+          // Recorded before gRPC sees the descriptor: a number is reused only after gRPC closed
+          // the previous connection on it, so the entry is always this connection's.
+          std::lock_guard<std::mutex> lock(mu_);
+          peers_[p.fd.get()] = Handed{p.cred, p.inode};
+        }
+        grpc::AddInsecureChannelFromFd(server, p.fd.release());
+      } else if (events != 0) {
+        continue;  // hung up without a byte
+      } else if (now >= p.deadline) {
+        ++silent_closed_;
+      } else {
+        silent.push_back(std::move(p));
+      }
+    }
+    pending.swap(silent);
+    if ((fds[0].revents & POLLIN) != 0) Accept(&pending);
+    LogCounts();
+  }
+}
+
+void UnixListener::Accept(std::vector<Pending>* pending) {
+  // A burst is taken in one round (the backlog is 128), each checked against the cap.
+  for (int round = 0; round < 64; ++round) {
     // Non-blocking, as AddInsecureChannelFromFd requires (a blocking one times out silently).
-    const int fd = ::accept4(socket_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
+    base::UniqueFd fd(::accept4(socket_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE) ::usleep(10000);  // let descriptors free up
-      continue;
+      return;
     }
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      ::close(fd);
+    struct stat st;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        ::fstat(fd.get(), &st) != 0) {
       continue;
     }
-    {
-      // Recorded before gRPC sees the descriptor: a number is reused only after gRPC closed the
-      // previous connection on it, so the entry is always this connection's.
-      std::lock_guard<std::mutex> lock(mu_);
-      peers_[fd] = PeerCred{cred.pid, cred.uid, cred.gid};
+    if (SweepHanded() + pending->size() >= limits_.max_connections) {
+      if (pending->empty()) {
+        ++refused_;  // closed here: over the cap, every connection busy with gRPC
+        continue;
+      }
+      // Make room by closing the oldest silent connection: a flood of silent connections then
+      // only displaces itself, while a real caller's (which speaks at once) gets through.
+      pending->erase(pending->begin());
+      ++silent_closed_;
     }
-    grpc::AddInsecureChannelFromFd(server, fd);
+    pending->push_back(Pending{std::move(fd), PeerCred{cred.pid, cred.uid, cred.gid}, st.st_ino,
+                               absl::Now() + limits_.first_byte_timeout});
   }
+}
+
+size_t UnixListener::SweepHanded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    struct stat st;
+    const bool alive =
+        ::fstat(it->first, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == it->second.inode;
+    it = alive ? std::next(it) : peers_.erase(it);
+  }
+  return peers_.size();
+}
+
+void UnixListener::LogCounts() {
+  const absl::Time now = absl::Now();
+  if (refused_ + silent_closed_ == 0 || now - last_log_ < absl::Seconds(1)) return;
+  size_t handed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handed = peers_.size();
+  }
+  LogLine("unix_connections", "warning")
+      .Int("refused_over_cap", refused_)
+      .Int("closed_silent", silent_closed_)
+      .Int("open", handed)
+      .Int("max_connections", limits_.max_connections)
+      .Num("first_byte_timeout_seconds", absl::ToDoubleSeconds(limits_.first_byte_timeout))
+      .Emit();
+  refused_ = 0;
+  silent_closed_ = 0;
+  last_log_ = now;
 }
 
 std::optional<PeerCred> UnixListener::PeerOf(std::string_view peer) const {
   if (!peer.starts_with("fd:")) return std::nullopt;
   int fd = -1;
-  if (!absl::SimpleAtoi(absl::string_view(peer.data() + 3, peer.size() - 3), &fd)) return std::nullopt;
+  if (!absl::SimpleAtoi(absl::string_view(peer.data() + 3, peer.size() - 3), &fd))
+    return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = peers_.find(fd);
   if (it == peers_.end()) return std::nullopt;
-  return it->second;
+  return it->second.cred;
 }
 
 }  // namespace ckptscan::daemon

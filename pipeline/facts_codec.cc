@@ -4,6 +4,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -553,27 +554,37 @@ absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
   return facts;
 }
 
-absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload) {
+namespace {
+
+// DecodeResult: `owned`, when given, holds `payload` and is freed once it is parsed, so that the
+// frame and the decoded structs are not alive at once.
+absl::StatusOr<DecodedResult> Decode(std::string_view payload, std::string* owned,
+                                     const DecodeLimits& limits) {
   if (payload.size() > sandbox::kMaxFrameBytes) {
     return absl::InvalidArgumentError("result payload over kMaxFrameBytes");
   }
-  // Count before building anything: the parse and the structs cost ~350 bytes per value.
+  // Count before building anything: the parse and the structs cost ~400 bytes per value.
   uint64_t values = 0;
   google::protobuf::io::CodedInputStream wire(reinterpret_cast<const uint8_t*>(payload.data()),
                                               static_cast<int>(payload.size()));
   if (!CountValues(&wire, 0, &values)) {
     return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
   }
-  if (values > sandbox::kMaxFrameValues) {
-    return absl::InvalidArgumentError(absl::StrCat("result frame holds ", values,
-                                                   " values; the limit is ",
-                                                   sandbox::kMaxFrameValues, " (kMaxFrameValues)"));
+  const uint64_t max_values = std::min(limits.max_values, sandbox::kMaxFrameValues);
+  if (values > max_values) {
+    return absl::ResourceExhaustedError(absl::StrCat("result frame holds ", values,
+                                                     " values; the limit is ", max_values,
+                                                     " (max_frame_values)"));
+  }
+  if (limits.admit) {
+    if (absl::Status s = limits.admit(payload.size(), values); !s.ok()) return s;
   }
   google::protobuf::Arena arena;
   auto* msg = google::protobuf::Arena::CreateMessage<wv1::Result>(&arena);
   if (!msg->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
   }
+  if (owned != nullptr) std::string().swap(*owned);  // clear() would keep the capacity
   if (!msg->has_facts()) return absl::InvalidArgumentError("result frame has no facts");
   if (msg->trace().size() > sandbox::kMaxTraceBytes) {
     return absl::InvalidArgumentError("result frame: listing over kMaxTraceBytes");
@@ -588,6 +599,16 @@ absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload) {
   // Bounded by the frame cap; shown escaped by the caller's report text.
   out.convert_error = msg->convert_error().substr(0, 4096);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload) {
+  return Decode(payload, nullptr, DecodeLimits{});
+}
+
+absl::StatusOr<DecodedResult> DecodeResult(std::string* payload, const DecodeLimits& limits) {
+  return Decode(*payload, payload, limits);
 }
 
 }  // namespace ckptscan::pipeline

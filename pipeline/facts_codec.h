@@ -10,19 +10,22 @@
 //
 // Memory: a payload is at most sandbox::kMaxFrameBytes, and before anything is built its
 // values (errors, members, pickles, nodes, globals, call sites) are counted on the wire and
-// refused past sandbox::kMaxFrameValues: an element can take 2 bytes on the wire and ~350 here
-// (docs/sandbox.md, "Frame").
+// refused past DecodeLimits::max_values (at most sandbox::kMaxFrameValues): an element can take
+// 2 bytes on the wire and ~400 here (docs/sandbox.md, "Frame"). DecodeLimits::admit sees the
+// count before anything is built (the daemon reserves memory there, pipeline/facts_budget.h).
 // Thread-safe: pure functions. Links no parser.
 #ifndef CKPTSCAN_PIPELINE_FACTS_CODEC_H_
 #define CKPTSCAN_PIPELINE_FACTS_CODEC_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "pipeline/file_facts.h"
+#include "sandbox/protocol.h"
 
 namespace ckptscan::pipeline {
 
@@ -43,8 +46,21 @@ struct DecodedResult {
 };
 
 // Parses a frame payload (a serialized worker.v1.Result) and decodes it. InvalidArgument for
-// anything that is not a well-formed, consistent Result.
+// anything that is not a well-formed, consistent Result; ResourceExhausted (naming
+// max_frame_values) for one with more values than the limit.
 absl::StatusOr<DecodedResult> DecodeResult(std::string_view payload);
+
+struct DecodeLimits {
+  // Most values one result may hold (sandbox::kMaxFrameValues is the protocol's own cap; a
+  // larger value means that).
+  uint64_t max_values = sandbox::kMaxFrameValues;
+  // May be empty. Called once the values are counted and before anything is built, with the
+  // payload's size and its values; a non-OK status is returned as the decode's.
+  std::function<absl::Status(uint64_t payload_bytes, uint64_t values)> admit;
+};
+
+// As above, and the payload is freed as soon as it is parsed (before the facts are built).
+absl::StatusOr<DecodedResult> DecodeResult(std::string* payload, const DecodeLimits& limits);
 
 }  // namespace ckptscan::pipeline
 

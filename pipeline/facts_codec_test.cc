@@ -512,8 +512,39 @@ TEST(FactsCodecTest, ValuesAreCountedOnTheWireBeforeAnythingIsBuilt) {
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->facts.members.at(0).stream.pickles.at(0).graph.nodes.size(), 1000u);
   // kMaxFrameValues nodes plus the member and the pickle: two over the limit.
-  ExpectRejected(DecodeResult(PayloadWithEmptyNodes(sandbox::kMaxFrameValues)).status(),
-                 "kMaxFrameValues");
+  const absl::Status over = DecodeResult(PayloadWithEmptyNodes(sandbox::kMaxFrameValues)).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(over)) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), "max_frame_values")) << over;
+}
+
+TEST(FactsCodecTest, ALowerValueLimitAndTheAdmitHookSeeTheCountBeforeAnythingIsBuilt) {
+  std::string payload = PayloadWithEmptyNodes(1000);
+  DecodeLimits limits;
+  limits.max_values = 1001;  // 1000 nodes + the member + the pickle = 1002
+  absl::StatusOr<DecodedResult> over = DecodeResult(&payload, limits);
+  EXPECT_TRUE(absl::IsResourceExhausted(over.status())) << over.status();
+  EXPECT_TRUE(absl::StrContains(over.status().message(), "the limit is 1001")) << over.status();
+  EXPECT_FALSE(payload.empty());  // refused before parsing: nothing was freed
+
+  limits.max_values = 1002;
+  uint64_t seen_bytes = 0;
+  uint64_t seen_values = 0;
+  limits.admit = [&](uint64_t bytes, uint64_t values) {
+    seen_bytes = bytes;
+    seen_values = values;
+    return absl::ResourceExhaustedError("no room (facts_memory)");
+  };
+  const uint64_t size = payload.size();
+  EXPECT_TRUE(absl::IsResourceExhausted(DecodeResult(&payload, limits).status()));
+  EXPECT_EQ(seen_bytes, size);
+  EXPECT_EQ(seen_values, 1002u);
+
+  limits.admit = [](uint64_t, uint64_t) { return absl::OkStatus(); };
+  absl::StatusOr<DecodedResult> ok = DecodeResult(&payload, limits);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->facts.members.at(0).stream.pickles.at(0).graph.nodes.size(), 1000u);
+  EXPECT_TRUE(payload.empty());  // freed once parsed
+  EXPECT_EQ(payload.capacity() < size, true);
 }
 
 TEST(FactsCodecTest, CountFrameValuesCountsWhatTheDecoderCounts) {

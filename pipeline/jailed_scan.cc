@@ -99,8 +99,29 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   }
   if (options.on_worker_exit) options.on_worker_exit(run.result);
   if (!run.result.ok()) return run;
-  absl::StatusOr<DecodedResult> decoded = DecodeResult(run.result.payload);
-  run.result.payload.clear();
+  DecodeLimits decode_limits;
+  decode_limits.max_values = options.max_frame_values;
+  const char* refused_by = "max_frame_values";
+  if (options.facts_budget != nullptr) {
+    decode_limits.admit = [&](uint64_t payload_bytes, uint64_t values) -> absl::Status {
+      refused_by = "facts_memory";
+      absl::StatusOr<FactsBudget::Reservation> r =
+          options.facts_budget->Reserve(EstimateDecodeBytes(payload_bytes, values),
+                                        spawn_start + options.timeout, options.cancelled);
+      if (!r.ok()) return r.status();
+      run.decode_memory = *std::move(r);
+      return absl::OkStatus();
+    };
+  }
+  absl::StatusOr<DecodedResult> decoded = DecodeResult(&run.result.payload, decode_limits);
+  std::string().swap(run.result.payload);
+  if (absl::IsResourceExhausted(decoded.status()) || absl::IsCancelled(decoded.status())) {
+    const bool cancelled = absl::IsCancelled(decoded.status());
+    run.result.outcome = cancelled ? sandbox::Outcome::kCancelled : sandbox::Outcome::kLimit;
+    run.result.limit_name = cancelled ? "" : refused_by;
+    run.result.message = std::string(decoded.status().message());
+    return run;
+  }
   if (!decoded.ok()) {
     run.result.outcome = sandbox::Outcome::kBadFrame;
     run.result.message = absl::StrCat("bad result frame: ", decoded.status().message());
@@ -171,6 +192,10 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
       e.set_limit_name(run.result.limit_name);
       if (run.result.limit_name == "worker_memory") e.set_limit_value(options.worker_memory);
       if (run.result.limit_name == "max_frame_bytes") e.set_limit_value(options.max_frame_bytes);
+      if (run.result.limit_name == "max_frame_values") e.set_limit_value(options.max_frame_values);
+      if (run.result.limit_name == "facts_memory" && options.facts_budget != nullptr) {
+        e.set_limit_value(options.facts_budget->total());
+      }
       *report.add_errors() = std::move(e);
       break;
     }

@@ -7,7 +7,8 @@
 //   kOk         the facts, judged
 //   kViolation  DANGEROUS: a finding `sandbox.violation` (the worker was killed by SIGSYS)
 //   kTimeout    ERROR, error code "timeout"
-//   kLimit      ERROR, error code "limit" (limit_name worker_memory / max_frame_bytes / ...)
+//   kLimit      ERROR, error code "limit" (limit_name worker_memory / max_frame_bytes /
+//               max_frame_values / facts_memory / ...)
 //   otherwise   ERROR, error code "sandbox" (a crash, a failed start, a bad frame)
 // Nothing is SAFE unless the worker exited cleanly with a whole, consistent frame.
 //
@@ -30,6 +31,7 @@
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
 #include "core/pickle/vm.h"
+#include "pipeline/facts_budget.h"
 #include "pipeline/file_facts.h"
 #include "pipeline/output_file.h"
 #include "pipeline/shard_set.h"
@@ -50,6 +52,13 @@ struct JailOptions {
   // RLIMIT_CPU in seconds; 0 = the timeout rounded up, plus one (a backstop behind it).
   uint64_t cpu_seconds = 0;
   uint64_t max_frame_bytes = sandbox::kMaxFrameBytes;
+  // Most values (graph nodes, globals, ...) a result may hold (at most sandbox::kMaxFrameValues;
+  // each costs ~400 bytes here once decoded): past it ERROR, limit "max_frame_values".
+  uint64_t max_frame_values = sandbox::kMaxFrameValues;
+  // May be null. The daemon's memory for decoded results across jobs (pipeline/facts_budget.h):
+  // each job reserves its estimate before decoding, waiting for room up to `timeout`; one
+  // that cannot get it is ERROR, limit "facts_memory".
+  FactsBudget* facts_budget = nullptr;
   // Compute the file's SHA-256 for the report (--digest), on another thread while the worker
   // parses, reading with a bounded buffer. Off: the report's sha256 is empty.
   bool sha256 = true;
@@ -71,6 +80,8 @@ struct JailOptions {
 
 // What one jailed job produced.
 struct JailedRun {
+  // Held while `facts` are alive (declared first: released after they are freed).
+  FactsBudget::Reservation decode_memory;
   sandbox::Result result;         // the worker's fate (kBadFrame also for a frame that decodes
                                   // to inconsistent facts)
   FileFacts facts;                // result.ok() only

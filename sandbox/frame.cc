@@ -41,7 +41,7 @@ absl::Status FrameReader::Feed(std::string_view bytes) {
     if (length > max_payload_) {
       return absl::ResourceExhaustedError(absl::StrCat("result frame declares ", length,
                                                        " bytes; the limit is ", max_payload_,
-                                                       " (kMaxFrameBytes)"));
+                                                       " (max_frame_bytes)"));
     }
     have_length_ = true;
     length_ = length;

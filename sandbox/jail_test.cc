@@ -253,7 +253,6 @@ TEST_P(BadFrameTest, IsBadFrameAndTheFileIsError) {
 
 INSTANTIATE_TEST_SUITE_P(Jail, BadFrameTest,
                          testing::Values(BadFrameCase{"garbage", "not a worker.v1.Result"},
-                                         BadFrameCase{"huge_length", "kMaxFrameBytes"},
                                          BadFrameCase{"truncated", "truncated"},
                                          BadFrameCase{"trailing", "bytes after the declared"},
                                          BadFrameCase{"no_frame", "no result frame"},
@@ -263,6 +262,22 @@ INSTANTIATE_TEST_SUITE_P(Jail, BadFrameTest,
                          [](const testing::TestParamInfo<BadFrameCase>& info) {
                            return std::string(info.param.mode);
                          });
+
+// A declared length over the cap is refused at the header and the worker killed; the report
+// names the limit (a compromised worker's or an honest one's too-large facts alike: ERROR).
+TEST(JailTest, AFrameOverTheLimitIsErrorNamingMaxFrameBytes) {
+  SKIP_UNDER_SANITIZERS();
+  const JailOptions options = ProbeOptions("huge_length");
+  const JailedRun run = RunProbe(options);
+  EXPECT_EQ(run.result.outcome, Outcome::kLimit) << Describe(run.result);
+  EXPECT_TRUE(absl::StrContains(run.result.message, "(max_frame_bytes)")) << Describe(run.result);
+  const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
+  EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
+  ASSERT_EQ(report.errors_size(), 1);
+  EXPECT_EQ(report.errors(0).code(), "limit");
+  EXPECT_EQ(report.errors(0).limit_name(), "max_frame_bytes");
+  EXPECT_EQ(report.errors(0).limit_value(), options.max_frame_bytes);
+}
 
 // ------------------------------------------------------------ the real worker
 

@@ -75,6 +75,14 @@ int Reap(pid_t pid) {
   return status;
 }
 
+// A frame the reader refused: over the frame limit (the worker's facts are larger than this
+// side accepts: a limit, ERROR naming max_frame_bytes) or broken (kBadFrame).
+void FrameFailure(const absl::Status& error, Result* result) {
+  result->outcome = absl::IsResourceExhausted(error) ? Outcome::kLimit : Outcome::kBadFrame;
+  if (result->outcome == Outcome::kLimit) result->limit_name = "max_frame_bytes";
+  result->message = std::string(error.message());
+}
+
 }  // namespace
 
 Worker::Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
@@ -261,8 +269,7 @@ Result Worker::Wait() && {
       result.message =
           "the worker was killed by SIGSYS: it made a system call outside the sandbox policy";
     } else if (!frame_error.ok()) {  // killed by us for an oversized or trailing frame
-      result.outcome = Outcome::kBadFrame;
-      result.message = std::string(frame_error.message());
+      FrameFailure(frame_error, &result);
     } else if (sig == SIGXCPU) {
       result.outcome = Outcome::kTimeout;
       result.message = "the worker hit its CPU time limit (SIGXCPU)";
@@ -289,8 +296,7 @@ Result Worker::Wait() && {
     return result;
   }
   if (!frame_error.ok()) {
-    result.outcome = Outcome::kBadFrame;
-    result.message = std::string(frame_error.message());
+    FrameFailure(frame_error, &result);
     return result;
   }
   absl::StatusOr<std::string> payload = std::move(reader).Finish();

@@ -204,8 +204,10 @@ def main():
     wmem = size_bytes(config.get("worker-memory", defaults.get("worker-memory")))
     check(wmem == size_bytes(defaults["worker-memory"]), "worker-memory is the daemon's default (8G)")
     limit = size_bytes(res["limits"]["memory"])
-    check(limit >= running * wmem + 256 * 2**20,
-          f"memory limit {res['limits']['memory']} >= {running} workers x {wmem >> 30} GiB + daemon")
+    facts = size_bytes(config.get("facts-memory", defaults.get("facts-memory")))
+    check(limit >= running * wmem + facts + 256 * 2**20,
+          f"memory limit {res['limits']['memory']} >= {running} workers x {wmem >> 30} GiB + "
+          f"decode memory {facts >> 20} MiB + daemon")
     check(cpu_cores(res["requests"]["cpu"]) >= running and cpu_cores(res["limits"]["cpu"]) >= running,
           f"CPU request and limit cover max-running = {running} jobs (one core each)")
     check("max-queued" in config and int(config["max-queued"]) == 4 * running,

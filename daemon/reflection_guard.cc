@@ -1,0 +1,118 @@
+#include "daemon/reflection_guard.h"
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "daemon/log.h"
+
+namespace ckptscan::daemon {
+
+using grpc::experimental::InterceptionHookPoints;
+
+bool IsReflectionMethod(std::string_view method) {
+  return method.starts_with("/grpc.reflection.") && method.ends_with("/ServerReflectionInfo");
+}
+
+// One per reflection stream. It registers itself when the stream's initial metadata has been
+// received and forgets itself when the stream's status is sent (and, at the latest, when gRPC
+// destroys it): the guard's thread only ever cancels a stream whose handler is still running.
+class ReflectionGuard::Interceptor final : public grpc::experimental::Interceptor {
+ public:
+  Interceptor(ReflectionGuard* guard, grpc::ServerContextBase* ctx) : guard_(guard), ctx_(ctx) {}
+  ~Interceptor() override { guard_->Forget(this); }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
+        !guard_->Admit(this, ctx_)) {
+      LogLine("reflection_stream_cancelled", "warning")
+          .Str("reason", "max_reflection_streams")
+          .Int("max_streams", guard_->limits_.max_streams)
+          .Emit();
+      ctx_->TryCancel();
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      guard_->Forget(this);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  ReflectionGuard* const guard_;
+  grpc::ServerContextBase* const ctx_;
+};
+
+class ReflectionGuard::Factory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit Factory(ReflectionGuard* guard) : guard_(guard) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (info->method() == nullptr || !IsReflectionMethod(info->method())) return nullptr;
+    return new Interceptor(guard_, info->server_context());
+  }
+
+ private:
+  ReflectionGuard* const guard_;
+};
+
+ReflectionGuard::ReflectionGuard(ReflectionLimits limits)
+    : limits_(limits), reaper_([this] { Reap(); }) {}
+
+ReflectionGuard::~ReflectionGuard() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  reaper_.join();
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+ReflectionGuard::Factories() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
+  out.push_back(std::make_unique<Factory>(this));
+  return out;
+}
+
+size_t ReflectionGuard::open_streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_.size();
+}
+
+bool ReflectionGuard::Admit(const void* key, grpc::ServerContextBase* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_.size() >= limits_.max_streams) return false;
+  streams_.emplace(key, Stream{ctx, absl::Now()});
+  return true;
+}
+
+void ReflectionGuard::Forget(const void* key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.erase(key);
+}
+
+void ReflectionGuard::Reap() {
+  const auto period = std::chrono::milliseconds(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(limits_.max_stream_age) / 4, 10, 1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+    const absl::Time now = absl::Now();
+    for (auto& [key, stream] : streams_) {
+      if (stream.cancelled || now - stream.start < limits_.max_stream_age) continue;
+      // Under the lock: the stream's interceptor cannot forget it (its handler cannot finish)
+      // meanwhile. TryCancel runs the interceptors' cancel hook, which takes no lock.
+      stream.ctx->TryCancel();
+      stream.cancelled = true;
+      LogLine("reflection_stream_cancelled", "warning")
+          .Str("reason", "reflection_stream_seconds")
+          .Num("seconds", absl::ToDoubleSeconds(limits_.max_stream_age))
+          .Emit();
+    }
+  }
+}
+
+}  // namespace ckptscan::daemon

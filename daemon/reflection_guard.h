@@ -1,0 +1,81 @@
+// Bounds gRPC server reflection (ckptscand --reflection) so that it cannot take the threads the
+// jobs and Admin need.
+//
+// ServerReflectionInfo is a bidirectional stream, and the synchronous server holds one of its
+// threads (grpc::ResourceQuota::SetMaxThreads, daemon/main.cc) for each stream until it ends:
+// a client that opens streams and sends nothing held them all with 80 streams, and every call,
+// Admin included, was then refused with RESOURCE_EXHAUSTED. The guard is a server interceptor
+// that sees every reflection stream as it starts: past max_streams at once the new one is
+// cancelled at once; a stream older than max_stream_age is cancelled by the guard's own
+// thread (a reflection client asks a few questions in milliseconds). Both are logged
+// ("reflection_stream_cancelled"). Other methods are not intercepted.
+//
+// Thread-safe. Must outlive the server it is installed on.
+//
+//   ReflectionGuard guard({.max_streams = 4, .max_stream_age = absl::Seconds(10)});
+//   builder.experimental().SetInterceptorCreators(guard.Factories());
+#ifndef CKPTSCAN_DAEMON_REFLECTION_GUARD_H_
+#define CKPTSCAN_DAEMON_REFLECTION_GUARD_H_
+
+#include <grpcpp/support/server_interceptor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace ckptscan::daemon {
+
+struct ReflectionLimits {
+  uint32_t max_streams = 4;                           // --max-reflection-streams
+  absl::Duration max_stream_age = absl::Seconds(10);  // --reflection-stream-seconds
+};
+
+// Whether `method` (as gRPC names it, "/package.Service/Method") is server reflection's.
+bool IsReflectionMethod(std::string_view method);
+
+class ReflectionGuard final {
+ public:
+  explicit ReflectionGuard(ReflectionLimits limits);
+  ~ReflectionGuard();
+  ReflectionGuard(const ReflectionGuard&) = delete;
+  ReflectionGuard& operator=(const ReflectionGuard&) = delete;
+
+  // The interceptor factory to install on the server builder.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> Factories();
+
+  // Streams open now (for tests).
+  size_t open_streams() const;
+
+ private:
+  class Factory;
+  class Interceptor;
+
+  // Registers a stream; false when the cap is reached (the stream is to be cancelled).
+  bool Admit(const void* key, grpc::ServerContextBase* ctx);
+  void Forget(const void* key);
+  void Reap();
+
+  struct Stream {
+    grpc::ServerContextBase* ctx;
+    absl::Time start;
+    bool cancelled = false;
+  };
+
+  const ReflectionLimits limits_;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::map<const void*, Stream> streams_;
+  std::thread reaper_;
+};
+
+}  // namespace ckptscan::daemon
+
+#endif  // CKPTSCAN_DAEMON_REFLECTION_GUARD_H_

@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""ckptscand's own resources under three attacks (memory, descriptors, threads): each must leave
+the daemon answering, and its memory, descriptors and threads bounded.
+
+Usage: daemon_resources_test.py --ckptscand PATH [--proto-dir DIR] [--stubs-dir DIR]
+                                [--client-dir DIR] [--only memory|descriptors|reflection]
+
+A. Memory. pickle.dumps(list(range(3_000_000))) is a 15 MB honest pickle whose facts (3,000,003
+   graph values, a ~57 MB result frame) cost the daemon ~1.2 GB to decode and judge; two at once
+   took a daemon to 2.4 GB and it kept 2.2 GB afterwards. With --facts-memory 1400M the two
+   decode one after the other: both are SAFE, the daemon's peak RSS (VmHWM) stays under
+   BOUND = --facts-memory + 2 x 64 MiB (two frames being read, --max-frame-bytes) + 160 MiB
+   (the daemon's own baseline with its gRPC threads), and after them its RSS (VmRSS) is back
+   under baseline + 256 MiB (the heap is trimmed). A daemon whose --facts-memory is below one
+   job's estimate answers ERROR naming facts_memory, never SAFE.
+B. Descriptors. The daemon runs with RLIMIT_NOFILE 256 (soft = hard: systemd's 1024 scaled
+   down) and --max-unix-connections 40 --first-byte-timeout 2 --max-connection-idle 3; 300
+   connections that send nothing are opened (the 1,100 against 1,024 of the report, scaled).
+   A real caller must still get a scan answer and Admin Status (at the cap a new connection
+   displaces the oldest silent one); the daemon's descriptors stay under 40 + its baseline + 40;
+   the silent connections are closed by the daemon within the first-byte timeout (+ 3 s), a connection that sent one byte and stopped within the idle
+   timeout (+ 3 s), and the daemon's descriptors return to its baseline (+ 4).
+C. Threads. A daemon with --reflection; 80 reflection streams (ServerReflectionInfo, a
+   bidirectional stream) are opened and send nothing; the old thread pool (max_running +
+   max_queued + 64 = 74 here) is smaller than that. Admin Status and a scan must still succeed
+   within 15 s; once the idle streams are past --reflection-stream-seconds (4 s) a reflection
+   client is answered; after the streams are gone the daemon's threads return to its baseline
+   (+ 8).
+
+Against a ckptscand without the new flags (today's main) each scenario runs with the flags it
+knows, and the checks fail: that is the demonstration that the attacks work there.
+
+Every scenario prints the daemon's VmRSS, VmHWM, descriptors and threads before and after.
+Needs Debian's python3-grpcio and python3-protobuf; exits 77 with the reason without them.
+"""
+import argparse
+import os
+import pickle
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
+                            log_events, require_grpc, short_tmpdir)
+
+MIB = 1 << 20
+NONE_PICKLE = b"\x80\x02N."  # pickle.dumps(None, 2): SAFE
+
+
+class Daemon:
+    """A ckptscand on a unix socket in DIR (state in DIR/state), started and waited for (its
+    "listening" log line). `flags`: (name, value or None) pairs; those it does not know are left
+    out, with a note."""
+
+    def __init__(self, binary, directory, flags, nofile=None):
+        os.makedirs(directory)
+        self.socket = os.path.join(directory, "s.sock")
+        self.log_path = os.path.join(directory, "log")
+        known = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+        args = []
+        for name, value in flags:
+            if name + " " in known or name + "," in known:
+                args += [name] if value is None else [name, value]
+            else:
+                print("note: this ckptscand has no %s: started without it" % name)
+
+        def limits():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--socket", self.socket, "--state-dir", os.path.join(directory, "state"),
+                 *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                preexec_fn=limits)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(e.get("event") == "listening" for e in log_events(self.log_path)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError("ckptscand did not start: " +
+                             open(self.log_path, "rb").read().decode(errors="replace")[-2000:])
+
+    def stats(self):
+        """VmRSS and VmHWM (MiB), open descriptors, threads."""
+        s = {}
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                if key in ("VmRSS", "VmHWM"):
+                    s[key] = int(value.split()[0]) // 1024
+                elif key == "Threads":
+                    s[key] = int(value)
+        s["fds"] = len(os.listdir("/proc/%d/fd" % self.pid))
+        return s
+
+    def show(self, when):
+        s = self.stats()
+        print("daemon %s: VmRSS %d MiB, VmHWM %d MiB, %d descriptors, %d threads" % (
+            when, s["VmRSS"], s["VmHWM"], s["fds"], s["Threads"]), flush=True)
+        return s
+
+    def events(self, name):
+        return [e for e in log_events(self.log_path) if e.get("event") == name]
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def settle(predicate, seconds):
+    """Polls `predicate` until it is true or `seconds` pass; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(0.1)
+
+
+def verdict(client, report):
+    return client.verdict_name(report.verdict)
+
+
+def errors(report):
+    return ["%s: %s [%s]" % (e.code, e.message, e.limit_name) for f in report.files
+            for e in f.errors]
+
+
+# --- A: memory -----------------------------------------------------------------------------------
+
+def memory(args, client, tmp, daemons):
+    print("\n== A: the facts of a 3,000,000-int pickle, twice at once ==", flush=True)
+    data = pickle.dumps(list(range(3_000_000)))
+    budget = 1400
+    d = Daemon(args.ckptscand, os.path.join(tmp, "a"),
+               [("--max-running", "2"), ("--facts-memory", "%dM" % budget)])
+    daemons.append(d)
+    c = client.ScanClient("unix:" + d.socket, timeout=300)
+    c.scan_bytes("warm.pkl", NONE_PICKLE)
+    before = d.show("before")
+    results, failures = [], []
+
+    def scan():
+        try:
+            results.append(c.scan_bytes("ints.pkl", data))
+        except client.ScanClientError as e:
+            failures.append(e)
+    threads = [threading.Thread(target=scan) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    verdicts = [verdict(client, r) for r in results]
+    check(not failures and verdicts == ["SAFE", "SAFE"], "both uploads of the honest pickle are "
+          "SAFE", "verdicts %s, failures %s, errors %s" % (verdicts, failures,
+                                                           [errors(r) for r in results]))
+    bound = budget + 2 * 64 + 160
+    peak = d.stats()["VmHWM"]
+    check(peak <= bound, "the daemon's peak RSS stays under %d MiB (--facts-memory %dM + two "
+          "frames + baseline)" % (bound, budget), "VmHWM %d MiB" % peak)
+    rest = settle(lambda: d.stats()["VmRSS"] <= before["VmRSS"] + 256 and d.stats(), 5)
+    after = d.show("after")
+    check(bool(rest), "the daemon gives the memory back (VmRSS under its %d MiB before + 256 MiB)"
+          % before["VmRSS"], "VmRSS %d MiB" % after["VmRSS"])
+    c.close()
+    d.kill()
+
+    small = Daemon(args.ckptscand, os.path.join(tmp, "a2"), [("--facts-memory", "500M")])
+    daemons.append(small)
+    c = client.ScanClient("unix:" + small.socket, timeout=300)
+    r = c.scan_bytes("ints.pkl", data)
+    errs = errors(r)
+    check(verdict(client, r) == "ERROR" and any("facts_memory" in e for e in errs),
+          "with --facts-memory 500M the pickle is ERROR naming facts_memory",
+          "%s %s" % (verdict(client, r), errs))
+    small.show("after the refused job")
+    c.close()
+    small.kill()
+
+
+# --- B: descriptors ------------------------------------------------------------------------------
+
+def descriptors(args, client, tmp, daemons):
+    print("\n== B: 300 silent connections against RLIMIT_NOFILE 256 ==", flush=True)
+    cap, first_byte, idle = 40, 2, 3
+    d = Daemon(args.ckptscand, os.path.join(tmp, "b"),
+               [("--max-unix-connections", str(cap)), ("--first-byte-timeout", str(first_byte)),
+                ("--max-connection-idle", str(idle))], nofile=256)
+    daemons.append(d)
+    c = client.ScanClient("unix:" + d.socket, timeout=20)
+    c.scan_bytes("warm.pkl", NONE_PICKLE)
+    c.close()
+    time.sleep(idle + 1)  # the warm-up's connection goes idle and is closed
+    before = d.show("before")
+    silent = []
+    deadline = time.monotonic() + 15
+    while len(silent) < 300 and time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(d.socket)
+        except BlockingIOError:  # the backlog is full: the daemon is not accepting (yet)
+            s.close()
+            time.sleep(0.01)
+            continue
+        silent.append(s)
+    print("%d silent connections made" % len(silent))
+    one_byte = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    one_byte.connect(d.socket)
+    one_byte.sendall(b"P")  # the first byte of the HTTP/2 preface, then nothing
+    time.sleep(0.5)
+    during = d.show("with the silent connections")
+    check(during["fds"] <= before["fds"] + cap + 40, "the daemon's descriptors stay under its "
+          "baseline + the cap + 40", "%d descriptors, %d before" % (during["fds"], before["fds"]))
+    c = client.ScanClient("unix:" + d.socket, timeout=15)
+    try:
+        r = c.scan_bytes("none.pkl", NONE_PICKLE)
+        status = c.status()
+        check(verdict(client, r) == "SAFE" and status is not None,
+              "a real caller still gets a scan answer and Admin Status", verdict(client, r))
+    except client.ScanClientError as e:
+        check(False, "a real caller still gets a scan answer and Admin Status", str(e))
+    c.close()
+
+    def closed(s):
+        """Whether the daemon closed `s` (what it sent before, e.g. gRPC's SETTINGS and GOAWAY
+        frames, is read and dropped)."""
+        try:
+            s.settimeout(0.01)
+            while True:
+                if s.recv(65536) == b"":
+                    return True
+        except socket.timeout:
+            return False
+        except OSError:
+            return True
+    gone = settle(lambda: all(closed(s) for s in silent), first_byte + 3)
+    check(gone, "the daemon closes every silent connection within --first-byte-timeout + 3 s",
+          "%d of %d still open" % (sum(not closed(s) for s in silent), len(silent)))
+    check(settle(lambda: closed(one_byte), idle + 3),
+          "a connection that sent one byte is closed within --max-connection-idle + 3 s")
+    for s in silent + [one_byte]:
+        s.close()
+    back = settle(lambda: d.stats()["fds"] <= before["fds"] + 4, 5)
+    after = d.show("after")
+    check(bool(back), "the daemon's descriptors return to its baseline",
+          "%d, %d before" % (after["fds"], before["fds"]))
+    check(bool(d.events("unix_connections")), "the refusals and closes are logged "
+          "(unix_connections)")
+    d.kill()
+
+
+# --- C: reflection threads -----------------------------------------------------------------------
+
+def reflection(args, client, tmp, daemons):
+    import grpc
+    print("\n== C: 80 idle reflection streams ==", flush=True)
+    age = 4
+    d = Daemon(args.ckptscand, os.path.join(tmp, "c"),
+               [("--reflection", None), ("--max-running", "2"), ("--max-queued", "8"),
+                ("--reflection-stream-seconds", str(age))])
+    daemons.append(d)
+    c = client.ScanClient("unix:" + d.socket, timeout=15)
+    c.scan_bytes("warm.pkl", NONE_PICKLE)
+    before = d.show("before")
+    stop = threading.Event()
+
+    def silence():
+        stop.wait()
+        return
+        yield  # a generator that sends nothing until stopped
+
+    channels = [grpc.insecure_channel("unix:" + d.socket) for _ in range(8)]
+    calls = []
+    for i in range(80):
+        method = channels[i % len(channels)].stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda m: m, response_deserializer=lambda m: m)
+        calls.append(method(silence(), timeout=60))
+    opened = time.monotonic()
+    time.sleep(2)
+    during = d.show("with 80 reflection streams")
+    ok = True
+    t0 = time.monotonic()
+    try:
+        status = c.status()
+        r = c.scan_bytes("none.pkl", NONE_PICKLE)
+        ok = status is not None and verdict(client, r) == "SAFE"
+        detail = verdict(client, r)
+    except client.ScanClientError as e:
+        ok, detail = False, str(e)
+    check(ok, "Admin Status and a scan succeed beside 80 idle reflection streams",
+          "%s after %.1f s" % (detail, time.monotonic() - t0))
+    # Reflection itself still answers once the idle streams are past their age (the cap lets 4
+    # of them in, cancelled after --reflection-stream-seconds): list_services
+    # (ServerReflectionRequest field 7, "").
+    time.sleep(max(0.0, age + 1.5 - (time.monotonic() - opened)))
+    try:
+        list_services = channels[0].stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda m: m, response_deserializer=lambda m: m)
+        answers = list(list_services(iter([b"\x3a\x00"]), timeout=15))
+        listed = b"ckptscan.v1.Scanner" in b"".join(answers)
+        detail = repr(answers)[:200]
+    except grpc.RpcError as e:
+        listed, detail = False, "%s: %s" % (e.code(), e.details())
+    check(listed, "after --reflection-stream-seconds a reflection client is answered "
+          "(list_services names ckptscan.v1.Scanner)", detail)
+    stop.set()
+    for call in calls:
+        call.cancel()
+    for ch in channels:
+        ch.close()
+    back = settle(lambda: d.stats()["Threads"] <= before["Threads"] + 8, 10)
+    after = d.show("after")
+    check(bool(back), "the daemon's threads return to its baseline",
+          "%d threads, %d before, %d during" % (after["Threads"], before["Threads"],
+                                                during["Threads"]))
+    c.close()
+    d.kill()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ckptscand", required=True)
+    add_client_args(parser)
+    parser.add_argument("--only", choices=("memory", "descriptors", "reflection"))
+    args = parser.parse_args()
+    require_grpc("daemon_resources_test")
+    tmp = short_tmpdir("ckptscan-dres-")
+    client = client_package(args, tmp)
+    daemons = []
+    try:
+        if args.only in (None, "memory"):
+            memory(args, client, tmp, daemons)
+        if args.only in (None, "descriptors"):
+            descriptors(args, client, tmp, daemons)
+        if args.only in (None, "reflection"):
+            reflection(args, client, tmp, daemons)
+    finally:
+        for d in daemons:
+            d.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
