@@ -19,10 +19,13 @@ convert: a torch zip whose data.pkl, stored last, gains that call), runs `ckptsc
   lease  the attacker opens the file for writing only after the scan started, then rewrites it
          through a new mapping: the scanner holds a read lease, so the open waits or breaks it.
 Every result must be either not SAFE, or SAFE with the digest of the benign bytes (the bytes
-parsed). SAFE with the malicious digest is the failure.
+parsed); a conversion's signed provenance (`ckptscan.source_sha256`) likewise. SAFE with the
+malicious digest is the failure. With --ckptscand the same rounds run against a daemon by path
+(ScanPath, ConvertPath; the file beneath its --root) at --daemon-delays-ms.
 
-    shared_mapping_rewrite_test.py --ckptscan build/clients/ckptscan [--mib 32]
-        [--delays-ms 0,1,5,20,50,100] [--skip-exit 77]
+    shared_mapping_rewrite_test.py --ckptscan build/clients/ckptscan
+        [--ckptscand build/clients/ckptscand] [--mib 32] [--delays-ms 0,1,5,20,50,100]
+        [--daemon-delays-ms 20,50,100] [--skip-exit 77]
 """
 import argparse
 import hashlib
@@ -96,17 +99,20 @@ class Round:
     """One scan or conversion of `benign` (written to DIR/in) rewritten to `malicious` at
     `delay` seconds, as `how` says. Returns (verdict, sha256, converted, times_moved)."""
 
-    def __init__(self, cli, directory, mode, how, benign, malicious, delay):
-        self.cli, self.mode, self.how, self.delay = cli, mode, how, delay
+    def __init__(self, cli, directory, mode, how, benign, malicious, delay, server=None):
+        self.cli, self.mode, self.how, self.delay, self.server = cli, mode, how, delay, server
         self.benign, self.malicious = benign, malicious
         self.path = os.path.join(directory, "in.pt" if mode == "convert" else "in.pkl")
         self.out = os.path.join(directory, "out.safetensors")
         self.tail = differing_tail(benign, malicious)
 
     def command(self):
+        # With a daemon: by path (ScanPath, ConvertPath), the file beneath its root.
+        via = ["--server", "unix:" + self.server, "--by-path"] if self.server else []
         if self.mode == "scan":
-            return [self.cli, "scan", "--format", "json", self.path]
-        return [self.cli, "convert", "--format", "json", "--force", "-o", self.out, self.path]
+            return [self.cli, "scan", "--format", "json", *via, self.path]
+        return [self.cli, "convert", "--format", "json", "--force", *via, "-o", self.out,
+                self.path]
 
     def run(self):
         for p in (self.path, self.out):
@@ -185,6 +191,8 @@ def main():
     ap.add_argument("--delays-ms", default="0,1,5,20,50,100")
     ap.add_argument("--modes", default="scan,convert")
     ap.add_argument("--ways", default="copy,lease")
+    ap.add_argument("--ckptscand", help="also attack this daemon's ScanPath and ConvertPath")
+    ap.add_argument("--daemon-delays-ms", default="20,50,100")
     ap.add_argument("--skip-exit", type=int, default=77)
     args = ap.parse_args()
     if not hasattr(mmap, "MAP_SHARED"):
@@ -195,37 +203,63 @@ def main():
     pairs = {"scan": scan_pair(args.mib << 20), "convert": torch_pair((args.mib << 20) // 4)}
     directory = tempfile.mkdtemp(prefix="shared_mapping_rewrite_")
     failures = []
+    daemon = None
+    targets = [("cli", directory, None, delays)]
     try:
-        for mode in args.modes.split(","):
+        if args.ckptscand:
+            # The root apart from the daemon's socket and state (ckptscand insists).
+            root = os.path.join(directory, "root")
+            own = os.path.join(directory, "daemon")
+            os.mkdir(root)
+            os.mkdir(own)
+            sock = os.path.join(own, "d.sock")
+            log = open(os.path.join(directory, "daemon.log"), "wb")
+            daemon = subprocess.Popen([args.ckptscand, "--socket", sock, "--state-dir",
+                                       os.path.join(own, "state"), "--root", root],
+                                      stdout=log, stderr=log)
+            for _ in range(200):
+                if os.path.exists(sock) or daemon.poll() is not None:
+                    break
+                time.sleep(0.05)
+            if not os.path.exists(sock):
+                with open(os.path.join(directory, "daemon.log"), "rb") as f:
+                    raise AssertionError("ckptscand did not start: %r" % f.read()[-600:])
+            targets.append(("daemon", root, sock,
+                            [int(d) / 1000.0 for d in args.daemon_delays_ms.split(",")]))
+        for (target, where, server, target_delays), mode, how in (
+                (t, m, h) for t in targets for m in args.modes.split(",")
+                for h in args.ways.split(",")):
             benign, malicious = pairs[mode]
             good = hashlib.sha256(benign).hexdigest()
             bad = hashlib.sha256(malicious).hexdigest()
-            for how in args.ways.split(","):
-                for delay in delays:
-                    r = Round(args.ckptscan, directory, mode, how, benign, malicious, delay)
-                    for _ in range(3):
-                        verdict, sha, converted, moved, errors = r.run()
-                        if not moved:
-                            break
-                    name = "%s/%s at %d ms" % (mode, how, delay * 1000)
-                    digest = {good: "benign", bad: "MALICIOUS"}.get(sha, sha or "none")
-                    line = "%-26s %-10s digest %-9s%s%s" % (
-                        name, verdict, digest, " converted" if converted else "",
-                        (" errors: " + "; ".join(errors)[:150]) if errors else "")
-                    print(line)
-                    if moved:
-                        failures.append("%s: the rewrite moved mtime/ctime three times: the "
-                                        "attack was not reproduced" % name)
-                    if verdict == "SAFE" and sha == bad:
-                        failures.append("%s: SAFE with the digest of the malicious bytes" % name)
-                    elif verdict == "SAFE" and sha != good:
-                        failures.append("%s: SAFE with a digest (%s) that is not of the bytes "
-                                        "parsed" % (name, sha))
-                    if converted and (verdict != "SAFE" or sha != good):
-                        failures.append("%s: converted with verdict %s and a %s digest"
-                                        % (name, verdict, digest))
-                    sys.stdout.flush()
+            for delay in target_delays:
+                r = Round(args.ckptscan, where, mode, how, benign, malicious, delay, server)
+                for _ in range(3):
+                    verdict, sha, converted, moved, errors = r.run()
+                    if not moved:
+                        break
+                name = "%s %s/%s at %d ms" % (target, mode, how, delay * 1000)
+                digest = {good: "benign", bad: "MALICIOUS"}.get(sha, sha or "none")
+                line = "%-33s %-10s digest %-9s%s%s" % (
+                    name, verdict, digest, " converted" if converted else "",
+                    (" errors: " + "; ".join(errors)[:150]) if errors else "")
+                print(line)
+                if moved:
+                    failures.append("%s: the rewrite moved mtime/ctime three times: the "
+                                    "attack was not reproduced" % name)
+                if verdict == "SAFE" and sha == bad:
+                    failures.append("%s: SAFE with the digest of the malicious bytes" % name)
+                elif verdict == "SAFE" and sha != good:
+                    failures.append("%s: SAFE with a digest (%s) that is not of the bytes "
+                                    "parsed" % (name, sha))
+                if converted and (verdict != "SAFE" or sha != good):
+                    failures.append("%s: converted with verdict %s and a %s digest"
+                                    % (name, verdict, digest))
+                sys.stdout.flush()
     finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=60)
         shutil.rmtree(directory, ignore_errors=True)
     for f in failures:
         print("FAIL " + f)
