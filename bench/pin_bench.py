@@ -9,7 +9,7 @@ holds the file open for writing during the runs, so no lease can be had).
 
 Without --file it writes a benign pickle of --make-gib GiB (one BINBYTES of zeros, written
 out: not sparse) and removes it afterwards. Each configuration gets one warm-up run (the page
-cache), then --runs timed runs; the ratio is candidate / baseline.
+cache), then --runs timed runs of each binary, alternating; the ratio is candidate / baseline.
 """
 import argparse
 import os
@@ -34,15 +34,23 @@ def make_file(path, gib):
         f.write(b"0N.")
 
 
-def timed(cmd, runs):
-    def once():
-        t0 = time.perf_counter()
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-        if r.returncode != 0:
-            sys.exit("%s exited %d: %s" % (" ".join(cmd), r.returncode, r.stderr[:300]))
-        return time.perf_counter() - t0
-    once()  # warm-up
-    return statistics.median(once() for _ in range(runs))
+def once(cmd):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    if r.returncode != 0:
+        sys.exit("%s exited %d: %s" % (" ".join(cmd), r.returncode, r.stderr[:300]))
+    return time.perf_counter() - t0
+
+
+def timed_pair(a, b, runs):
+    """Medians of `a` and `b`, run alternately (a machine whose load drifts affects both)."""
+    once(a)  # warm-up: the page cache
+    once(b)
+    ta, tb = [], []
+    for _ in range(runs):
+        ta.append(once(a))
+        tb.append(once(b))
+    return statistics.median(ta), statistics.median(tb)
 
 
 def main():
@@ -65,8 +73,8 @@ def main():
         for pin in ("lease", "copy"):
             writer = os.open(path, os.O_RDWR) if pin == "copy" else None
             try:
-                for name, binary in (("baseline", args.baseline), ("candidate", args.candidate)):
-                    results[pin, name] = timed([binary, "scan", path], args.runs)
+                results[pin, "baseline"], results[pin, "candidate"] = timed_pair(
+                    [args.baseline, "scan", path], [args.candidate, "scan", path], args.runs)
             finally:
                 if writer is not None:
                     os.close(writer)
