@@ -124,6 +124,7 @@ struct SandboxFlags {
   bool no_sandbox = false;
   double timeout_seconds = 60;
   std::string worker_memory = "8G";
+  std::string max_sealed_copy = "4G";
   std::string worker;
 };
 
@@ -139,6 +140,12 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
   cmd->add_option("--worker-memory", f->worker_memory,
                   "Address-space limit of the jailed worker (suffix K, M, G, "
                   "T); the input's mapping is added on top")
+      ->type_name("BYTES")
+      ->capture_default_str();
+  cmd->add_option("--max-sealed-copy-bytes", f->max_sealed_copy,
+                  "Largest file copied into sealed memory when it cannot be "
+                  "pinned with a read lease (suffix K, M, G, T); a larger one "
+                  "is ERROR (docs/security.md)")
       ->type_name("BYTES")
       ->capture_default_str();
   cmd->add_option("--worker", f->worker,
@@ -158,6 +165,13 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
     PrintError(absl::StrCat("--worker-memory ", f.worker_memory, ": ",
                             memory.ok() ? "must be positive"
                                         : memory.status().message()));
+    *exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  absl::StatusOr<uint64_t> max_copy = ParseSizeValue(f.max_sealed_copy);
+  if (!max_copy.ok()) {
+    PrintError(absl::StrCat("--max-sealed-copy-bytes ", f.max_sealed_copy, ": ",
+                            max_copy.status().message()));
     *exit_code = kExitUsage;
     return std::nullopt;
   }
@@ -187,6 +201,7 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
   jail.worker_path = *std::move(worker);
   jail.timeout = absl::Seconds(f.timeout_seconds);
   jail.worker_memory = *memory;
+  jail.max_sealed_copy_bytes = *max_copy;
   return jail;
 }
 

@@ -92,6 +92,7 @@ struct Flags {
   uint32_t max_queued = 0;
   double job_timeout = 60;
   std::string worker_memory = "8G";
+  std::string max_sealed_copy = "4G";
   std::string max_upload = "64G";
   double drain_seconds = 30;
   bool reflection = false;
@@ -398,6 +399,10 @@ int Run(int argc, char** argv) {
   app.add_option("--worker-memory", f.worker_memory,
                  "Address-space limit of a worker (suffix K, M, G, T)")
       ->capture_default_str();
+  app.add_option("--max-sealed-copy-bytes", f.max_sealed_copy,
+                 "Largest file by path copied into sealed memory when it cannot be pinned "
+                 "with a read lease (suffix K, M, G, T); a larger one is ERROR")
+      ->capture_default_str();
   app.add_option("--max-upload-bytes", f.max_upload,
                  "Largest upload (suffix K, M, G, T); past it RESOURCE_EXHAUSTED")
       ->capture_default_str();
@@ -485,6 +490,8 @@ int Run(int argc, char** argv) {
   absl::StatusOr<uint64_t> upload = base::ParseSize(f.max_upload);
   if (!memory.ok() || *memory == 0) return Fail("--worker-memory: not a positive size");
   if (!upload.ok() || *upload == 0) return Fail("--max-upload-bytes: not a positive size");
+  absl::StatusOr<uint64_t> max_copy = base::ParseSize(f.max_sealed_copy);
+  if (!max_copy.ok()) return Fail("--max-sealed-copy-bytes: not a size");
   options.max_upload_bytes = *upload;
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   const uint32_t max_running = f.max_running != 0 ? f.max_running : cores;
@@ -532,6 +539,7 @@ int Run(int argc, char** argv) {
   options.jail.max_frame_bytes = *frame_bytes;
   options.jail.max_frame_values = f.max_frame_values;
   pipeline::FactsBudget facts_budget(*facts_memory);
+  options.jail.max_sealed_copy_bytes = *max_copy;
   absl::StatusOr<std::string> layers = CheckJail(options.jail);
   options.jail.facts_budget = &facts_budget;
   if (!layers.ok()) return Fail(absl::StrCat("refusing to start: ", layers.status().message()));

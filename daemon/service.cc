@@ -99,6 +99,10 @@ class JobLog {
     if (!trace.empty()) line_.Str("trace_id", trace);
   }
   void Name(std::string_view name) { name_ = std::string(name); }
+  // How the input was pinned for the job (pipeline/pinned_input.h); the first one of a set.
+  void Pin(std::string_view how) {
+    if (pin_.empty()) pin_ = std::string(how);
+  }
   void File(const v1::FileReport& f) {
     verdict_ = std::string(clients::VerdictName(f.verdict()));
     sha256_ = f.sha256();
@@ -108,6 +112,7 @@ class JobLog {
     metrics_->Request(rpc_, static_cast<int>(status.error_code()), absl::Now() - start_);
     line_.Str("name", name_);
     if (!verdict_.empty()) line_.Str("verdict", verdict_).Str("sha256", sha256_).Int("size", size_);
+    if (!pin_.empty()) line_.Str("pin", pin_);
     line_.Int("code", static_cast<uint64_t>(status.error_code()));
     if (!status.ok()) line_.Str("error", status.error_message());
     line_.Num("ms", MillisSince(start_)).Emit();
@@ -120,6 +125,7 @@ class JobLog {
   Metrics* metrics_;
   absl::Time start_;
   std::string name_;
+  std::string pin_;
   std::string verdict_;
   std::string sha256_;
   uint64_t size_ = 0;
@@ -562,8 +568,8 @@ grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd
                                      const std::string& name, const v1::ScanOptions& options,
                                      JobLog* log, v1::Report* response) {
   const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
-  const pipeline::JailOptions jail =
-      JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
+  pipeline::JailOptions jail = JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
+  jail.on_pin = [log](std::string_view how) { log->Pin(how); };
   absl::StatusOr<v1::FileReport> file =
       pipeline::ScanFdJailed(std::move(fd), name, *rules, d_->options().limits, jail);
   if (ctx->IsCancelled()) {
@@ -680,7 +686,8 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
   convert.sign.key = &d_->key();
   convert.sign.on_signed = [this](absl::Duration d) { d_->metrics().Phase("sign", d); };
   convert.open_input = [roots](const std::string& path) { return roots->OpenForRead(path); };
-  const pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
   absl::StatusOr<pipeline::ConvertResult> result =
       pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
   if (ctx->IsCancelled()) {
@@ -738,7 +745,8 @@ grpc::Status ScannerService::DoConvertUpload(
     }
     return ReopenReadOnly(spooled);
   };
-  const pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
+  jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
   absl::StatusOr<pipeline::ConvertResult> result =
       pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
   if (ctx->IsCancelled()) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "pipeline/facts_codec.h"
 #include "pipeline/judge_facts.h"
 #include "pipeline/mapped_file.h"
+#include "pipeline/pinned_input.h"
 #include "pipeline/sha256.h"
 #include "pipeline/sign_output.h"
 #include "sandbox/job.h"
@@ -214,13 +216,17 @@ namespace {
 // A second descriptor of the input, kept by the trusted side while the worker reads its own.
 base::UniqueFd Watch(int fd) { return base::UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
 
-// Whether the input is still what it was when the job started. Any write updates mtime and
-// ctime (ctime cannot be set back by a user), a truncation the size, a rename-over the inode:
-// if one differs, the bytes the worker parsed and the bytes hashed may be two different
-// contents, and neither the verdict nor the digest can be trusted. The report keeps its
-// findings and gets an error, so it blocks (ERROR, or DANGEROUS if that is worse); a
-// conversion is then not published (the verdict is not SAFE). A shrink the hash sees first
-// is reported by the hash ("the file shrank").
+// A further check behind the pin (pipeline/pinned_input.h), which is what binds the digest to
+// the parsed bytes: writes through a shared writable mapping to pages already dirty move
+// neither mtime nor ctime, so this comparison alone proves nothing about them. It still
+// catches what the pin lets through or what happens without one (a scan without a digest): any
+// write(2), a fault on a clean page of a shared mapping (mtime and ctime; ctime cannot be set
+// back by a user), a truncation (the size), a rename-over (the inode). If one differs, the
+// bytes the worker parsed and the bytes hashed may be two different contents, and neither the
+// verdict nor the digest can be trusted. The report keeps its findings and gets an error, so it
+// blocks (ERROR, or DANGEROUS if that is worse); a conversion is then not published (the
+// verdict is not SAFE). A shrink the hash sees first is reported by the hash ("the file
+// shrank").
 void CheckInputUnchanged(int watch, const struct stat& before, v1::FileReport* report) {
   struct stat after;
   std::string what;
@@ -238,10 +244,74 @@ void CheckInputUnchanged(int watch, const struct stat& before, v1::FileReport* r
   } else {
     return;
   }
-  *report->add_errors() = Error(
-      "io", absl::StrCat("the file changed while it was being scanned: ", what,
-                         "; the verdict and the digest may be of different contents"));
+  *report->add_errors() =
+      Error("io", absl::StrCat("the file changed while it was being scanned: ", what,
+                               "; the verdict and the digest may be of different contents"));
   report->set_verdict(rules::WorseVerdict(report->verdict(), v1::VERDICT_ERROR));
+}
+
+// The input pinned for a job, or a report for a file over max_sealed_copy_bytes that could not
+// be leased (ERROR, code "limit"); any other failure is the status.
+struct PinOrReport {
+  std::optional<PinnedInput> pin;
+  std::optional<v1::FileReport> report;
+};
+
+absl::StatusOr<PinOrReport> PinForJob(base::UniqueFd fd, uint64_t size,
+                                      const JailOptions& options) {
+  absl::StatusOr<PinnedInput> pin =
+      PinnedInput::Pin(std::move(fd), size, options.max_sealed_copy_bytes);
+  PinOrReport out;
+  if (pin.ok()) {
+    if (options.on_pin) options.on_pin(pin->Describe());
+    out.pin.emplace(*std::move(pin));
+    return out;
+  }
+  if (!absl::IsResourceExhausted(pin.status())) return pin.status();
+  if (options.on_pin) options.on_pin("none (over max_sealed_copy_bytes)");
+  v1::FileReport& report = out.report.emplace();
+  report.mutable_tensors()->set_count(0);
+  report.mutable_tensors()->set_bytes(0);
+  v1::ScanError e = Error("limit", std::string(pin.status().message()));
+  e.set_limit_name(kMaxSealedCopyBytesName);
+  e.set_limit_value(options.max_sealed_copy_bytes);
+  *report.add_errors() = std::move(e);
+  report.set_verdict(v1::VERDICT_ERROR);
+  return out;
+}
+
+// The job's options: a broken lease also stops the worker (the result is ERROR then anyway),
+// so that the writer waiting in open(2) is let through soon.
+JailOptions JobOptions(const JailOptions& options, const PinnedInput& pin) {
+  if (pin.kind() != PinnedInput::Kind::kLease) return options;
+  JailOptions job = options;
+  job.cancelled = [user = options.cancelled, p = &pin] { return (user && user()) || p->Broken(); };
+  return job;
+}
+
+// The hash's stop: a broken lease ends it early (the job is ERROR then, and the writer waits).
+std::function<bool()> HashStop(const PinnedInput& pin) {
+  if (pin.kind() != PinnedInput::Kind::kLease) return nullptr;
+  return [p = &pin] { return p->Broken(); };
+}
+
+// Once the worker has finished and the digest is computed: whether the pin held. If not, the
+// report gets an io error and blocks (findings kept); its digest is then of no use (it may be
+// of other bytes, or stopped early) and the caller leaves it out. A worker stopped because the
+// lease broke was not cancelled by the caller: that error goes. Then the lease is given back.
+bool CheckPinned(PinnedInput& pin, const JailedRun& run, v1::FileReport* report) {
+  const absl::Status held = pin.Check();
+  pin.Release();
+  if (held.ok()) return true;
+  if (run.result.outcome == sandbox::Outcome::kCancelled) {
+    auto* errors = report->mutable_errors();
+    errors->erase(std::remove_if(errors->begin(), errors->end(),
+                                 [](const v1::ScanError& e) { return e.code() == "cancelled"; }),
+                  errors->end());
+  }
+  *report->add_errors() = Error("io", std::string(held.message()));
+  report->set_verdict(rules::WorseVerdict(report->verdict(), v1::VERDICT_ERROR));
+  return false;
 }
 
 }  // namespace
@@ -260,18 +330,34 @@ absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("stat ", path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  // Hashing reads the bytes but parses nothing. It runs on a second descriptor (pread leaves
-  // the worker's descriptor alone) on another core while the worker parses.
+  const base::UniqueFd watch = Watch(fd.get());
+  // With a digest, the input is pinned first (a lease, else a sealed copy), and the worker and
+  // the hasher both read the pinned bytes. Hashing reads the bytes but parses nothing. It runs
+  // on a second descriptor (pread leaves the worker's descriptor alone) on another core while
+  // the worker parses. Without a digest there is nothing to bind the verdict to: no pin.
+  std::optional<PinnedInput> pin;
   std::unique_ptr<BackgroundSha256> hash;
   if (options.sha256) {
-    CKPT_ASSIGN_OR_RETURN(hash, BackgroundSha256::Start(fd.get(), size));
+    CKPT_ASSIGN_OR_RETURN(PinOrReport pinned, PinForJob(std::move(fd), size, options));
+    if (pinned.report.has_value()) {
+      pinned.report->set_path(path);
+      pinned.report->set_size(size);
+      return *std::move(pinned.report);
+    }
+    pin = std::move(pinned.pin);
+    CKPT_ASSIGN_OR_RETURN(hash, BackgroundSha256::Start(pin->fd(), size, HashStop(*pin)));
+    CKPT_ASSIGN_OR_RETURN(fd, pin->DupForWorker());
   }
-  const base::UniqueFd watch = Watch(fd.get());
-  const JailedRun run =
-      RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
+  const JailedRun run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits,
+                                     pin ? JobOptions(options, *pin) : options);
+  if (options.after_worker_for_test) options.after_worker_for_test();
   absl::StatusOr<std::string> sha256 = hash ? hash->Wait() : std::string();
-  if (!sha256.ok()) return sha256.status();
   v1::FileReport report = ReportForRun(run, options, rules);
+  if (pin && !CheckPinned(*pin, run, &report)) {
+    sha256 = std::string();
+  } else if (!sha256.ok()) {
+    return sha256.status();
+  }
   CheckInputUnchanged(watch.get(), st, &report);
   report.set_path(path);
   report.set_sha256(*std::move(sha256));
@@ -317,9 +403,8 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
                                                 const pickle::Limits& limits,
                                                 const JailOptions& options,
                                                 const PlanCheck& check) {
-  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, request.open_input
-                                                ? request.open_input(request.input)
-                                                : OpenRegularFile(request.input));
+  CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, request.open_input ? request.open_input(request.input)
+                                                              : OpenRegularFile(request.input));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("stat ", request.input));
@@ -328,15 +413,29 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     return absl::FailedPreconditionError(absl::StrCat(request.input, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const base::UniqueFd watch = Watch(fd.get());
+  ConvertResult result;
+  // The input is pinned (a lease, else a sealed copy) and the worker and the hasher both read
+  // the pinned bytes: the digest in the output's provenance is of the bytes converted.
+  CKPT_ASSIGN_OR_RETURN(PinOrReport pinned, PinForJob(std::move(fd), size, options));
+  if (pinned.report.has_value()) {
+    result.report = *std::move(pinned.report);
+    result.report.set_path(request.input);
+    result.report.set_size(size);
+    result.status = absl::FailedPreconditionError(
+        absl::StrCat("not converted: ", result.report.errors(0).message()));
+    return result;
+  }
+  PinnedInput& pin = *pinned.pin;
   // The digest goes into the output's provenance, but the worker need not wait for it: it
   // plans with a placeholder of the same length (so the same header size), and the header
   // with the real digest is written here afterwards. Hashing runs on another core meanwhile.
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundSha256> hash,
-                        BackgroundSha256::Start(fd.get(), size));
+                        BackgroundSha256::Start(pin.fd(), size, HashStop(pin)));
+  CKPT_ASSIGN_OR_RETURN(fd, pin.DupForWorker());
   const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
+  const JailOptions job_options = JobOptions(options, pin);
 
-  ConvertResult result;
-  const base::UniqueFd watch = Watch(fd.get());
   absl::StatusOr<OutputDir> out_dir = OpenOutputDir(request);
   absl::StatusOr<OutputFile> out =
       out_dir.ok() ? OutputFile::CreateAt(out_dir->fd, out_dir->name, request.output)
@@ -346,12 +445,13 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   JailedRun run;
   if (!worker_out.ok()) {
     // No output to hand: scan only, so that the report is still the scan's.
-    run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, options);
+    run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, job_options);
   } else {
     WritebackKicker writeback(out->fd());
     run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), worker_spec, limits,
-                              options);
+                              job_options);
   }
+  if (options.after_worker_for_test) options.after_worker_for_test();
   // Signing with shards: every shard past the first is final once the worker has exited (it
   // can only append), so they are hashed on this core while the input's digest is finished
   // on the other; the header's shard waits for the header (pipeline/sign_output.h).
@@ -369,10 +469,14 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   absl::StatusOr<std::string> sha256 = hash->Wait();
   if (early.has_value()) early->Work();  // this thread helps once the input is hashed
   if (early_hasher.joinable()) early_hasher.join();
-  if (!sha256.ok()) return sha256.status();
+  result.report = ReportForRun(run, options, rules);
+  if (!CheckPinned(pin, run, &result.report)) {
+    sha256 = std::string();  // ERROR: nothing is converted
+  } else if (!sha256.ok()) {
+    return sha256.status();
+  }
   absl::StatusOr<ShardDigests> early_digests = absl::NotFoundError("none");
   if (early.has_value()) early_digests = early->Result();
-  result.report = ReportForRun(run, options, rules);
   CheckInputUnchanged(watch.get(), st, &result.report);
   result.report.set_path(request.input);
   result.report.set_sha256(*sha256);
@@ -380,11 +484,12 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
   const bool index = run.result.ok() && run.facts.shard_index.present;
   if (index && request.allow_index && result.report.verdict() == v1::VERDICT_SAFE) {
     // A sharded checkpoint: the output named the set's directory, not a file.
-    ConvertShardSet(request, result.report, run.facts.shard_index,
-                    [&](const ConvertRequest& r, const PlanCheck& c) {
-                      return ConvertFileJailed(r, rules, limits, options, c);
-                    },
-                    &result);
+    ConvertShardSet(
+        request, result.report, run.facts.shard_index,
+        [&](const ConvertRequest& r, const PlanCheck& c) {
+          return ConvertFileJailed(r, rules, limits, options, c);
+        },
+        &result);
     return result;
   }
   const absl::Time convert_start = absl::Now();
@@ -400,8 +505,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
     }
     // Plan again here, from the judged facts: the worker's output must carry exactly the
     // placeholder plan's header; then the real header (same length) replaces it.
-    CKPT_ASSIGN_OR_RETURN(convert::Plan worker_plan,
-                          convert::PlanFromSpec(run.facts, worker_spec));
+    CKPT_ASSIGN_OR_RETURN(convert::Plan worker_plan, convert::PlanFromSpec(run.facts, worker_spec));
     CKPT_RETURN_IF_ERROR(out->Validate(worker_plan.header.bytes).status());
     CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
                           convert::PlanFromSpec(run.facts, SpecFor(request, *sha256)));
@@ -416,7 +520,8 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
         ValidateAndPublish(*out, plan, request, early_ok ? &*early_digests : nullptr));
     return absl::OkStatus();
   }();
-  if (options.on_phase && result.status.ok()) options.on_phase("convert", absl::Now() - convert_start);
+  if (options.on_phase && result.status.ok())
+    options.on_phase("convert", absl::Now() - convert_start);
   return result;
 }
 

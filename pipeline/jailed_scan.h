@@ -34,6 +34,7 @@
 #include "pipeline/facts_budget.h"
 #include "pipeline/file_facts.h"
 #include "pipeline/output_file.h"
+#include "pipeline/pinned_input.h"
 #include "pipeline/shard_set.h"
 #include "rules/rule_set.h"
 #include "sandbox/protocol.h"
@@ -74,8 +75,20 @@ struct JailOptions {
   // signing, publishing).
   std::function<void(const sandbox::Result&)> on_worker_exit;
   std::function<void(std::string_view phase, absl::Duration)> on_phase;
+  // The input is pinned for the job so that the bytes hashed are the bytes parsed
+  // (pipeline/pinned_input.h): by a read lease, else by a sealed private copy in memory of at
+  // most this many bytes (--max-sealed-copy-bytes). A larger file that cannot be leased is
+  // ERROR, code "limit", limit_name max_sealed_copy_bytes. Without a digest (sha256 off) a scan
+  // pins nothing.
+  uint64_t max_sealed_copy_bytes = kDefaultMaxSealedCopyBytes;
+  // Told how the input was pinned (PinnedInput::Describe), for the daemon's job line. May be
+  // empty.
+  std::function<void(std::string_view how)> on_pin;
   // Test only: arguments after the job (the probe's --probe=MODE). The real worker refuses any.
   std::vector<std::string> extra_args;
+  // Test only (no flag sets it): runs once the worker is reaped, before the digest is awaited:
+  // the moment at which a writer would change the bytes between the parse and the hash.
+  std::function<void()> after_worker_for_test;
 };
 
 // What one jailed job produced.
@@ -88,7 +101,7 @@ struct JailedRun {
   worker::v1::JailLayers layers;  // result.ok() only: the layers the worker reported
   std::string trace;              // disasm: the listing as the worker wrote it (untrusted)
   bool trace_truncated = false;
-  std::string convert_error;      // MODE_CONVERT: the worker's reason for writing no output
+  std::string convert_error;  // MODE_CONVERT: the worker's reason for writing no output
 };
 
 // Runs one job on the open input (`input_size` bytes). The job's mode decides whether a
@@ -107,7 +120,9 @@ JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::U
 v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
                             const rules::RuleSet& rules);
 
-// Hashes and scans the open regular file `fd` in a worker; the report names it `path`.
+// Hashes and scans the open regular file `fd` in a worker; the report names it `path`. The
+// input is pinned for the job (JailOptions::max_sealed_copy_bytes): if a writer could have
+// changed it between the parse and the hash, the report is ERROR (code "io").
 absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string& path,
                                             const rules::RuleSet& rules,
                                             const pickle::Limits& limits,

@@ -1,17 +1,15 @@
 #include "pipeline/sha256.h"
 
 #include <fcntl.h>
-
 #include <openssl/evp.h>
-
-#include <algorithm>
-#include <cstddef>
-#include <memory>
-#include <vector>
-
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -38,6 +36,9 @@ absl::StatusOr<Ctx> NewSha256() {
 
 absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx);
 
+absl::StatusOr<std::string> HashRange(int fd, uint64_t offset, uint64_t length,
+                                      const std::function<bool()>& stop);
+
 }  // namespace
 
 absl::StatusOr<std::string> Sha256Hex(std::string_view bytes) {
@@ -57,6 +58,13 @@ absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size) {
 }
 
 absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t length) {
+  return HashRange(fd, offset, length, nullptr);
+}
+
+namespace {
+
+absl::StatusOr<std::string> HashRange(int fd, uint64_t offset, uint64_t length,
+                                      const std::function<bool()>& stop) {
   if (length > UINT64_MAX - offset) return absl::InvalidArgumentError("sha256: range overflows");
   const uint64_t size = offset + length;
   absl::StatusOr<Ctx> ctx = NewSha256();
@@ -64,6 +72,7 @@ absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t l
   std::vector<char> buf(kChunk);
   uint64_t off = offset;
   while (off < size) {
+    if (stop && stop()) return absl::CancelledError("sha256: stopped");
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, size - off));
     const ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
     if (n < 0) {
@@ -82,8 +91,6 @@ absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t l
   return FinishHex(ctx->get());
 }
 
-namespace {
-
 absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -100,13 +107,14 @@ absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx) {
 }
 
 }  // namespace
-absl::StatusOr<std::unique_ptr<BackgroundSha256>> BackgroundSha256::Start(int fd,
-                                                                         uint64_t size) {
+absl::StatusOr<std::unique_ptr<BackgroundSha256>> BackgroundSha256::Start(
+    int fd, uint64_t size, std::function<bool()> stop) {
   base::UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) return absl::ErrnoToStatus(errno, "dup");
   std::unique_ptr<BackgroundSha256> hash(new BackgroundSha256(std::move(dup)));
   BackgroundSha256* h = hash.get();
-  h->thread_ = std::thread([h, size] { h->result_ = Sha256HexOfFd(h->fd_.get(), size); });
+  h->thread_ = std::thread(
+      [h, size, stop = std::move(stop)] { h->result_ = HashRange(h->fd_.get(), 0, size, stop); });
   return hash;
 }
 

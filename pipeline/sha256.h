@@ -8,9 +8,10 @@
 #define CKPTSCAN_PIPELINE_SHA256_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <memory>
 #include <thread>
 #include <utility>
 
@@ -31,14 +32,17 @@ absl::StatusOr<std::string> Sha256HexOfFd(int fd, uint64_t size);
 absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t length);
 
 // Sha256HexOfFd on another thread, over a duplicate of the descriptor, so that the caller may
-// hand the original away (to a worker) while the file is hashed on another core.
+// hand the original away (to a worker) while the file is hashed on another core. `stop` (may be
+// empty) is polled between chunks: once it is true the hash ends early, Cancelled (the caller
+// no longer needs it: the job failed already).
 //
 //   CKPT_ASSIGN_OR_RETURN(auto hash, BackgroundSha256::Start(fd.get(), size));
 //   ... RunJailedJob(std::move(fd), ...) ...
 //   CKPT_ASSIGN_OR_RETURN(std::string hex, hash->Wait());
 class BackgroundSha256 final {
  public:
-  static absl::StatusOr<std::unique_ptr<BackgroundSha256>> Start(int fd, uint64_t size);
+  static absl::StatusOr<std::unique_ptr<BackgroundSha256>> Start(
+      int fd, uint64_t size, std::function<bool()> stop = nullptr);
   ~BackgroundSha256();  // waits for the thread
   BackgroundSha256(const BackgroundSha256&) = delete;
   BackgroundSha256& operator=(const BackgroundSha256&) = delete;
