@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -127,23 +129,99 @@ absl::StatusOr<std::vector<Inode>> Ancestry(int fd) {
 
 }  // namespace
 
-absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string& path) const {
-  // What does not exist yet (a socket before bind, its directory) is judged by the nearest
-  // directory above it that does.
-  std::string at = path;
-  base::UniqueFd fd(::open(at.c_str(), O_PATH | O_CLOEXEC));
-  while (!fd.valid() && errno == ENOENT && at != "/" && at != ".") {
+namespace {
+
+// One line of /proc/self/mountinfo (proc(5)): the filesystem's device, the directory of that
+// filesystem mounted (a bind mount's source), and where.
+struct Mount {
+  std::string dev;
+  std::string root;
+  std::string point;
+};
+
+// mountinfo writes space, tab, newline and backslash as \ooo.
+std::string Unescape(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '\\' && i + 3 < in.size() && in[i + 1] >= '0' && in[i + 1] <= '7' &&
+        in[i + 2] >= '0' && in[i + 2] <= '7' && in[i + 3] >= '0' && in[i + 3] <= '7') {
+      out += static_cast<char>(((in[i + 1] - '0') << 6) | ((in[i + 2] - '0') << 3) |
+                               (in[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += in[i];
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Mount>> ReadMounts() {
+  std::FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return absl::ErrnoToStatus(errno, "/proc/self/mountinfo");
+  std::vector<Mount> mounts;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (::getline(&line, &cap, f) > 0) {
+    // ID PARENT MAJOR:MINOR ROOT POINT ...
+    std::vector<std::string_view> fields;
+    std::string_view rest(line);
+    while (fields.size() < 5) {
+      const size_t b = rest.find_first_not_of(' ');
+      if (b == std::string_view::npos) break;
+      rest.remove_prefix(b);
+      const size_t e = rest.find_first_of(" \n");
+      fields.push_back(rest.substr(0, e));
+      rest.remove_prefix(e == std::string_view::npos ? rest.size() : e);
+    }
+    if (fields.size() == 5) {
+      mounts.push_back({std::string(fields[2]), Unescape(fields[3]), Unescape(fields[4])});
+    }
+  }
+  std::free(line);
+  std::fclose(f);
+  if (mounts.empty()) return absl::FailedPreconditionError("/proc/self/mountinfo lists nothing");
+  return mounts;
+}
+
+// `path` is `dir` or beneath it (both canonical).
+bool Within(std::string_view path, std::string_view dir) {
+  if (dir == "/") return true;
+  return path == dir ||
+         (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');
+}
+
+// The canonical path of `path`, or of the nearest directory above it that exists.
+std::string CanonicalOrNearest(std::string at) {
+  char resolved[PATH_MAX];
+  while (::realpath(at.c_str(), resolved) == nullptr && errno == ENOENT && at != "/" && at != ".") {
     const size_t slash = at.find_last_of('/');
     at = slash == std::string::npos ? "." : slash == 0 ? "/" : at.substr(0, slash);
-    fd = base::UniqueFd(::open(at.c_str(), O_PATH | O_CLOEXEC));
   }
-  if (!fd.valid())
+  return ::realpath(at.c_str(), resolved) != nullptr ? std::string(resolved) : at;
+}
+
+}  // namespace
+
+absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string& path) const {
+  // Symbolic links resolved, so that a key named through a link is judged where it lies; what
+  // does not exist yet (a socket before bind, its directory) is judged by the nearest
+  // directory above it that does.
+  const std::string at = CanonicalOrNearest(path);
+  base::UniqueFd fd(::open(at.c_str(), O_PATH | O_CLOEXEC));
+  if (!fd.valid()) {
     return absl::ErrnoToStatus(errno, absl::StrCat(base::AbslView(what), " ", Quoted(path)));
-  // A file (the key, the socket): itself, then the directory that holds it.
+  }
+  // A file (the key, the socket): itself, then the directory that holds it. A second hard
+  // link could lie anywhere, inside a root too: refused.
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, Quoted(at));
   std::vector<Inode> file;
   if (!S_ISDIR(st.st_mode)) {
+    if (st.st_nlink > 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          base::AbslView(what), " ", Quoted(path), " has ", st.st_nlink,
+          " hard links: another name, perhaps beneath a root, reaches it; give it one link"));
+    }
     file.emplace_back(st.st_dev, st.st_ino);
     const size_t slash = at.find_last_of('/');
     const std::string dir = slash == std::string::npos ? "."
@@ -158,20 +236,44 @@ absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string&
     return absl::FailedPreconditionError(
         absl::StrCat(base::AbslView(what), " ", Quoted(path), ": ", above.status().message()));
   }
+  const auto refuse = [&](size_t i, std::string_view how) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "root ", Quoted(paths_[i]), base::AbslView(how), base::AbslView(what), " ", Quoted(path),
+        ": by-path calls could reach it; give the daemon a root apart from its "
+        "key, state, spool and socket"));
+  };
   for (size_t i = 0; i < fds_.size(); ++i) {
     absl::StatusOr<std::vector<Inode>> root = Ancestry(fds_[i].get());
     if (!root.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("root ", Quoted(paths_[i]), ": ", root.status().message()));
     }
-    const bool contains = std::find(above->begin(), above->end(), root->front()) != above->end();
-    const bool inside = std::find(root->begin(), root->end(), above->front()) != root->end();
-    if (contains || inside) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("root ", Quoted(paths_[i]), contains ? " contains " : " lies inside ",
-                       base::AbslView(what), " ", Quoted(path),
-                       ": by-path calls could reach it; give the daemon a root apart from its "
-                       "key, state, spool and socket"));
+    if (std::find(above->begin(), above->end(), root->front()) != above->end()) {
+      return refuse(i, " contains ");
+    }
+    if (std::find(root->begin(), root->end(), above->front()) != root->end()) {
+      return refuse(i, " lies inside ");
+    }
+  }
+  // A mount beneath a root (a bind mount above all) can show `path`, or a part of it, there
+  // although no ".." leads from one to the other: compared by the filesystem's device and the
+  // directory of it that each mount shows.
+  absl::StatusOr<std::vector<Mount>> mounts = ReadMounts();
+  if (!mounts.ok()) return mounts.status();
+  const Mount* home = nullptr;  // the mount `at` lies on: the last listed that holds it
+  for (const Mount& m : *mounts) {
+    if (Within(at, m.point)) home = &m;
+  }
+  if (home == nullptr) return absl::OkStatus();
+  const std::string rest = home->point == "/" ? at : at.substr(home->point.size());
+  const std::string in_fs =
+      home->root == "/" ? (rest.empty() ? "/" : rest) : absl::StrCat(home->root, rest);
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    for (const Mount& m : *mounts) {
+      if (&m == home || m.dev != home->dev || !Within(m.point, paths_[i])) continue;
+      if (Within(in_fs, m.root) || Within(m.root, in_fs)) {
+        return refuse(i, absl::StrCat(" shows, through the mount at ", Quoted(m.point), ", "));
+      }
     }
   }
   return absl::OkStatus();

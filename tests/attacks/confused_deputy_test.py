@@ -76,8 +76,11 @@ def cli(binary, uid, *args):
 def refused_at_start(binary, directory, *flags):
     """Runs ckptscand with `flags`; returns (refused, stderr)."""
     os.makedirs(directory, exist_ok=True)
-    p = subprocess.run([binary, "--socket", os.path.join(directory, "s.sock"), *flags],
-                       capture_output=True, timeout=60)
+    try:
+        p = subprocess.run([binary, "--socket", os.path.join(directory, "s.sock"), *flags],
+                           capture_output=True, timeout=20)
+    except subprocess.TimeoutExpired:  # it started and served (run() killed it)
+        return False, "the daemon started and served for 20 s"
     return p.returncode == 1, p.stderr.decode(errors="replace")
 
 
@@ -186,6 +189,48 @@ def main():
             refused, err = refused_at_start(ckptscand, os.path.join(tmp, "x"), *flags)
             check(refused and what in err and "root" in err,
                   "a root that holds or lies inside %s is refused at start" % what, err[-300:])
+        # The key named through a symbolic link outside the roots, or with a second hard link.
+        linkdir = os.path.join(tmp, "links")
+        os.mkdir(linkdir)
+        os.symlink(os.path.join(inner, "key.pem"), os.path.join(linkdir, "key.pem"))
+        refused, err = refused_at_start(ckptscand, os.path.join(tmp, "x"), "--state-dir",
+                                        os.path.join(tmp, "s6"), "--signing-key",
+                                        os.path.join(linkdir, "key.pem"), "--root", inner)
+        check(refused and "the signing key" in err and "contains" in err,
+              "a key named through a symbolic link into a root is refused at start", err[-300:])
+        apart = os.path.join(tmp, "apart")
+        os.mkdir(apart)
+        shutil.copy(os.path.join(inner, "key.pem"), os.path.join(apart, "key.pem"))
+        os.chmod(os.path.join(apart, "key.pem"), 0o600)
+        os.link(os.path.join(apart, "key.pem"), os.path.join(inner, "models", "key-link.pem"))
+        refused, err = refused_at_start(ckptscand, os.path.join(tmp, "x"), "--state-dir",
+                                        os.path.join(tmp, "s7"), "--signing-key",
+                                        os.path.join(apart, "key.pem"), "--root", inner)
+        check(refused and "hard links" in err, "a key with a second hard link is refused at start",
+              err[-300:])
+        # A bind mount beneath a root that shows the state directory: no ".." leads from one to
+        # the other, so only the mount table tells. In a private mount namespace of its own.
+        state8 = os.path.join(tmp, "s8")
+        os.makedirs(state8, mode=0o700)
+        bind_root = os.path.join(tmp, "bindroot")
+        os.makedirs(os.path.join(bind_root, "bm"))
+        script = ('mount --bind "$1" "$2/bm" || exit 99; exec "$3" --socket "$4" --state-dir "$1" '
+                  '--root "$2"')
+        try:
+            p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                                "sh", state8, bind_root, ckptscand,
+                                os.path.join(tmp, "x", "s8.sock")],
+                               capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired as e:
+            p = subprocess.CompletedProcess(e.cmd, 0, b"", b"the daemon started and served")
+        err = p.stderr.decode(errors="replace")
+        if p.returncode == 99 or b"unshare" in p.stderr[:200] and p.returncode != 1:
+            print("SKIPPED (bind mount case): cannot make a private mount namespace here: " +
+                  err[-200:])
+        else:
+            check(p.returncode == 1 and "through the mount at" in err,
+                  "a root that shows the state directory through a bind mount is refused at start",
+                  "exit %d: %s" % (p.returncode, err[-300:]))
         sock_in_root = os.path.join(inner, "s.sock")
         p = subprocess.run([ckptscand, "--socket", sock_in_root, "--state-dir",
                             os.path.join(tmp, "s4"), "--root", inner],
