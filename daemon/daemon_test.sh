@@ -313,6 +313,8 @@ mkdir -p pki && (
   # The admin's name in every SAN type but under another common name: a typed identity
   # (cn:ops-admin) matches none of them.
   issue sneaky hub-user "DNS:ops-admin,URI:ops-admin,email:ops-admin"
+  # Two common names, the admin's first: which one counts is not defined, so neither does.
+  issue twocn "ops-admin/CN=hub-user" "DNS:twocn"
   issue ops ops-admin
 )
 start_daemon tls --no-socket --tcp 127.0.0.1:0 --tls-cert pki/server.pem --tls-key pki/server.key \
@@ -333,6 +335,10 @@ run "mTLS admin with the admin's name as SANs" 2 "$bin" admin status --server "$
   --tls-ca pki/ca.pem --tls-cert pki/sneaky.pem --tls-key pki/sneaky.key &&
   contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:cn:hub-user" &&
   pass "mTLS: Admin refused for SANs that spell the admin's common name (identities are typed)"
+run "mTLS admin with two common names" 2 "$bin" admin status --server "$tls_addr" \
+  --tls-ca pki/ca.pem --tls-cert pki/twocn.pem --tls-key pki/twocn.key &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:dns:twocn" &&
+  pass "mTLS: Admin refused for a subject with two common names, the admin's among them"
 run "mTLS admin with the admin certificate" 0 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/ops.pem --tls-key pki/ops.key &&
   pass "mTLS: Admin served for the --admin-identity certificate"

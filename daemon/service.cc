@@ -1,8 +1,8 @@
 #include "daemon/service.h"
 
 #include <fcntl.h>
-#include <grpc/grpc_security_constants.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -461,6 +461,29 @@ absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value) {
       "type, cn: for the certificate's common name"));
 }
 
+namespace {
+
+// How many CN attributes the subjects (RFC 2253 text, "CN=a,O=b", "\\," inside values) hold.
+size_t CommonNames(const std::vector<grpc::string_ref>& subjects) {
+  size_t n = 0;
+  for (const grpc::string_ref& ref : subjects) {
+    const std::string_view subject(ref.data(), ref.size());
+    bool start = true;  // at the start of an attribute
+    for (size_t i = 0; i < subject.size(); ++i) {
+      if (start && subject.substr(i, 3) == "CN=") ++n;
+      start = false;
+      if (subject[i] == '\\') {
+        ++i;  // an escaped character, a comma included
+      } else if (subject[i] == ',' || subject[i] == '+') {
+        start = true;
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
   Caller caller;
   const std::string peer = ctx.peer();
@@ -479,11 +502,15 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
     // A verified client certificate: each identity typed by where it was found, so that a
     // SAN of one type never passes for another, nor for the common name.
     std::vector<std::string> ids;
+    // gRPC reports one common name; a subject with several (RFC 2253 "CN=a,CN=b") has no one
+    // common name, and the one reported may be any of them: none counts.
+    const bool one_cn = CommonNames(auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME)) <= 1;
     for (const auto& [property, type] : {std::pair{GRPC_X509_CN_PROPERTY_NAME, "cn:"},
                                          std::pair{GRPC_PEER_URI_PROPERTY_NAME, "uri:"},
                                          std::pair{GRPC_PEER_DNS_PROPERTY_NAME, "dns:"},
                                          std::pair{GRPC_PEER_EMAIL_PROPERTY_NAME, "email:"},
                                          std::pair{GRPC_PEER_IP_PROPERTY_NAME, "ip:"}}) {
+      if (std::string_view(type) == "cn:" && !one_cn) continue;
       for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
         ids.push_back(absl::StrCat(type, absl::string_view(v.data(), v.size())));
       }
@@ -792,9 +819,9 @@ grpc::Status ScannerService::DoConvertUpload(
     return Watched(watch.get(), idle, [&] { return stream->Write(c); });
   };
   auto write_failed = [&] {
-    return log.Done(watch->fired() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, unread)
-                                   : grpc::Status(grpc::StatusCode::CANCELLED,
-                                                  "the caller went away"));
+    return log.Done(watch->fired()
+                        ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, unread)
+                        : grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
   };
   if (!write(first)) return write_failed();
   v1::ConvertChunk chunk;
