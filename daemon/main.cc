@@ -442,7 +442,8 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-unix-connections-per-uid", f.max_unix_connections_per_uid,
                  "Unix socket connections one uid may hold at once (silent or not); one more "
-                 "of that uid is closed at accept (default: a quarter of "
+                 "of that uid displaces its oldest silent one or is closed at accept "
+                 "(default: a quarter of "
                  "--max-unix-connections, at least 1)")
       ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--unix-connections-reserved", f.unix_connections_reserved,

@@ -229,36 +229,41 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
     }
     // Count the connections open now: all, those of unprivileged uids, and this uid's.
     const bool mine_privileged = privileged(cred.uid);
-    const size_t total = SweepHanded() + pending->size();
+    size_t total = SweepHanded() + pending->size();
     size_t others = 0;
     size_t mine = 0;
-    const auto count = [&](uid_t uid) {
-      others += privileged(uid) ? 0 : 1;
-      mine += uid == cred.uid ? 1 : 0;
+    const auto count = [&](uid_t uid, int delta) {
+      others += privileged(uid) ? 0 : delta;
+      mine += uid == cred.uid ? delta : 0;
     };
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [unused, handed] : peers_) count(handed.cred.uid);
+      for (const auto& [unused, handed] : peers_) count(handed.cred.uid, 1);
     }
-    for (const Pending& p : *pending) count(p.cred.uid);
-    if (mine >= limits_.max_connections_per_uid) {
-      ++refused_per_uid_;  // closed here: this uid holds its share
-      continue;
-    }
-    if (total >= limits_.max_connections ||
-        (!mine_privileged && others >= limits_.max_connections - limits_.reserved)) {
-      // Make room by closing the oldest silent connection this one may displace: a flood of
-      // silent connections then only displaces itself, while a real caller's (which speaks at
-      // once) gets through. An unprivileged uid never displaces a privileged uid's connection.
-      const auto victim = std::find_if(pending->begin(), pending->end(), [&](const Pending& p) {
-        return mine_privileged || !privileged(p.cred.uid);
-      });
-      if (victim == pending->end()) {
-        ++refused_;  // closed here: over the cap, every connection it may displace is gRPC's
-        continue;
-      }
+    for (const Pending& p : *pending) count(p.cred.uid, 1);
+    // Makes room by closing the oldest silent connection `may_displace` allows: a flood of
+    // silent connections then only displaces itself, while a real caller's (which speaks at
+    // once) gets through.
+    const auto displace = [&](auto may_displace) {
+      const auto victim = std::find_if(pending->begin(), pending->end(), may_displace);
+      if (victim == pending->end()) return false;
+      count(victim->cred.uid, -1);
+      --total;
       pending->erase(victim);
       ++silent_closed_;
+      return true;
+    };
+    if (mine >= limits_.max_connections_per_uid &&
+        !displace([&](const Pending& p) { return p.cred.uid == cred.uid; })) {
+      ++refused_per_uid_;  // closed here: this uid's share is all gRPC's
+      continue;
+    }
+    // An unprivileged uid never displaces a privileged uid's connection.
+    if ((total >= limits_.max_connections ||
+         (!mine_privileged && others >= limits_.max_connections - limits_.reserved)) &&
+        !displace([&](const Pending& p) { return mine_privileged || !privileged(p.cred.uid); })) {
+      ++refused_;  // closed here: over the cap, every connection it may displace is gRPC's
+      continue;
     }
     pending->push_back(Pending{std::move(fd), PeerCred{cred.pid, cred.uid, cred.gid}, st.st_ino,
                                absl::Now() + limits_.first_byte_timeout});

@@ -17,8 +17,9 @@
 // anything else is closed at once. (gRPC's own handshake timeout does not apply to descriptors
 // handed over with AddInsecureChannelFromFd, which skip the handshakers: a connection that
 // sent one byte stayed until --max-connection-idle.) Each uid holds at most
-// max_connections_per_uid connections (silent or gRPC's); one more of that uid is closed at
-// accept. The last `reserved` places are for the privileged uids (the daemon's, root, the
+// max_connections_per_uid connections (silent or gRPC's); one more of that uid displaces
+// its oldest silent one, or is closed at accept. The last `reserved` places are for the privileged
+// uids (the daemon's, root, the
 // --admin-uid uids): other uids together hold at most max_connections - reserved, so no caller
 // can lock the operator out. At the cap, a new connection displaces the oldest silent one it
 // may displace (any for a privileged uid, another unprivileged one's otherwise), or is closed
