@@ -101,6 +101,8 @@ struct Flags {
   double max_connection_age = 300;
   double max_connection_idle = 120;
   uint32_t max_unix_connections = 256;
+  uint32_t max_unix_connections_per_uid = 0;  // 0: a quarter of max_unix_connections, at least 1
+  int64_t unix_connections_reserved = -1;     // -1: a sixteenth of max_unix_connections
   double first_byte_timeout = 30;
   std::string max_frame_bytes = "64M";
   uint64_t max_frame_values = sandbox::kMaxFrameValues;
@@ -438,9 +440,20 @@ int Run(int argc, char** argv) {
                  "under the descriptor limit)")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
+  app.add_option("--max-unix-connections-per-uid", f.max_unix_connections_per_uid,
+                 "Unix socket connections one uid may hold at once (silent or not); one more "
+                 "of that uid displaces its oldest silent one or is closed at accept "
+                 "(default: a quarter of "
+                 "--max-unix-connections, at least 1)")
+      ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--unix-connections-reserved", f.unix_connections_reserved,
+                 "Unix socket connections only this daemon's uid, root and the --admin-uid uids "
+                 "may take: other uids together hold at most --max-unix-connections minus this "
+                 "(default: a sixteenth of --max-unix-connections; under it)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--first-byte-timeout", f.first_byte_timeout,
-                 "Seconds a new connection may stay silent (unix) or take to finish its TLS "
-                 "handshake (TCP) before it is closed")
+                 "Seconds a new connection may take to send the HTTP/2 client preface (unix) "
+                 "or to finish its TLS handshake (TCP) before it is closed")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   app.add_option("--max-frame-bytes", f.max_frame_bytes,
@@ -523,6 +536,24 @@ int Run(int argc, char** argv) {
     options.admin_identities.insert(*std::move(typed));
   }
   options.path_uids = {::geteuid(), 0};
+  // Never locked out of the unix socket by other uids: the daemon's, root and the Admin uids.
+  UnixListenerLimits unix_limits;
+  unix_limits.max_connections = f.max_unix_connections;
+  unix_limits.first_byte_timeout = absl::Seconds(f.first_byte_timeout);
+  unix_limits.max_connections_per_uid = f.max_unix_connections_per_uid != 0
+                                            ? f.max_unix_connections_per_uid
+                                            : std::max(1u, f.max_unix_connections / 4);
+  unix_limits.reserved = f.unix_connections_reserved >= 0
+                             ? static_cast<uint32_t>(f.unix_connections_reserved)
+                             : f.max_unix_connections / 16;
+  unix_limits.privileged_uids = {::geteuid(), 0};
+  unix_limits.privileged_uids.insert(options.admin_uids.begin(), options.admin_uids.end());
+  if (unix_limits.max_connections_per_uid > f.max_unix_connections) {
+    return Fail("--max-unix-connections-per-uid: above --max-unix-connections");
+  }
+  if (unix_limits.reserved >= f.max_unix_connections) {
+    return Fail("--unix-connections-reserved: must be under --max-unix-connections");
+  }
   if (!f.path_uids.empty()) options.path_uids = {f.path_uids.begin(), f.path_uids.end()};
   options.sign_method =
       f.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
@@ -608,9 +639,8 @@ int Run(int argc, char** argv) {
         return Fail(s.ToString());
       }
     }
-    absl::StatusOr<std::unique_ptr<UnixListener>> bound = UnixListener::Bind(
-        f.socket, static_cast<mode_t>(mode),
-        UnixListenerLimits{f.max_unix_connections, absl::Seconds(f.first_byte_timeout)});
+    absl::StatusOr<std::unique_ptr<UnixListener>> bound =
+        UnixListener::Bind(f.socket, static_cast<mode_t>(mode), unix_limits);
     if (!bound.ok()) return Fail(absl::StrCat("--socket: ", bound.status().message()));
     listener = *std::move(bound);
     daemon.SetListener(listener.get());
@@ -626,8 +656,9 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                              static_cast<int>(std::min(f.drain_seconds * 1000 + 1000, 2e9)));
   // Connections without a call in flight are closed after --max-connection-idle; a TCP one
-  // must finish its TLS handshake within --first-byte-timeout (the unix listener holds silent
-  // connections back itself).
+  // must finish its TLS handshake within --first-byte-timeout (descriptors handed over from the
+  // unix listener skip gRPC's handshakers, so the listener holds them back itself until the
+  // HTTP/2 preface has arrived).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(std::min(f.max_connection_idle * 1000, 2e9)));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
@@ -646,8 +677,8 @@ int Run(int argc, char** argv) {
   // uploads in flight, this
   // bounds the rest (health checks, admin calls, calls refused at once).
   grpc::ResourceQuota quota("ckptscand");
-  quota.SetMaxThreads(static_cast<int>(slots.max_running() + slots.max_queued() +
-                                       upload_limits->max_uploads + 64));
+  quota.SetMaxThreads(
+      static_cast<int>(slots.max_running() + slots.max_queued() + upload_limits->max_uploads + 64));
   builder.SetResourceQuota(quota);
   int tcp_port = 0;
   if (!f.tcp.empty()) {
@@ -720,6 +751,8 @@ int Run(int argc, char** argv) {
       .Num("output_idle_timeout", upload_flags.output_idle_timeout)
       .Int("facts_memory", facts_budget.total())
       .Int("max_unix_connections", f.max_unix_connections)
+      .Int("max_unix_connections_per_uid", unix_limits.max_connections_per_uid)
+      .Int("unix_connections_reserved", unix_limits.reserved)
       .Str("jail", *layers)
       .Emit();
 

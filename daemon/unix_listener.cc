@@ -27,6 +27,15 @@ absl::Status Errno(const char* what, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
+// RFC 9113 section 3.4: the client connection preface is this magic, then a SETTINGS frame.
+constexpr std::string_view kPrefaceMagic = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr size_t kFrameHeader = 9;
+constexpr uint8_t kSettingsType = 0x4;
+constexpr size_t kMaxSettingsPayload = 16384;  // SETTINGS_MAX_FRAME_SIZE's initial value
+// How often a connection that sent part of the preface is looked at again (its bytes stay
+// unread, so poll would report it readable at once).
+constexpr absl::Duration kPartialTick = absl::Milliseconds(20);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path,
@@ -34,6 +43,17 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::stri
                                                                  UnixListenerLimits limits) {
   if (limits.max_connections == 0) {
     return absl::InvalidArgumentError("the unix socket's connection cap must be at least 1");
+  }
+  if (limits.max_connections_per_uid == 0 ||
+      limits.max_connections_per_uid > limits.max_connections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the unix socket's per-uid connection cap must be 1 to ",
+                     limits.max_connections, " (the connection cap)"));
+  }
+  if (limits.reserved >= limits.max_connections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the unix socket's places reserved for privileged uids must be under ",
+                     limits.max_connections, " (the connection cap)"));
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -110,11 +130,14 @@ void UnixListener::Loop(grpc::Server* server) {
     fds.assign({{socket_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}});
     absl::Time next = absl::InfiniteFuture();
     for (const Pending& p : pending) {
-      fds.push_back({p.fd.get(), POLLIN, 0});
-      next = std::min(next, p.deadline);
+      // One that sent part of the preface is only watched for hang-ups, and peeked at each tick.
+      fds.push_back({p.fd.get(), static_cast<short>(p.peeked == 0 ? POLLIN : 0), 0});
+      next = std::min(next, p.peeked == 0 ? p.deadline : absl::Now() + kPartialTick);
     }
     // Wake for the first silent connection's deadline, and to log counts held back.
-    if (refused_ + silent_closed_ != 0) next = std::min(next, last_log_ + absl::Seconds(1));
+    if (refused_ + silent_closed_ + refused_per_uid_ + not_http2_ != 0) {
+      next = std::min(next, last_log_ + absl::Seconds(1));
+    }
     int timeout_ms = -1;
     if (next != absl::InfiniteFuture()) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -127,24 +150,33 @@ void UnixListener::Loop(grpc::Server* server) {
       return;
     }
     if (fds[1].revents != 0) return;
-    // A silent connection that sent something goes to gRPC; one that hung up, or stayed silent
-    // past its deadline, is closed (its UniqueFd).
+    // A connection that sent the whole preface goes to gRPC; one that sent something else, hung
+    // up, or did not finish the preface by its deadline, is closed (its UniqueFd).
     const absl::Time now = absl::Now();
     std::vector<Pending> silent;
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending& p = pending[i];
       const short events = fds[i + 2].revents;
-      if ((events & POLLIN) != 0) {
-        {
-          // Recorded before gRPC sees the descriptor: a number is reused only after gRPC closed
-          // the previous connection on it, so the entry is always this connection's.
-          std::lock_guard<std::mutex> lock(mu_);
-          peers_[p.fd.get()] = Handed{p.cred, p.inode};
+      const bool hung_up = (events & ~POLLIN) != 0;
+      if ((events & POLLIN) != 0 || (p.peeked != 0 && !hung_up)) {
+        const Preface preface = PeekPreface(&p);
+        if (preface == Preface::kComplete) {
+          {
+            // Recorded before gRPC sees the descriptor: a number is reused only after gRPC
+            // closed the previous connection on it, so the entry is always this connection's.
+            std::lock_guard<std::mutex> lock(mu_);
+            peers_[p.fd.get()] = Handed{p.cred, p.inode};
+          }
+          grpc::AddInsecureChannelFromFd(server, p.fd.release());
+          continue;
         }
-        grpc::AddInsecureChannelFromFd(server, p.fd.release());
-      } else if (events != 0) {
-        continue;  // hung up without a byte
-      } else if (now >= p.deadline) {
+        if (preface == Preface::kNotHttp2) {
+          ++not_http2_;
+          continue;
+        }
+      }
+      if (hung_up) continue;  // hung up before the preface was whole
+      if (now >= p.deadline) {
         ++silent_closed_;
       } else {
         silent.push_back(std::move(p));
@@ -156,8 +188,31 @@ void UnixListener::Loop(grpc::Server* server) {
   }
 }
 
+UnixListener::Preface UnixListener::PeekPreface(Pending* p) {
+  unsigned char buf[kPrefaceMagic.size() + kFrameHeader + kMaxSettingsPayload];
+  const ssize_t n = ::recv(p->fd.get(), buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) return errno == EAGAIN || errno == EINTR ? Preface::kPartial : Preface::kNotHttp2;
+  if (n == 0) return Preface::kNotHttp2;  // end of stream before the preface
+  p->peeked = static_cast<size_t>(n);
+  const size_t magic = std::min(p->peeked, kPrefaceMagic.size());
+  if (std::memcmp(buf, kPrefaceMagic.data(), magic) != 0) return Preface::kNotHttp2;
+  const size_t header = kPrefaceMagic.size();
+  if (p->peeked < header + kFrameHeader) return Preface::kPartial;
+  const size_t length =
+      (size_t{buf[header]} << 16) | (size_t{buf[header + 1]} << 8) | size_t{buf[header + 2]};
+  const uint32_t stream = ((uint32_t{buf[header + 5]} & 0x7f) << 24) |
+                          (uint32_t{buf[header + 6]} << 16) | (uint32_t{buf[header + 7]} << 8) |
+                          uint32_t{buf[header + 8]};
+  if (buf[header + 3] != kSettingsType || (buf[header + 4] & 0x1) != 0 || stream != 0 ||
+      length % 6 != 0 || length > kMaxSettingsPayload) {
+    return Preface::kNotHttp2;
+  }
+  return p->peeked < header + kFrameHeader + length ? Preface::kPartial : Preface::kComplete;
+}
+
 void UnixListener::Accept(std::vector<Pending>* pending) {
-  // A burst is taken in one round (the backlog is 128), each checked against the cap.
+  const auto privileged = [this](uid_t uid) { return limits_.privileged_uids.contains(uid); };
+  // A burst is taken in one round (the backlog is 128), each checked against the caps.
   for (int round = 0; round < 64; ++round) {
     // Non-blocking, as AddInsecureChannelFromFd requires (a blocking one times out silently).
     base::UniqueFd fd(::accept4(socket_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
@@ -172,15 +227,43 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
         ::fstat(fd.get(), &st) != 0) {
       continue;
     }
-    if (SweepHanded() + pending->size() >= limits_.max_connections) {
-      if (pending->empty()) {
-        ++refused_;  // closed here: over the cap, every connection busy with gRPC
-        continue;
-      }
-      // Make room by closing the oldest silent connection: a flood of silent connections then
-      // only displaces itself, while a real caller's (which speaks at once) gets through.
-      pending->erase(pending->begin());
+    // Count the connections open now: all, those of unprivileged uids, and this uid's.
+    const bool mine_privileged = privileged(cred.uid);
+    size_t total = SweepHanded() + pending->size();
+    size_t others = 0;
+    size_t mine = 0;
+    const auto count = [&](uid_t uid, int delta) {
+      others += privileged(uid) ? 0 : delta;
+      mine += uid == cred.uid ? delta : 0;
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [unused, handed] : peers_) count(handed.cred.uid, 1);
+    }
+    for (const Pending& p : *pending) count(p.cred.uid, 1);
+    // Makes room by closing the oldest silent connection `may_displace` allows: a flood of
+    // silent connections then only displaces itself, while a real caller's (which speaks at
+    // once) gets through.
+    const auto displace = [&](auto may_displace) {
+      const auto victim = std::find_if(pending->begin(), pending->end(), may_displace);
+      if (victim == pending->end()) return false;
+      count(victim->cred.uid, -1);
+      --total;
+      pending->erase(victim);
       ++silent_closed_;
+      return true;
+    };
+    if (mine >= limits_.max_connections_per_uid &&
+        !displace([&](const Pending& p) { return p.cred.uid == cred.uid; })) {
+      ++refused_per_uid_;  // closed here: this uid's share is all gRPC's
+      continue;
+    }
+    // An unprivileged uid never displaces a privileged uid's connection.
+    if ((total >= limits_.max_connections ||
+         (!mine_privileged && others >= limits_.max_connections - limits_.reserved)) &&
+        !displace([&](const Pending& p) { return mine_privileged || !privileged(p.cred.uid); })) {
+      ++refused_;  // closed here: over the cap, every connection it may displace is gRPC's
+      continue;
     }
     pending->push_back(Pending{std::move(fd), PeerCred{cred.pid, cred.uid, cred.gid}, st.st_ino,
                                absl::Now() + limits_.first_byte_timeout});
@@ -200,7 +283,10 @@ size_t UnixListener::SweepHanded() {
 
 void UnixListener::LogCounts() {
   const absl::Time now = absl::Now();
-  if (refused_ + silent_closed_ == 0 || now - last_log_ < absl::Seconds(1)) return;
+  if (refused_ + silent_closed_ + refused_per_uid_ + not_http2_ == 0 ||
+      now - last_log_ < absl::Seconds(1)) {
+    return;
+  }
   size_t handed = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -208,13 +294,19 @@ void UnixListener::LogCounts() {
   }
   LogLine("unix_connections", "warning")
       .Int("refused_over_cap", refused_)
+      .Int("refused_over_uid_cap", refused_per_uid_)
       .Int("closed_silent", silent_closed_)
+      .Int("closed_not_http2", not_http2_)
       .Int("open", handed)
       .Int("max_connections", limits_.max_connections)
+      .Int("max_connections_per_uid", limits_.max_connections_per_uid)
+      .Int("reserved", limits_.reserved)
       .Num("first_byte_timeout_seconds", absl::ToDoubleSeconds(limits_.first_byte_timeout))
       .Emit();
   refused_ = 0;
   silent_closed_ = 0;
+  refused_per_uid_ = 0;
+  not_http2_ = 0;
   last_log_ = now;
 }
 

@@ -11,13 +11,21 @@
 //
 // Bounded (UnixListenerLimits): at most max_connections connections at once, counting those
 // gRPC holds (a connection counts until gRPC has closed its descriptor) and those not yet handed
-// over. A connection is handed to gRPC only once it has sent its first byte: one that sends
-// nothing within first_byte_timeout is closed (an idle connection would otherwise hold a
-// descriptor forever; past the descriptor limit nobody can connect). At the cap, a new
-// connection displaces the oldest silent one (so silent connections cannot lock callers out),
-// or, when every connection is gRPC's, is closed at accept. gRPC then closes connections without
-// calls after --max-connection-idle (GRPC_ARG_MAX_CONNECTION_IDLE_MS, daemon/main.cc). Refusals and
-// closes are logged, at most one line a second with their counts ("unix_connections").
+// over. A connection is handed to gRPC only once it has sent the whole HTTP/2 client preface
+// (the 24-byte magic and a SETTINGS frame, RFC 9113 section 3.4; read with MSG_PEEK, so gRPC
+// reads them again): one that has not within first_byte_timeout is closed, and one that sends
+// anything else is closed at once. (gRPC's own handshake timeout does not apply to descriptors
+// handed over with AddInsecureChannelFromFd, which skip the handshakers: a connection that
+// sent one byte stayed until --max-connection-idle.) Each uid holds at most
+// max_connections_per_uid connections (silent or gRPC's); one more of that uid displaces
+// its oldest silent one, or is closed at accept. The last `reserved` places are for the privileged
+// uids (the daemon's, root, the
+// --admin-uid uids): other uids together hold at most max_connections - reserved, so no caller
+// can lock the operator out. At the cap, a new connection displaces the oldest silent one it
+// may displace (any for a privileged uid, another unprivileged one's otherwise), or is closed
+// at accept. gRPC then closes connections without calls after --max-connection-idle
+// (GRPC_ARG_MAX_CONNECTION_IDLE_MS, daemon/main.cc). Refusals and closes are logged, at most one
+// line a second with their counts ("unix_connections").
 //
 // Thread-safe: Start() runs the accept loop on its own thread; PeerOf may be called from any.
 #ifndef CKPTSCAN_DAEMON_UNIX_LISTENER_H_
@@ -29,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -53,8 +62,13 @@ struct PeerCred {
 struct UnixListenerLimits {
   // Connections at once (ckptscand --max-unix-connections); well under the descriptor limit.
   uint32_t max_connections = 256;
-  // How long a new connection may stay silent before it is closed (--first-byte-timeout).
+  // How long a new connection may take to send the HTTP/2 client preface (--first-byte-timeout).
   absl::Duration first_byte_timeout = absl::Seconds(30);
+  // Connections of one uid at once (--max-unix-connections-per-uid); at most max_connections.
+  uint32_t max_connections_per_uid = 64;
+  // Places only `privileged_uids` may take (--unix-connections-reserved); below max_connections.
+  uint32_t reserved = 16;
+  std::set<uid_t> privileged_uids;
 };
 
 class UnixListener final {
@@ -80,13 +94,17 @@ class UnixListener final {
     PeerCred cred;
     ino_t inode = 0;
   };
-  // An accepted connection that has not sent anything yet.
+  // An accepted connection that has not sent the whole HTTP/2 client preface yet.
   struct Pending {
     base::UniqueFd fd;
     PeerCred cred;
     ino_t inode = 0;
     absl::Time deadline;
+    size_t peeked = 0;  // bytes waiting unread; polled again only on the next tick
   };
+  enum class Preface { kComplete, kPartial, kNotHttp2 };
+  // What the bytes waiting on `p` hold (MSG_PEEK: they stay for gRPC).
+  static Preface PeekPreface(Pending* p);
 
   UnixListener(std::string path, UnixListenerLimits limits, base::UniqueFd lock,
                base::UniqueFd socket, base::UniqueFd wake)
@@ -114,6 +132,8 @@ class UnixListener final {
   // Loop thread only: counts since the last "unix_connections" log line.
   uint64_t refused_ = 0;
   uint64_t silent_closed_ = 0;
+  uint64_t refused_per_uid_ = 0;
+  uint64_t not_http2_ = 0;
   absl::Time last_log_ = absl::InfinitePast();
 };
 

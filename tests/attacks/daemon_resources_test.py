@@ -3,7 +3,8 @@
 the daemon answering, and its memory, descriptors and threads bounded.
 
 Usage: daemon_resources_test.py --ckptscand PATH [--proto-dir DIR] [--stubs-dir DIR]
-                                [--client-dir DIR] [--only memory|descriptors|reflection]
+                                [--client-dir DIR]
+                                [--only memory|descriptors|reflection|lockout]
 
 A. Memory. pickle.dumps(list(range(3_000_000))) is a 15 MB honest pickle whose facts (3,000,003
    graph values, a ~57 MB result frame) cost the daemon ~1.2 GB to decode and judge; two at once
@@ -26,6 +27,15 @@ C. Threads. A daemon with --reflection; 80 reflection streams (ServerReflectionI
    within 15 s; once the idle streams are past --reflection-stream-seconds (4 s) a reflection
    client is answered; after the streams are gone the daemon's threads return to its baseline
    (+ 8).
+D. Lockout (one uid holds every unix connection). --max-unix-connections 40
+   --max-unix-connections-per-uid 10 --unix-connections-reserved 4 --first-byte-timeout 2
+   --max-connection-idle 30. As uid 65501 (setuid in a fork) a process keeps 40 connections
+   open that each sent ONE byte, reconnecting whenever the daemon closes one; as uid 65503 one
+   keeps 40 that each sent the whole HTTP/2 preface and an empty SETTINGS frame (gRPC holds those
+   until --max-connection-idle), reconnecting likewise. Then root's Admin Status and uid 65502's
+   scan (an upload) must each be answered within 5 s, three times over 6 s; the one-byte
+   connections are closed within --first-byte-timeout + 2 s; the refusals are logged
+   (unix_connections refused_over_uid_cap). Skipped, with the reason, when not root.
 
 Against a ckptscand without the new flags (today's main) each scenario runs with the flags it
 knows, and the checks fail: that is the demonstration that the attacks work there.
@@ -37,6 +47,7 @@ import argparse
 import os
 import pickle
 import resource
+import select
 import shutil
 import socket
 import subprocess
@@ -260,6 +271,134 @@ def descriptors(args, client, tmp, daemons):
     d.kill()
 
 
+# --- D: one uid holds every unix connection -----------------------------------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def hold(uid, path, count, payload, seconds, report):
+    """Forks a process that, as `uid`, keeps `count` connections to `path` open that each sent
+    `payload`, reconnecting when the daemon closes one (at most every 20 ms); when it stops it
+    writes to `report` (a pipe) the longest any of its connections stayed open (closed by the
+    daemon or still open), in seconds. Returns its pid."""
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 1
+    try:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        conns, longest, end = {}, 0.0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            while len(conns) < count:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(path)
+                    s.sendall(payload)
+                    conns[s] = time.monotonic()
+                except OSError:
+                    s.close()
+                    break
+            readable, _, _ = select.select(list(conns), [], [], 0.02)
+            for s in readable:
+                try:
+                    if s.recv(65536):  # gRPC's SETTINGS: still open
+                        continue
+                except OSError:
+                    pass
+                longest = max(longest, time.monotonic() - conns.pop(s))
+                s.close()
+            time.sleep(0.02)
+        now = time.monotonic()
+        longest = max([longest] + [now - t for t in conns.values()])
+        os.write(report, b"%.1f\n" % longest)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def lockout(args, client, tmp, daemons):
+    print("\n== D: uids 65501 and 65503 each try to hold every unix connection ==", flush=True)
+    if os.geteuid() != 0:
+        print("SKIP: D needs root to act as uids 65501-65503 (setuid in a fork)")
+        return
+    cap, per_uid, first_byte, idle = 40, 10, 2, 30
+    os.chmod(tmp, 0o755)
+    d = Daemon(args.ckptscand, os.path.join(tmp, "d"),
+               [("--max-unix-connections", str(cap)),
+                ("--max-unix-connections-per-uid", str(per_uid)),
+                ("--unix-connections-reserved", "4"), ("--first-byte-timeout", str(first_byte)),
+                ("--max-connection-idle", str(idle)), ("--socket-mode", "0666")])
+    daemons.append(d)
+    os.chmod(os.path.dirname(d.socket), 0o755)
+    c = client.ScanClient("unix:" + d.socket, timeout=20)
+    c.scan_bytes("warm.pkl", NONE_PICKLE)  # also generates the stubs uid 65502 imports
+    c.close()
+    other_stubs = os.path.join(tmp, "stubs-65502")  # the client loads stubs from its own dir
+    os.mkdir(other_stubs, 0o700)
+    os.chown(other_stubs, 65502, 65502)
+    before = d.show("before")
+    duration = 25
+    pipes = [os.pipe() for _ in range(2)]
+    holders = [hold(65501, d.socket, cap, b"P", duration, pipes[0][1]),
+               hold(65503, d.socket, cap, PREFACE, duration, pipes[1][1])]
+    time.sleep(first_byte + 2)  # the daemon has had time to close one-byte connections
+    during = d.show("with the holders")
+    other_scan = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import ckptscan_client\n"
+        "from ckptscan_client import _stubs\n"
+        "c = ckptscan_client.ScanClient(%r, timeout=5)\n"
+        "print(ckptscan_client.verdict_name(c.scan_bytes('other.pkl', %r).verdict))\n"
+        % (os.path.abspath(args.client_dir), "unix:" + d.socket, NONE_PICKLE))
+
+    def as_uid(uid):
+        def drop():
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        return drop
+    answered = []
+    for attempt in range(3):
+        t0 = time.monotonic()
+        try:
+            c = client.ScanClient("unix:" + d.socket, timeout=5)
+            ok_admin = c.status() is not None
+            c.close()
+        except client.ScanClientError as e:
+            ok_admin = False
+            print("root Admin Status: %s" % e)
+        r = subprocess.run([sys.executable, "-c", other_scan], capture_output=True, text=True,
+                           timeout=30, preexec_fn=as_uid(65502), cwd="/",
+                           env=dict(os.environ, CKPTSCAN_STUBS_DIR=other_stubs))
+        ok_scan = r.returncode == 0 and r.stdout.strip() == "SAFE"
+        if not ok_scan:
+            print("uid 65502's scan: rc %d %s" % (r.returncode, (r.stdout + r.stderr)[-300:]))
+        print("attempt %d: root Admin Status %s, uid 65502 scan %s (%.1f s)" % (
+            attempt, ok_admin, ok_scan, time.monotonic() - t0), flush=True)
+        answered.append(ok_admin and ok_scan and time.monotonic() - t0 < 10)
+        time.sleep(2)
+    check(all(answered), "root's Admin Status and uid 65502's scan are answered while two uids "
+          "try to hold every connection", "%d of %d answered" % (sum(answered), len(answered)))
+    longest = []
+    for pid, (r, w) in zip(holders, pipes):
+        os.waitpid(pid, 0)
+        os.close(w)
+        longest.append(float(os.read(r, 64) or b"-1"))
+        os.close(r)
+    print("longest a connection stayed open: uid 65501 (one byte) %.1f s, uid 65503 (preface) "
+          "%.1f s, of %d s" % (longest[0], longest[1], duration))
+    check(0 <= longest[0] <= first_byte + 2,
+          "connections that sent one byte are closed within --first-byte-timeout + 2 s",
+          "one stayed open %.1f s" % longest[0])
+    check(during["fds"] <= before["fds"] + cap + 10, "the daemon's descriptors stay under its "
+          "baseline + the cap + 10", "%d, %d before" % (during["fds"], before["fds"]))
+    check(any(e.get("refused_over_uid_cap", 0) > 0 for e in d.events("unix_connections")),
+          "connections over the per-uid cap are refused and logged (refused_over_uid_cap)")
+    d.kill()
+
+
 # --- C: reflection threads -----------------------------------------------------------------------
 
 def reflection(args, client, tmp, daemons):
@@ -334,7 +473,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckptscand", required=True)
     add_client_args(parser)
-    parser.add_argument("--only", choices=("memory", "descriptors", "reflection"))
+    parser.add_argument("--only", choices=("memory", "descriptors", "reflection", "lockout"))
     args = parser.parse_args()
     require_grpc("daemon_resources_test")
     tmp = short_tmpdir("ckptscan-dres-")
@@ -347,6 +486,8 @@ def main():
             descriptors(args, client, tmp, daemons)
         if args.only in (None, "reflection"):
             reflection(args, client, tmp, daemons)
+        if args.only in (None, "lockout"):
+            lockout(args, client, tmp, daemons)
     finally:
         for d in daemons:
             d.kill()
