@@ -461,8 +461,9 @@ int Run(int argc, char** argv) {
                  "M; at most 64M); past it the file is ERROR, limit max_frame_bytes")
       ->capture_default_str();
   app.add_option("--max-frame-values", f.max_frame_values,
-                 "Most values (graph nodes, globals, ...) one job's facts may hold (each costs "
-                 "~400 bytes decoded); past it ERROR, limit max_frame_values")
+                 "Most values (graph nodes, globals, ...; 16 list items count as one) one job's "
+                 "facts may hold (each costs ~400 bytes decoded); past it ERROR, limit "
+                 "max_frame_values")
       ->check(CLI::Range(uint64_t{1}, sandbox::kMaxFrameValues))
       ->capture_default_str();
   app.add_option("--facts-memory", f.facts_memory,

@@ -279,44 +279,102 @@ v1::ScanError DecodeScanError(const wv1::ScanError& p) {
 
 // ------------------------------------------------------------------ the value budget
 
-// One level of the Result schema on the way to the graphs: the field descended into, and the
-// repeated message fields whose elements are counted (each becomes a struct of ~100-200 bytes
-// on this side, from as little as 2 bytes on the wire).
+// The Result schema on the way to everything whose decoded size can exceed its wire size by a
+// large factor: repeated messages (each becomes a struct of ~100-200 bytes on this side, from as
+// little as 2 bytes on the wire) and repeated scalars (a packed list item is 1 wire byte and
+// ~25 decoded, kListItemsPerValue). A table, not the descriptors: only these fields matter.
+struct Walked {
+  int field;     // field number; 0 = unused
+  bool counted;  // a repeated message: each element is a value
+  int scalars;   // a repeated scalar (packed or not): each element is this many list items
+                 // (1 for uint32, 2 for int64: twice the decoded bytes); 0 = not one
+  int next;      // level walked into (a message field), -1 = skipped
+};
 struct Level {
-  int descend;     // field number to walk into; 0 = none
-  int counted[8];  // field numbers counted (0 = unused)
+  Walked fields[8];
 };
 constexpr Level kLevels[] = {
-    {1, {0, 0, 0, 0, 0, 0, 0, 0}},    // Result: facts
-    {3, {2, 3, 4, 5, 6, 7, 8, 10}},   // FileFacts: errors, members (walked), anomalies, tensors,
-                                      // storages, storage data, other values, weight map
-    {2, {0, 0, 0, 0, 0, 0, 0, 0}},    // MemberFacts: stream
-    {1, {1, 0, 0, 0, 0, 0, 0, 0}},    // StreamFacts: pickles (walked)
-    {5, {0, 0, 0, 0, 0, 0, 0, 0}},    // PickleFacts: graph
-    {0, {1, 2, 3, 0, 0, 0, 0, 0}},    // Graph: nodes, globals, calls
+    // 0 Result: facts
+    {{{1, false, 0, 1}}},
+    // 1 FileFacts: errors, members (walked), anomalies, tensors (walked), storages, storage
+    //   data, other values; weight map
+    {{{2, true, 0, -1},
+      {3, true, 0, 2},
+      {4, true, 0, -1},
+      {5, true, 0, 6},
+      {6, true, 0, -1},
+      {7, true, 0, -1},
+      {8, true, 0, -1},
+      {10, true, 0, -1}}},
+    // 2 MemberFacts: stream
+    {{{2, false, 0, 3}}},
+    // 3 StreamFacts: pickles
+    {{{1, true, 0, 4}}},
+    // 4 PickleFacts: graph
+    {{{5, false, 0, 5}}},
+    // 5 Graph: nodes (walked), globals, calls
+    {{{1, true, 0, 7}, {2, true, 0, -1}, {3, true, 0, -1}}},
+    // 6 TensorFact: shape, stride (int64)
+    {{{4, false, 2, -1}, {5, false, 2, -1}}},
+    // 7 Node: items, states, mutations
+    {{{12, false, 1, -1}, {14, false, 1, -1}, {15, false, 1, -1}}},
 };
-constexpr int kDepth = sizeof(kLevels) / sizeof(kLevels[0]);
+constexpr int kLevelCount = sizeof(kLevels) / sizeof(kLevels[0]);
+
+struct WireCount {
+  uint64_t values = 0;
+  uint64_t items = 0;
+};
+
+// Counts the varints of a packed field's payload (`length` bytes at `in`): one per byte without
+// the continuation bit. False if the payload is cut short or its last varint is unterminated.
+bool CountPacked(google::protobuf::io::CodedInputStream* in, uint32_t length, int weight,
+                 uint64_t* items) {
+  while (length > 0) {
+    const void* data = nullptr;
+    int size = 0;
+    if (!in->GetDirectBufferPointer(&data, &size) || size <= 0) return false;
+    const uint32_t n = std::min(length, static_cast<uint32_t>(size));
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    for (uint32_t i = 0; i < n; ++i) {
+      if ((bytes[i] & 0x80) == 0) *items += static_cast<uint64_t>(weight);
+    }
+    if (length == n && (bytes[n - 1] & 0x80) != 0) return false;
+    in->Skip(static_cast<int>(n));
+    length -= n;
+  }
+  return true;
+}
 
 // Adds the counted elements of the message in `in` (schema level `level`) to `*count`; false on
-// malformed wire data. Recursion is bounded by kDepth, not by the input.
-bool CountValues(google::protobuf::io::CodedInputStream* in, int level, uint64_t* count) {
+// malformed wire data. Recursion follows the table (at most kLevelCount deep, no cycles), never
+// the input's own nesting.
+bool CountValues(google::protobuf::io::CodedInputStream* in, int level, WireCount* count) {
   using google::protobuf::internal::WireFormatLite;
-  const Level& l = kLevels[level];
   while (true) {
     const uint32_t tag = in->ReadTag();
     if (tag == 0) return in->ConsumedEntireMessage() || in->BytesUntilLimit() == 0;
     const int field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
-    for (int c : l.counted) {
-      if (c != 0 && c == field) ++*count;
+    const auto type = WireFormatLite::GetTagWireType(tag);
+    const Walked* w = nullptr;
+    for (const Walked& f : kLevels[level].fields) {
+      if (f.field != 0 && f.field == field) w = &f;
     }
-    if (field == l.descend && level + 1 < kDepth) {
-      if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    if (w != nullptr && w->counted) ++count->values;
+    if (w != nullptr && w->scalars > 0 && type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      if (!in->ReadVarint32(&length) || !CountPacked(in, length, w->scalars, &count->items)) {
         return false;
       }
+      continue;
+    }
+    if (w != nullptr) count->items += static_cast<uint64_t>(w->scalars);  // one unpacked element
+    if (w != nullptr && w->next >= 0 && w->next < kLevelCount) {
+      if (type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
       uint32_t length = 0;
       if (!in->ReadVarint32(&length)) return false;
       const auto limit = in->PushLimit(static_cast<int>(length));
-      if (!CountValues(in, level + 1, count) || in->BytesUntilLimit() != 0) return false;
+      if (!CountValues(in, w->next, count) || in->BytesUntilLimit() != 0) return false;
       in->PopLimit(limit);
     } else if (!WireFormatLite::SkipField(in, tag)) {
       return false;
@@ -329,8 +387,8 @@ bool CountValues(google::protobuf::io::CodedInputStream* in, int level, uint64_t
 absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   constexpr size_t kMaxDims = torch::kMaxTensorDims;
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
-    facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
-                                                       a.message(), a.must_flag()});
+    facts->anomalies.push_back(
+        torch::ContainerAnomaly{a.kind(), a.member(), a.offset(), a.message(), a.must_flag()});
   }
   facts->storages.reserve(static_cast<size_t>(in.storages_size()));
   for (const wv1::StorageRef& p : in.storages()) {
@@ -526,13 +584,18 @@ uint64_t CountFrameValues(const FileFacts& facts) {
   uint64_t n = facts.errors.size() + facts.members.size() + facts.anomalies.size() +
                facts.tensors.size() + facts.storages.size() + facts.storage_data.size() +
                facts.other_values.listed.size() + facts.shard_index.weight_map.size();
+  uint64_t items = 0;
+  for (const torch::TensorFact& t : facts.tensors) items += 2 * (t.shape.size() + t.stride.size());
   for (const MemberFacts& m : facts.members) {
     n += m.stream.pickles.size();
     for (const pickle::PickleFacts& p : m.stream.pickles) {
       n += p.graph.nodes.size() + p.graph.globals.size() + p.graph.calls.size();
+      for (const pickle::Node& node : p.graph.nodes) {
+        items += node.items.size() + node.states.size() + node.mutations.size();
+      }
     }
   }
-  return n;
+  return n + ListItemValues(items);
 }
 
 absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
@@ -563,18 +626,21 @@ absl::StatusOr<DecodedResult> Decode(std::string_view payload, std::string* owne
   if (payload.size() > sandbox::kMaxFrameBytes) {
     return absl::InvalidArgumentError("result payload over kMaxFrameBytes");
   }
-  // Count before building anything: the parse and the structs cost ~400 bytes per value.
-  uint64_t values = 0;
+  // Count before building anything: the parse and the structs cost ~400 bytes per value and
+  // ~25 per list item (kListItemsPerValue items are charged as one value).
+  WireCount wire_count;
   google::protobuf::io::CodedInputStream wire(reinterpret_cast<const uint8_t*>(payload.data()),
                                               static_cast<int>(payload.size()));
-  if (!CountValues(&wire, 0, &values)) {
+  if (!CountValues(&wire, 0, &wire_count)) {
     return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
   }
+  const uint64_t values = wire_count.values + ListItemValues(wire_count.items);
   const uint64_t max_values = std::min(limits.max_values, sandbox::kMaxFrameValues);
   if (values > max_values) {
-    return absl::ResourceExhaustedError(absl::StrCat("result frame holds ", values,
-                                                     " values; the limit is ", max_values,
-                                                     " (max_frame_values)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("result frame holds ", values, " values (", wire_count.values,
+                     " elements and ", wire_count.items, " list items, ", kListItemsPerValue,
+                     " to a value); the limit is ", max_values, " (max_frame_values)"));
   }
   if (limits.admit) {
     if (absl::Status s = limits.admit(payload.size(), values); !s.ok()) return s;

@@ -1,6 +1,11 @@
 #include "pipeline/facts_codec.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -507,6 +512,116 @@ std::string PayloadWithEmptyNodes(uint64_t nodes) {
   return Field(1, Field(3, Field(2, Field(1, pickle))));
 }
 
+// A Result whose one graph holds an empty node 0 and a node 1 with `body` (Node fields).
+std::string PayloadWithNode(const std::string& body) {
+  std::string graph = std::string("\x0a\x00", 2) + Field(1, body);
+  std::string pickle = Field(5, graph);
+  pickle += std::string("\x30\xff\xff\xff\xff\x0f", 6);
+  pickle += std::string("\x48\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);
+  pickle += std::string("\x50\xff\xff\xff\xff\x0f", 6);
+  return Field(1, Field(3, Field(2, Field(1, pickle))));
+}
+
+// Node.items (12) packed: `n` references to node 0, one wire byte each.
+std::string PackedItems(uint64_t n) { return Field(12, std::string(n, '\0')); }
+
+uint64_t AdmittedValues(std::string payload, uint64_t max_values = sandbox::kMaxFrameValues) {
+  uint64_t seen = 0;
+  DecodeLimits limits;
+  limits.max_values = max_values;
+  limits.admit = [&](uint64_t, uint64_t values) {
+    seen = values;
+    return absl::ResourceExhaustedError("stop (facts_memory)");
+  };
+  EXPECT_TRUE(absl::IsResourceExhausted(DecodeResult(&payload, limits).status()));
+  return seen;
+}
+
+TEST(FactsCodecTest, ListItemsAreCountedOnTheWireAndChargedAsValues) {
+  // 2 nodes + the member + the pickle = 4 values, plus the items, kListItemsPerValue a value.
+  EXPECT_EQ(AdmittedValues(PayloadWithNode("")), 4u);
+  EXPECT_EQ(AdmittedValues(PayloadWithNode(PackedItems(16 * 1000))),
+            4u + 16 * 1000 / kListItemsPerValue);
+  EXPECT_EQ(AdmittedValues(PayloadWithNode(PackedItems(16 * 1000 + 1))),
+            4u + 16 * 1000 / kListItemsPerValue + 1);
+  // Multi-byte varints count once; states (14) and mutations (15) count like items.
+  const std::string multi = Field(12, std::string("\x80\x01\x81\x01\x00", 5));
+  const std::string states = Field(14, std::string(kListItemsPerValue, '\0'));
+  const std::string mutations = Field(15, std::string(kListItemsPerValue, '\0'));
+  EXPECT_EQ(AdmittedValues(PayloadWithNode(multi + states + mutations)), 4u + 3);
+  // Unpacked elements (tag 12 varint, one each) count too.
+  std::string unpacked;
+  for (uint64_t i = 0; i < 2 * kListItemsPerValue; ++i) unpacked.append("\x60\x00", 2);
+  EXPECT_EQ(AdmittedValues(PayloadWithNode(unpacked)), 4u + 2);
+  // A tensor's shape and stride (FileFacts.tensors(5) > TensorFact.shape(4) / stride(5)).
+  const std::string tensor = Field(5, Field(4, std::string(kListItemsPerValue, '\x01')) +
+                                          Field(5, std::string(kListItemsPerValue, '\x01')));
+  EXPECT_EQ(AdmittedValues(Field(1, tensor)), 1u + 4);  // int64: two items an element
+}
+
+TEST(FactsCodecTest, ManyPackedItemsAreRefusedPastTheValueLimitBeforeAnythingIsBuilt) {
+  std::string payload = PayloadWithNode(PackedItems(16 * 1000));
+  DecodeLimits limits;
+  limits.max_values = 1000;  // 4 + 1000 values
+  const absl::Status over = DecodeResult(&payload, limits).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(over)) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), "16000 list items")) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), "(max_frame_values)")) << over;
+  EXPECT_FALSE(payload.empty());  // refused before parsing
+  // The whole frame cap in one-byte items stays within the protocol's value cap, so the worker
+  // (which checks the same count) can always send it; a lower per-job limit refuses it.
+  EXPECT_LE(ListItemValues(sandbox::kMaxFrameBytes), sandbox::kMaxFrameValues);
+}
+
+TEST(FactsCodecTest, AnUnterminatedPackedVarintIsMalformed) {
+  const std::string cut = Field(12, std::string("\x00\x80", 2));
+  const absl::Status s = DecodeResult(PayloadWithNode(cut)).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+}
+
+// Peak RSS (VmHWM) in kB, or 0.
+uint64_t PeakRssKb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+// The measurement behind kListItemsPerValue: in a child (so that nothing else has raised the
+// peak), reset the peak RSS (clear_refs 5), decode one node with 8M one-byte items, and compare.
+TEST(FactsCodecTest, DecodedListItemsCostWhatTheyAreCharged) {
+  constexpr uint64_t kItems = 8'000'000;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string payload = PayloadWithNode(PackedItems(kItems));
+    uint64_t delta_kb = 0;
+    if (std::ofstream("/proc/self/clear_refs") << "5") {
+      const uint64_t before = PeakRssKb();
+      const bool ok = DecodeResult(payload).ok();
+      delta_kb = ok ? PeakRssKb() - before : 0;
+    }
+    (void)!::write(fds[1], &delta_kb, sizeof(delta_kb));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  uint64_t delta_kb = 0;
+  const bool got = ::read(fds[0], &delta_kb, sizeof(delta_kb)) == sizeof(delta_kb);
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(got);
+  if (delta_kb == 0) GTEST_SKIP() << "no /proc/self/clear_refs, or the decode failed";
+  const double per_item = static_cast<double>(delta_kb) * 1024 / kItems;
+  std::printf("decoded list item: %.1f bytes (peak RSS +%llu kB for %llu items)\n", per_item,
+              static_cast<unsigned long long>(delta_kb), static_cast<unsigned long long>(kItems));
+  EXPECT_LE(per_item, 400.0 / kListItemsPerValue);
+  EXPECT_GE(per_item, 4.0);  // the item was really built
+}
+
 TEST(FactsCodecTest, ValuesAreCountedOnTheWireBeforeAnythingIsBuilt) {
   absl::StatusOr<DecodedResult> small = DecodeResult(PayloadWithEmptyNodes(1000));
   ASSERT_TRUE(small.ok()) << small.status();
@@ -550,8 +665,9 @@ TEST(FactsCodecTest, ALowerValueLimitAndTheAdmitHookSeeTheCountBeforeAnythingIsB
 TEST(FactsCodecTest, CountFrameValuesCountsWhatTheDecoderCounts) {
   const FileFacts facts = EveryFieldFacts();
   // 1 error + 1 member + 2 pickles + 4 nodes + 1 global + 2 calls + 2 other values + 2
-  // weight map entries.
-  EXPECT_EQ(CountFrameValues(facts), 15u);
+  // weight map entries, and one for the nodes' list items (fewer than kListItemsPerValue).
+  EXPECT_EQ(CountFrameValues(facts), 16u);
+  EXPECT_EQ(AdmittedValues(Payload(facts)), CountFrameValues(facts));
 }
 
 TEST(FactsCodecTest, EveryTruncationOfAValidPayloadIsRejectedOrConsistent) {

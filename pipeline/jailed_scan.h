@@ -53,8 +53,9 @@ struct JailOptions {
   // RLIMIT_CPU in seconds; 0 = the timeout rounded up, plus one (a backstop behind it).
   uint64_t cpu_seconds = 0;
   uint64_t max_frame_bytes = sandbox::kMaxFrameBytes;
-  // Most values (graph nodes, globals, ...) a result may hold (at most sandbox::kMaxFrameValues;
-  // each costs ~400 bytes here once decoded): past it ERROR, limit "max_frame_values".
+  // Most values (graph nodes, globals, ...; kListItemsPerValue list items count as one) a result
+  // may hold (at most sandbox::kMaxFrameValues; each costs ~400 bytes here once decoded): past it
+  // ERROR, limit "max_frame_values".
   uint64_t max_frame_values = sandbox::kMaxFrameValues;
   // May be null. The daemon's memory for decoded results across jobs (pipeline/facts_budget.h):
   // each job reserves its estimate before decoding, waiting for room up to `timeout`; one

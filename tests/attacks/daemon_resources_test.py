@@ -4,7 +4,7 @@ the daemon answering, and its memory, descriptors and threads bounded.
 
 Usage: daemon_resources_test.py --ckptscand PATH [--proto-dir DIR] [--stubs-dir DIR]
                                 [--client-dir DIR]
-                                [--only memory|descriptors|reflection|lockout]
+                                [--only memory|items|descriptors|reflection|lockout]
 
 A. Memory. pickle.dumps(list(range(3_000_000))) is a 15 MB honest pickle whose facts (3,000,003
    graph values, a ~57 MB result frame) cost the daemon ~1.2 GB to decode and judge; two at once
@@ -14,6 +14,12 @@ A. Memory. pickle.dumps(list(range(3_000_000))) is a 15 MB honest pickle whose f
    (the daemon's own baseline with its gRPC threads), and after them its RSS (VmRSS) is back
    under baseline + 256 MiB (the heap is trimmed). A daemon whose --facts-memory is below one
    job's estimate answers ERROR naming facts_memory, never SAFE.
+A2. List items. A 47 MB honest pickle: a list of 23.4M references to one memoised int (BINGET +
+   APPENDS in batches of 900,000; SAFE). Its frame is ~23 MB and holds 4 graph values, but 23.4M
+   packed list items (1 wire byte each, ~15-25 decoded); a daemon that counted only values
+   reserved ~24 MB for it and took ~300 MB a job (VmHWM 637 MiB at once), two at once past their --facts-memory 128M.
+   Now the items are counted (16 to a value): the estimate (~610 MB) is over the budget, both
+   jobs are ERROR naming facts_memory, and VmHWM stays under 128 + 2 x 64 + 160 MiB.
 B. Descriptors. The daemon runs with RLIMIT_NOFILE 256 (soft = hard: systemd's 1024 scaled
    down) and --max-unix-connections 40 --first-byte-timeout 2 --max-connection-idle 3; 300
    connections that send nothing are opened (the 1,100 against 1,024 of the report, scaled).
@@ -142,6 +148,34 @@ def verdict(client, report):
     return client.verdict_name(report.verdict)
 
 
+def two_job_daemon(args, client, directory, daemons, budget):
+    """A daemon with --max-running 2 and --facts-memory BUDGET MiB, and a client that has scanned
+    one small file through it (so that its baseline is warm)."""
+    d = Daemon(args.ckptscand, directory,
+               [("--max-running", "2"), ("--facts-memory", "%dM" % budget)])
+    daemons.append(d)
+    c = client.ScanClient("unix:" + d.socket, timeout=300)
+    c.scan_bytes("warm.pkl", NONE_PICKLE)
+    return d, c
+
+
+def scan_twice(client, c, name, data):
+    """Uploads `data` twice at once through `c`; returns (reports, ScanClientErrors)."""
+    results, failures = [], []
+
+    def scan():
+        try:
+            results.append(c.scan_bytes(name, data))
+        except client.ScanClientError as e:
+            failures.append(e)
+    threads = [threading.Thread(target=scan) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, failures
+
+
 def errors(report):
     return ["%s: %s [%s]" % (e.code, e.message, e.limit_name) for f in report.files
             for e in f.errors]
@@ -153,24 +187,9 @@ def memory(args, client, tmp, daemons):
     print("\n== A: the facts of a 3,000,000-int pickle, twice at once ==", flush=True)
     data = pickle.dumps(list(range(3_000_000)))
     budget = 1400
-    d = Daemon(args.ckptscand, os.path.join(tmp, "a"),
-               [("--max-running", "2"), ("--facts-memory", "%dM" % budget)])
-    daemons.append(d)
-    c = client.ScanClient("unix:" + d.socket, timeout=300)
-    c.scan_bytes("warm.pkl", NONE_PICKLE)
+    d, c = two_job_daemon(args, client, os.path.join(tmp, "a"), daemons, budget)
     before = d.show("before")
-    results, failures = [], []
-
-    def scan():
-        try:
-            results.append(c.scan_bytes("ints.pkl", data))
-        except client.ScanClientError as e:
-            failures.append(e)
-    threads = [threading.Thread(target=scan) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, failures = scan_twice(client, c, "ints.pkl", data)
     verdicts = [verdict(client, r) for r in results]
     check(not failures and verdicts == ["SAFE", "SAFE"], "both uploads of the honest pickle are "
           "SAFE", "verdicts %s, failures %s, errors %s" % (verdicts, failures,
@@ -197,6 +216,28 @@ def memory(args, client, tmp, daemons):
     small.show("after the refused job")
     c.close()
     small.kill()
+
+
+def items(args, client, tmp, daemons):
+    print("\n== A2: 23.4M list items (one memoised int), twice at once ==", flush=True)
+    data = b"\x80\x02]q\x01K\x05q\x000" + (b"(" + b"h\x00" * 900_000 + b"e") * 26 + b"."
+    budget = 128
+    d, c = two_job_daemon(args, client, os.path.join(tmp, "a3"), daemons, budget)
+    d.show("before")
+    results, failures = scan_twice(client, c, "items.pkl", data)
+    verdicts = [verdict(client, r) for r in results]
+    refused = [any("facts_memory" in e for e in errors(r)) for r in results]
+    check(not failures and verdicts == ["ERROR", "ERROR"] and all(refused),
+          "both jobs are ERROR naming facts_memory (their items are over the budget), never SAFE",
+          "verdicts %s, failures %s, errors %s" % (verdicts, failures,
+                                                   [errors(r) for r in results]))
+    bound = budget + 2 * 64 + 160
+    peak = d.stats()["VmHWM"]
+    check(peak <= bound, "the daemon's peak RSS stays under %d MiB (--facts-memory %dM + two "
+          "frames + baseline)" % (bound, budget), "VmHWM %d MiB" % peak)
+    d.show("after")
+    c.close()
+    d.kill()
 
 
 # --- B: descriptors ------------------------------------------------------------------------------
@@ -473,7 +514,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckptscand", required=True)
     add_client_args(parser)
-    parser.add_argument("--only", choices=("memory", "descriptors", "reflection", "lockout"))
+    parser.add_argument("--only", choices=("memory", "items", "descriptors", "reflection", "lockout"))
     args = parser.parse_args()
     require_grpc("daemon_resources_test")
     tmp = short_tmpdir("ckptscan-dres-")
@@ -482,6 +523,8 @@ def main():
     try:
         if args.only in (None, "memory"):
             memory(args, client, tmp, daemons)
+        if args.only in (None, "items"):
+            items(args, client, tmp, daemons)
         if args.only in (None, "descriptors"):
             descriptors(args, client, tmp, daemons)
         if args.only in (None, "reflection"):
