@@ -238,9 +238,11 @@ class DaemonProcess final {
     flag("--state-dir", tmp + "/state");
     flag("--worker", worker);
     flag("--max-queued", absl::StrCat(max_queued));
-    // Every client is this one uid: in --mode upload each needs an upload place of its own.
+    // Every client is this one uid: in --mode upload each needs an upload place of its own, and
+    // in every mode a job place of its own.
     flag("--max-uploads", absl::StrCat(std::max(1u, max_queued)));
     flag("--max-uploads-per-caller", absl::StrCat(std::max(1u, max_queued)));
+    flag("--max-jobs-per-caller", absl::StrCat(std::max(1u, max_queued)));
     flag("--drain-seconds", absl::StrCat(kDrainSeconds));
     for (const std::string& r : roots) flag("--root", r);
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -730,9 +732,9 @@ absl::StatusOr<FileUnderTest> LoadFile(const std::string& name, bool read_bytes)
 
 absl::Status CheckDaemonArgs(const std::vector<std::string>& args) {
   for (const std::string& a : args) {
-    for (const char* refused : {"--tcp", "--no-socket", "--socket", "--config", "--state-dir",
-                                "--worker", "--max-queued", "--max-uploads",
-                                "--max-uploads-per-caller"}) {
+    for (const char* refused :
+         {"--tcp", "--no-socket", "--socket", "--config", "--state-dir", "--worker", "--max-queued",
+          "--max-uploads", "--max-uploads-per-caller", "--max-jobs-per-caller"}) {
       if (a == refused || absl::StartsWith(a, absl::StrCat(refused, "="))) {
         return absl::InvalidArgumentError(
             absl::StrCat("--daemon-arg ", a,

@@ -7,9 +7,9 @@
 
 namespace ckptscan::daemon {
 
-absl::StatusOr<JobSlots::Ticket> JobSlots::Admit() {
+absl::StatusOr<JobSlots::Ticket> JobSlots::Admit(const std::string& caller) {
   std::lock_guard<std::mutex> lock(mu_);
-  return AdmitLocked(/*refuse_if_draining=*/true);
+  return AdmitLocked(caller, /*refuse_if_draining=*/true);
 }
 
 absl::Status JobSlots::FullLocked() {
@@ -23,13 +23,31 @@ absl::Status JobSlots::FullLocked() {
       max_running_, ", max_queued ", max_queued_, "); retry later"));
 }
 
-absl::StatusOr<JobSlots::Ticket> JobSlots::AdmitLocked(bool refuse_if_draining) {
+absl::Status JobSlots::CallerFullLocked(const std::string& caller) {
+  const auto it = jobs_by_caller_.find(caller);
+  const uint32_t mine = it == jobs_by_caller_.end() ? 0 : it->second;
+  if (mine < max_jobs_per_caller_) return absl::OkStatus();
+  ++refused_;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      caller, " holds ", mine, " job places (running or queued), its limit (max_jobs_per_caller ",
+      max_jobs_per_caller_, "); wait for one to finish"));
+}
+
+absl::StatusOr<JobSlots::Ticket> JobSlots::AdmitLocked(const std::string& caller,
+                                                       bool refuse_if_draining) {
   if (refuse_if_draining && draining_) {
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
   if (absl::Status s = FullLocked(); !s.ok()) return s;
+  if (absl::Status s = CallerFullLocked(caller); !s.ok()) return s;
   ++queued_;
-  return Ticket(this);
+  ++jobs_by_caller_[caller];
+  return Ticket(this, caller);
+}
+
+void JobSlots::EndJobLocked(const std::string& caller) {
+  const auto it = jobs_by_caller_.find(caller);
+  if (it != jobs_by_caller_.end() && --it->second == 0) jobs_by_caller_.erase(it);
 }
 
 absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller) {
@@ -38,6 +56,7 @@ absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
   if (absl::Status s = FullLocked(); !s.ok()) return s;
+  if (absl::Status s = CallerFullLocked(caller); !s.ok()) return s;
   if (uploading_ >= uploads_.max_uploads) {
     ++refused_;
     return absl::ResourceExhaustedError(absl::StrCat("the daemon is receiving ", uploading_,
@@ -83,7 +102,7 @@ absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {
     slots_->EndUploadLocked(caller_);
     slots_->idle_cv_.notify_all();
   }
-  return slots_->AdmitLocked(/*refuse_if_draining=*/false);
+  return slots_->AdmitLocked(caller_, /*refuse_if_draining=*/false);
 }
 
 JobSlots::Upload::~Upload() {
@@ -136,6 +155,7 @@ JobSlots::Ticket::~Ticket() {
   } else {
     --slots_->queued_;
   }
+  slots_->EndJobLocked(caller_);
   slots_->idle_cv_.notify_all();
 }
 

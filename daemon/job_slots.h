@@ -15,9 +15,15 @@
 // (max_spool_bytes). Once its last byte is spooled it is admitted as a job (Upload::Admit) and
 // gives its upload place back; its spooled bytes stay counted until the Upload is destroyed.
 //
+// One caller holds at most `max_jobs_per_caller` job places (running + queued) at once: a caller
+// that never finishes its jobs (slow files, a ConvertUpload whose output it does not read) cannot
+// take every place and lock the other callers out. Past it RESOURCE_EXHAUSTED names the limit.
+// The caller is a bucket name (the daemon's: a uid, a client certificate, or "anonymous" for
+// every caller without an identity), the same one its uploads count against.
+//
 // Thread-safe.
 //
-//   CKPT_ASSIGN_OR_RETURN(JobSlots::Ticket t, slots.Admit());
+//   CKPT_ASSIGN_OR_RETURN(JobSlots::Ticket t, slots.Admit("uid:1000"));
 //   CKPT_RETURN_IF_ERROR(t.Run([&] { return ctx->IsCancelled(); }));
 //   ... run the worker ...
 #ifndef CKPTSCAN_DAEMON_JOB_SLOTS_H_
@@ -50,12 +56,19 @@ struct UploadLimits {
 
 class JobSlots final {
  public:
-  JobSlots(uint32_t max_running, uint32_t max_queued, UploadLimits uploads = {})
-      : max_running_(max_running), max_queued_(max_queued), uploads_(uploads) {}
+  // `max_jobs_per_caller` 0 (or at least max_running + max_queued): no cap but the places.
+  JobSlots(uint32_t max_running, uint32_t max_queued, UploadLimits uploads = {},
+           uint32_t max_jobs_per_caller = 0)
+      : max_running_(max_running),
+        max_queued_(max_queued),
+        uploads_(uploads),
+        max_jobs_per_caller_(max_jobs_per_caller != 0 ? max_jobs_per_caller
+                                                      : max_running + max_queued) {}
 
   class Ticket final {
    public:
-    Ticket(Ticket&& other) noexcept : slots_(other.slots_), running_(other.running_) {
+    Ticket(Ticket&& other) noexcept
+        : slots_(other.slots_), caller_(std::move(other.caller_)), running_(other.running_) {
       other.slots_ = nullptr;
     }
     Ticket& operator=(Ticket&&) = delete;
@@ -69,13 +82,15 @@ class JobSlots final {
 
    private:
     friend class JobSlots;
-    explicit Ticket(JobSlots* slots) : slots_(slots) {}
+    Ticket(JobSlots* slots, std::string caller) : slots_(slots), caller_(std::move(caller)) {}
     JobSlots* slots_;
+    std::string caller_;
     bool running_ = false;
   };
 
-  // RESOURCE_EXHAUSTED when max_running + max_queued jobs are admitted; UNAVAILABLE after Drain.
-  absl::StatusOr<Ticket> Admit();
+  // A job place for `caller`. RESOURCE_EXHAUSTED when max_running + max_queued jobs are
+  // admitted, or when `caller` holds max_jobs_per_caller of them; UNAVAILABLE after Drain.
+  absl::StatusOr<Ticket> Admit(const std::string& caller);
 
   // An upload in flight: an upload place and its spooled bytes, given back when destroyed.
   class Upload final {
@@ -94,7 +109,8 @@ class JobSlots final {
 
     // `bytes` more to spool: RESOURCE_EXHAUSTED (nothing taken) past max_spool_bytes.
     absl::Status Spool(uint64_t bytes);
-    // The upload is complete: a job place for it (RESOURCE_EXHAUSTED when all are taken; not
+    // The upload is complete: a job place for it (RESOURCE_EXHAUSTED when all are taken or its
+    // caller holds max_jobs_per_caller of them; not
     // refused for a drain that began after the upload did). The upload place is given back
     // either way; the spooled bytes stay counted while this object lives.
     absl::StatusOr<Ticket> Admit();
@@ -109,8 +125,9 @@ class JobSlots final {
   };
 
   // An upload from `caller` begins. UNAVAILABLE after Drain; RESOURCE_EXHAUSTED, naming the
-  // limit, when every job place is taken (it could not run now either), when max_uploads are
-  // streaming in, or when `caller` has max_uploads_per_caller of them.
+  // limit, when every job place is taken or `caller` holds max_jobs_per_caller of them (it could
+  // not run now either), when max_uploads are streaming in, or when `caller` has
+  // max_uploads_per_caller of them.
   absl::StatusOr<Upload> BeginUpload(const std::string& caller);
 
   // No new job from now on.
@@ -129,6 +146,7 @@ class JobSlots final {
   Counts counts() const;
   uint32_t max_running() const { return max_running_; }
   uint32_t max_queued() const { return max_queued_; }
+  uint32_t max_jobs_per_caller() const { return max_jobs_per_caller_; }
   const UploadLimits& upload_limits() const { return uploads_; }
 
  private:
@@ -140,14 +158,20 @@ class JobSlots final {
   void ReleaseLocked();
   // RESOURCE_EXHAUSTED (and counted as refused) when every job place is taken. mu_ held.
   absl::Status FullLocked();
+  // RESOURCE_EXHAUSTED (and counted as refused) when `caller` holds max_jobs_per_caller job
+  // places. mu_ held.
+  absl::Status CallerFullLocked(const std::string& caller);
   // A queue place, if one is free (UNAVAILABLE after Drain if `refuse_if_draining`). mu_ held.
-  absl::StatusOr<Ticket> AdmitLocked(bool refuse_if_draining);
+  absl::StatusOr<Ticket> AdmitLocked(const std::string& caller, bool refuse_if_draining);
+  // Gives a job place of `caller` back (its running or queued count is the caller's). mu_ held.
+  void EndJobLocked(const std::string& caller);
   // Gives an upload place back. mu_ held.
   void EndUploadLocked(const std::string& caller);
 
   const uint32_t max_running_;
   const uint32_t max_queued_;
   const UploadLimits uploads_;
+  const uint32_t max_jobs_per_caller_;
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;  // WaitIdle
   std::deque<Waiter*> waiters_;      // Run() callers waiting for a slot, oldest first
@@ -155,6 +179,7 @@ class JobSlots final {
   uint32_t queued_ = 0;
   uint64_t refused_ = 0;
   bool draining_ = false;
+  std::map<std::string, uint32_t> jobs_by_caller_;  // callers with a job place (running or queued)
   uint32_t uploading_ = 0;
   std::map<std::string, uint32_t> uploading_by_caller_;  // callers with an upload in flight
   uint64_t spool_bytes_ = 0;

@@ -15,27 +15,27 @@ TEST(JobSlotsTest, AdmitsRunningPlusQueuedThenRefusesAtOnce) {
   JobSlots slots(2, 1);
   std::vector<JobSlots::Ticket> tickets;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<JobSlots::Ticket> t = slots.Admit();
+    absl::StatusOr<JobSlots::Ticket> t = slots.Admit("uid:1");
     ASSERT_TRUE(t.ok()) << i;
     tickets.push_back(*std::move(t));
   }
-  absl::StatusOr<JobSlots::Ticket> over = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> over = slots.Admit("uid:1");
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(slots.counts().refused, 1u);
   EXPECT_EQ(slots.counts().queued, 3u);
   tickets.pop_back();  // a place comes back
-  EXPECT_TRUE(slots.Admit().ok());
+  EXPECT_TRUE(slots.Admit("uid:1").ok());
 }
 
 TEST(JobSlotsTest, RunWaitsForASlotAndCountsMove) {
   JobSlots slots(1, 4);
-  absl::StatusOr<JobSlots::Ticket> first = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> first = slots.Admit("uid:1");
   ASSERT_TRUE(first.ok());
   ASSERT_TRUE(first->Run(nullptr).ok());
   EXPECT_EQ(slots.counts().running, 1u);
   std::atomic<bool> second_running{false};
   std::thread t([&] {
-    absl::StatusOr<JobSlots::Ticket> second = slots.Admit();
+    absl::StatusOr<JobSlots::Ticket> second = slots.Admit("uid:1");
     ASSERT_TRUE(second.ok());
     ASSERT_TRUE(second->Run(nullptr).ok());
     second_running = true;
@@ -52,14 +52,14 @@ TEST(JobSlotsTest, RunWaitsForASlotAndCountsMove) {
 
 TEST(JobSlotsTest, SlotsGoToWaitersInArrivalOrder) {
   JobSlots slots(1, 8);
-  absl::StatusOr<JobSlots::Ticket> busy = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> busy = slots.Admit("uid:1");
   ASSERT_TRUE(busy.ok() && busy->Run(nullptr).ok());
   std::mutex mu;
   std::vector<int> order;
   std::vector<std::thread> threads;
   for (int i = 0; i < 5; ++i) {
     threads.emplace_back([&, i] {
-      absl::StatusOr<JobSlots::Ticket> t = slots.Admit();
+      absl::StatusOr<JobSlots::Ticket> t = slots.Admit("uid:1");
       ASSERT_TRUE(t.ok());
       ASSERT_TRUE(t->Run(nullptr).ok());
       std::lock_guard<std::mutex> lock(mu);
@@ -78,9 +78,9 @@ TEST(JobSlotsTest, SlotsGoToWaitersInArrivalOrder) {
 
 TEST(JobSlotsTest, CancelledWhileQueuedLeavesTheQueue) {
   JobSlots slots(1, 4);
-  absl::StatusOr<JobSlots::Ticket> busy = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> busy = slots.Admit("uid:1");
   ASSERT_TRUE(busy.ok() && busy->Run(nullptr).ok());
-  absl::StatusOr<JobSlots::Ticket> waiting = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> waiting = slots.Admit("uid:1");
   ASSERT_TRUE(waiting.ok());
   EXPECT_EQ(waiting->Run([] { return true; }).code(), absl::StatusCode::kCancelled);
   { JobSlots::Ticket gone = *std::move(waiting); }
@@ -90,10 +90,10 @@ TEST(JobSlotsTest, CancelledWhileQueuedLeavesTheQueue) {
 
 TEST(JobSlotsTest, DrainRefusesNewJobsAndWaitIdleSeesTheLastOneEnd) {
   JobSlots slots(2, 2);
-  absl::StatusOr<JobSlots::Ticket> running = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> running = slots.Admit("uid:1");
   ASSERT_TRUE(running.ok() && running->Run(nullptr).ok());
   slots.Drain();
-  EXPECT_EQ(slots.Admit().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(slots.Admit("uid:1").status().code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(slots.WaitIdle(50));
   std::thread t([&] { JobSlots::Ticket done = *std::move(running); });
   EXPECT_TRUE(slots.WaitIdle(5000));
@@ -112,7 +112,7 @@ TEST(JobSlotsUploadTest, UploadsInFlightTakeNoJobPlace) {
   EXPECT_EQ(slots.counts().uploading, 3u);
   EXPECT_EQ(slots.counts().queued + slots.counts().running, 0u);
   // The one job place is still there for another job.
-  absl::StatusOr<JobSlots::Ticket> job = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> job = slots.Admit("uid:1");
   ASSERT_TRUE(job.ok());
   // While it is taken a new upload is refused at once (it could not run either) ...
   absl::StatusOr<JobSlots::Upload> refused = slots.BeginUpload("uid:2");
@@ -144,6 +144,73 @@ TEST(JobSlotsUploadTest, PerCallerAndDaemonWideCapsNameTheirLimit) {
   EXPECT_TRUE(absl::StrContains(c1.status().message(), "max_uploads 3")) << c1.status();
   EXPECT_EQ(slots.counts().refused, 2u);
   { JobSlots::Upload done = *std::move(a1); }  // the caller's place comes back
+  EXPECT_TRUE(slots.BeginUpload("uid:1").ok());
+}
+
+// One caller holds at most max_jobs_per_caller job places, running and queued together: it
+// cannot take every place and lock the other callers out.
+TEST(JobSlotsTest, OneCallerHoldsAtMostItsCapOfJobPlaces) {
+  JobSlots slots(1, 2, UploadLimits{}, 2);
+  EXPECT_EQ(slots.max_jobs_per_caller(), 2u);
+  std::vector<JobSlots::Ticket> mine;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<JobSlots::Ticket> t = slots.Admit("uid:1");
+    ASSERT_TRUE(t.ok()) << i << " " << t.status();
+    mine.push_back(*std::move(t));  // a moved ticket still counts for its caller
+  }
+  ASSERT_TRUE(mine[1].Run(nullptr).ok());
+  absl::StatusOr<JobSlots::Ticket> third = slots.Admit("uid:1");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(third.status().message(), "max_jobs_per_caller 2"))
+      << third.status();
+  EXPECT_TRUE(absl::StrContains(third.status().message(), "uid:1")) << third.status();
+  EXPECT_EQ(slots.counts().running, 1u);
+  EXPECT_EQ(slots.counts().queued, 1u);
+  // The place it could not take is another caller's.
+  absl::StatusOr<JobSlots::Ticket> other = slots.Admit("uid:2");
+  ASSERT_TRUE(other.ok()) << other.status();
+  // Every place taken: the daemon-wide refusal, whoever asks.
+  absl::StatusOr<JobSlots::Ticket> full = slots.Admit("uid:3");
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(full.status().message(), "max_running 1")) << full.status();
+  EXPECT_EQ(slots.counts().refused, 2u);
+  mine.pop_back();  // the running one ends: the caller's place comes back
+  EXPECT_TRUE(slots.Admit("uid:1").ok());
+}
+
+TEST(JobSlotsTest, CapDefaultsToEveryPlace) {
+  JobSlots slots(1, 2);
+  EXPECT_EQ(slots.max_jobs_per_caller(), 3u);
+  std::vector<JobSlots::Ticket> mine;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<JobSlots::Ticket> t = slots.Admit("anonymous");
+    ASSERT_TRUE(t.ok()) << i << " " << t.status();
+    mine.push_back(*std::move(t));
+  }
+}
+
+// An upload's job place counts against its caller's cap too: refused at once when the caller
+// already holds its cap, and again when the upload completes if it has reached it meanwhile.
+TEST(JobSlotsUploadTest, UploadsCountAgainstTheCallersJobCap) {
+  JobSlots slots(1, 3, UploadLimits{.max_uploads = 4, .max_uploads_per_caller = 4}, 2);
+  absl::StatusOr<JobSlots::Upload> u1 = slots.BeginUpload("uid:1");
+  absl::StatusOr<JobSlots::Upload> u2 = slots.BeginUpload("uid:1");
+  ASSERT_TRUE(u1.ok() && u2.ok()) << "streaming uploads hold no job place";
+  absl::StatusOr<JobSlots::Ticket> j1 = slots.Admit("uid:1");
+  ASSERT_TRUE(j1.ok()) << j1.status();
+  absl::StatusOr<JobSlots::Ticket> j2 = u1->Admit();
+  ASSERT_TRUE(j2.ok()) << j2.status();
+  absl::StatusOr<JobSlots::Ticket> j3 = u2->Admit();
+  EXPECT_EQ(j3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(j3.status().message(), "max_jobs_per_caller 2")) << j3.status();
+  EXPECT_EQ(slots.counts().uploading, 0u) << "the refused upload gave its upload place back";
+  absl::StatusOr<JobSlots::Upload> u3 = slots.BeginUpload("uid:1");
+  EXPECT_EQ(u3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(u3.status().message(), "max_jobs_per_caller 2")) << u3.status();
+  absl::StatusOr<JobSlots::Upload> b = slots.BeginUpload("uid:2");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(b->Admit().ok());
+  { JobSlots::Ticket done = *std::move(j1); }
   EXPECT_TRUE(slots.BeginUpload("uid:1").ok());
 }
 

@@ -113,12 +113,14 @@ struct Flags {
   std::string metrics_address = "127.0.0.1";
 };
 
-// Uploads (issue 18): what the uploads in flight may hold, and how long a stream may stall.
+// Uploads (issue 18): what the uploads in flight may hold, and how long a stream may stall; and
+// the job places one caller may hold (its uploads' bucket).
 struct UploadFlags {
   double idle_timeout = 30;
   double output_idle_timeout = 30;
   uint32_t max_uploads = 0;             // 0: --max-running + --max-queued
   uint32_t max_uploads_per_caller = 0;  // 0: half of --max-uploads, rounded up
+  uint32_t max_jobs_per_caller = 0;     // 0: half of --max-running + --max-queued, rounded up
   std::string max_spool;                // empty: 4 x --max-upload-bytes
 };
 
@@ -141,6 +143,12 @@ void AddUploadFlags(CLI::App& app, UploadFlags* u) {
                  "Of them, from one caller (a uid, a client certificate; callers without an "
                  "identity share one bucket, \"anonymous\"); past it RESOURCE_EXHAUSTED "
                  "(default: half of --max-uploads, rounded up)")
+      ->check(CLI::Range(1u, 65536u));
+  app.add_option("--max-jobs-per-caller", u->max_jobs_per_caller,
+                 "Job places (running + queued) one caller holds at once, by the same identity "
+                 "as --max-uploads-per-caller; past it RESOURCE_EXHAUSTED (default: half of "
+                 "--max-running + --max-queued, rounded up; at or above their sum, one caller "
+                 "may take every place)")
       ->check(CLI::Range(1u, 65536u));
   app.add_option("--max-spool-bytes", u->max_spool,
                  "Upload bytes spooled at once, daemon-wide (suffix K, M, G, T); past it "
@@ -513,6 +521,11 @@ int Run(int argc, char** argv) {
   absl::StatusOr<UploadLimits> upload_limits =
       ApplyUploadFlags(upload_flags, max_running + max_queued, &options);
   if (!upload_limits.ok()) return Fail(base::StdView(upload_limits.status().message()));
+  // One caller may hold half the job places: another caller always finds one free.
+  const uint32_t max_jobs_per_caller =
+      upload_flags.max_jobs_per_caller != 0
+          ? upload_flags.max_jobs_per_caller
+          : std::max(1u, static_cast<uint32_t>((uint64_t{max_running} + max_queued + 1) / 2));
   absl::StatusOr<uint64_t> frame_bytes = base::ParseSize(f.max_frame_bytes);
   if (!frame_bytes.ok() || *frame_bytes == 0 || *frame_bytes > sandbox::kMaxFrameBytes) {
     return Fail(absl::StrCat("--max-frame-bytes: not a size from 1 to ", sandbox::kMaxFrameBytes));
@@ -602,7 +615,7 @@ int Run(int argc, char** argv) {
       }
     }
   }
-  JobSlots slots(max_running, max_queued, *upload_limits);
+  JobSlots slots(max_running, max_queued, *upload_limits, max_jobs_per_caller);
   const std::string rules_version = (*rules)->Get()->version();
   const std::string rules_source = (*rules)->source();
   const std::shared_ptr<Metrics> metrics = std::make_shared<Metrics>(&slots);
@@ -745,6 +758,7 @@ int Run(int argc, char** argv) {
       .Str("signer", daemon.key().public_key().hint())
       .Int("max_running", slots.max_running())
       .Int("max_queued", slots.max_queued())
+      .Int("max_jobs_per_caller", slots.max_jobs_per_caller())
       .Int("max_uploads", upload_limits->max_uploads)
       .Int("max_uploads_per_caller", upload_limits->max_uploads_per_caller)
       .Int("max_spool_bytes", upload_limits->max_spool_bytes)

@@ -23,11 +23,11 @@ TEST(MetricsTest, TextHasEveryFamilyWithZerosBeforeAnyJob) {
 TEST(MetricsTest, CountsWhatHappened) {
   JobSlots slots(1, 1);
   Metrics m(&slots);
-  absl::StatusOr<JobSlots::Ticket> running = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> running = slots.Admit("uid:1");
   ASSERT_TRUE(running.ok() && running->Run(nullptr).ok());
-  absl::StatusOr<JobSlots::Ticket> queued = slots.Admit();
+  absl::StatusOr<JobSlots::Ticket> queued = slots.Admit("uid:1");
   ASSERT_TRUE(queued.ok());
-  EXPECT_FALSE(slots.Admit().ok());  // refused
+  EXPECT_FALSE(slots.Admit("uid:1").ok());  // refused
   m.Request("ScanUpload", 0, absl::Milliseconds(3));
   m.Job("DANGEROUS");
   sandbox::Result violation;

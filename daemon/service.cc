@@ -179,11 +179,11 @@ absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
   return ro;
 }
 
-// Whose upload places an upload takes: the caller's identity when it has one (a uid on the
-// unix socket, a verified client certificate). Every caller without one shares the bucket
-// "anonymous": a TCP peer's address is no identity, as one client can connect from many ports
-// and addresses.
-std::string UploadBucket(const Caller& caller) {
+// Whose upload places and job places (max_uploads_per_caller, max_jobs_per_caller) a call takes:
+// the caller's identity when it has one (a uid on the unix socket, a verified client
+// certificate). Every caller without one shares the bucket "anonymous": a TCP peer's address is
+// no identity, as one client can connect from many ports and addresses.
+std::string LimitBucket(const Caller& caller) {
   return caller.authenticated ? caller.name : "anonymous";
 }
 
@@ -627,7 +627,7 @@ grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
   }
   absl::StatusOr<base::UniqueFd> fd = d_->roots()->OpenForRead(request->path());
   if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit(LimitBucket(caller));
   if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
@@ -641,7 +641,7 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ScanUpload", caller, *ctx, &d_->metrics());
   // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(UploadBucket(caller));
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(caller));
   if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
@@ -695,7 +695,7 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
     return log.Done(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                                  absl::StrCat(request->output(), " exists (set replace)")));
   }
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit();
+  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit(LimitBucket(caller));
   if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
@@ -736,7 +736,7 @@ grpc::Status ScannerService::DoConvertUpload(
   const Caller caller = d_->Identify(*ctx);
   JobLog log("ConvertUpload", caller, *ctx, &d_->metrics());
   // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(UploadBucket(caller));
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(caller));
   if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =

@@ -8,7 +8,7 @@
 // unlinked file and handed to the worker as they are. The signing key stays here.
 //
 // Jobs are bounded by JobSlots (max_running at once, max_queued waiting: past both,
-// RESOURCE_EXHAUSTED at once). A caller's deadline or cancellation kills its job's worker. The
+// RESOURCE_EXHAUSTED at once; at most max_jobs_per_caller of them one caller's). A caller's deadline or cancellation kills its job's worker. The
 // services use gRPC's synchronous API: a handler thread per call in flight, which JobSlots
 // bounds. An upload takes a job place only once it is spooled whole; while it streams in it
 // holds an upload place (max_uploads, max_uploads_per_caller) and spool bytes (max_spool_bytes),

@@ -2,7 +2,7 @@
 """Uploads that stall, and a ConvertUpload whose caller never reads, do not hold ckptscand.
 
     upload_stall_test.py --ckptscand PATH --ckptscan PATH --fixtures DIR [--proto-dir DIR]
-                         [--stubs-dir DIR] [--client-dir DIR] [--only a|b|c|d] [--keep]
+                         [--stubs-dir DIR] [--client-dir DIR] [--only a|b|c|d|e] [--keep]
                          [--skip-exit N]
 
 A. N+1 stalled uploads, N job places. A ckptscand with --max-running 1 --max-queued 1 (two job
@@ -22,6 +22,13 @@ C. A ConvertUpload whose caller sends the whole upload and never reads the answe
    later scan gets its report) and its job directory in the spool removed.
 D. The spool budget. With --max-spool-bytes 1M, while one stalled upload has spooled 600 KiB a
    second one's 600 KiB chunk is refused with RESOURCE_EXHAUSTED naming max_spool_bytes.
+E. One caller holds job places it never gives back. With --max-running 3 --max-queued 1
+   --max-jobs-per-caller 2 and a long --output-idle-timeout, this process (uid:0) makes
+   ConvertUploads whose output it never reads until one is refused: two hold places (they run,
+   converted, their output unread), the third is refused at once with RESOURCE_EXHAUSTED naming
+   max_jobs_per_caller, and another caller (the CLI as uid 65534) still gets its report promptly
+   from a running slot left. Without the cap the first caller takes all four places and the
+   other caller is refused for as long as the first one likes.
 
 Every check fails against a ckptscand without these defences. A binary that lacks one of the
 flags (today's main) is run without it, which is printed: then the test shows its default
@@ -303,22 +310,27 @@ def other_caller_scan(args, d, benign):
     return run.returncode, (run.stdout + run.stderr).strip()[:400]
 
 
-def unread_convert(args, tmp, known, benign):
-    print("\n== C: a ConvertUpload whose caller never reads, --output-idle-timeout %g ==" % IDLE,
-          flush=True)
+def big_model_upload(tmp):
+    """The chunks of an upload of model.pt: 32 MiB of float32, far more output than the
+    flow-control windows between us and the daemon hold."""
     model = os.path.join(tmp, "model.pt")
-    # 32 MiB of float32: far more output than the flow-control windows between us hold.
     slow_torch_zip(model, tensors=8, numel=1 << 20, pad=0)
     with open(model, "rb") as f:
         data = f.read()
+    return [header("model.pt", len(data))] + [
+        pb.scanner_pb2.UploadChunk(data=data[i:i + MiB]) for i in range(0, len(data), MiB)]
+
+
+def unread_convert(args, tmp, known, benign):
+    print("\n== C: a ConvertUpload whose caller never reads, --output-idle-timeout %g ==" % IDLE,
+          flush=True)
+    chunks = big_model_upload(tmp)
     d = Daemon(args.ckptscand, os.path.join(tmp, "c"), known, "--max-running", "1",
                "--max-queued", "0", "--output-idle-timeout", str(IDLE), "--max-uploads", "4",
                "--max-uploads-per-caller", "4")
     with open(benign, "rb") as f:
         small = f.read()
     try:
-        chunks = [header("model.pt", len(data))] + [
-            pb.scanner_pb2.UploadChunk(data=data[i:i + MiB]) for i in range(0, len(data), MiB)]
         started = time.monotonic()
         unread = d.scanner.ConvertUpload(iter(chunks), timeout=300)  # never iterated
         probes = []
@@ -375,13 +387,61 @@ def spool_budget(args, tmp, known, benign):
         d.kill()
 
 
+def held_job_places(args, tmp, known, benign):
+    print("\n== E: one caller's unread ConvertUploads, --max-jobs-per-caller 2 of 4 places ==",
+          flush=True)
+    chunks = big_model_upload(tmp)
+    d = Daemon(args.ckptscand, os.path.join(tmp, "e"), known, "--max-running", "3",
+               "--max-queued", "1", "--output-idle-timeout", "120", "--max-uploads", "4",
+               "--max-uploads-per-caller", "4", "--max-jobs-per-caller", "2")
+    admin = pb.scanner_pb2_grpc.AdminStub(d.channel)
+
+    def places():
+        s = admin.Status(pb.scanner_pb2.StatusRequest(), timeout=10)
+        return s.jobs_running + s.jobs_queued
+
+    held = []
+    try:
+        # Until one is refused: each unread ConvertUpload converts, then holds its place.
+        refused = None
+        for _ in range(5):
+            call = d.scanner.ConvertUpload(iter(chunks), timeout=300)  # never iterated
+            want = len(held) + 1
+            settle(lambda: call.done() or places() == want, True, seconds=PROMPT)
+            if call.done():
+                refused = (call.code().name, call.details())
+                break
+            held.append(call)
+        check(len(held) == 2, "this caller's unread ConvertUploads hold 2 of the 4 job places",
+              "they hold %d" % len(held))
+        check(refused is not None and refused[0] == "RESOURCE_EXHAUSTED"
+              and "max_jobs_per_caller" in refused[1],
+              "its next one: RESOURCE_EXHAUSTED naming max_jobs_per_caller", "got %s" % (refused,))
+        if refused is not None:
+            print("  told: %s" % refused[1], flush=True)
+        started = time.monotonic()
+        other = other_caller_scan(args, d, benign)
+        took = time.monotonic() - started
+        if other is not None:
+            check(other[0] == 0 and "SAFE" in other[1] and took < PROMPT,
+                  "another caller (uid %d, the CLI) meanwhile: SAFE in %.2f s" % (NOBODY, took),
+                  "exit %d: %s" % other)
+        check(held and all(not h.done() for h in held),
+              "the first caller's ConvertUploads still hold their places")
+    finally:
+        for h in held:
+            h.cancel()
+        d.kill()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckptscand", required=True)
     parser.add_argument("--ckptscan", required=True, help="the CLI, as another caller")
     parser.add_argument("--fixtures", required=True)
     add_client_args(parser)
-    parser.add_argument("--only", choices=("a", "b", "c", "d"), help="run one scenario only")
+    parser.add_argument("--only", choices=("a", "b", "c", "d", "e"),
+                        help="run one scenario only")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (daemon logs)")
     parser.add_argument("--skip-exit", type=int, default=77)
     args = parser.parse_args()
@@ -402,7 +462,7 @@ def main():
         benign = os.path.join(os.path.abspath(args.fixtures), "pickles", "benign",
                               "concat_two_pickles.pkl")
         scenarios = {"a": stalled_uploads, "b": per_caller_cap, "c": unread_convert,
-                     "d": spool_budget}
+                     "d": spool_budget, "e": held_job_places}
         for key, run in scenarios.items():
             if args.only in (None, key):
                 os.makedirs(os.path.join(tmp, key + "-files"))

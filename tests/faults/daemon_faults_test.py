@@ -568,10 +568,11 @@ def memory_pressure(args, pb, tmp, daemons):
 
     max_running, max_queued = 2, 2
     places = max_running + max_queued  # job places, and as many upload places
+    # Every caller here is this one uid: it may take every upload place and every job place.
     d = Daemon(args.ckptscand, os.path.join(tmp, "d"), "--max-running", str(max_running),
                "--max-queued", str(max_queued), "--max-uploads", str(places),
-               "--max-uploads-per-caller", str(places), "--worker-memory", WORKER_MEMORY,
-               as_soft=as_soft)
+               "--max-uploads-per-caller", str(places), "--max-jobs-per-caller", str(places),
+               "--worker-memory", WORKER_MEMORY, as_soft=as_soft)
     daemons.append(d)
     with open("/proc/%d/limits" % d.pid) as f:
         limit_line = [l.strip() for l in f if l.startswith("Max address space")]

@@ -181,8 +181,11 @@ def run(args, tmp, daemons):
 
     tls = ["--tls-cert", pki["server.pem"], "--tls-key", pki["server.key"], "--root", root]
     started = time.monotonic()
+    # The hub is one caller without a client certificate (the "anonymous" bucket): on the small
+    # replica it may take both places (by default one caller holds half, rounded up).
     for name, extra in (("r1", ["--max-running", "2"]), ("r2", ["--max-running", "2"]),
-                        ("small", ["--max-running", "1", "--max-queued", "1"])):
+                        ("small", ["--max-running", "1", "--max-queued", "1",
+                                   "--max-jobs-per-caller", "2"])):
         daemons.append(Daemon(args.ckptscand, name, os.path.join(tmp, name), *tls, *extra))
     print("replicas: %s (startup %.1f s)" % (", ".join(
         "%s tcp %d health %d" % (d.name, d.tcp_port, d.health_port) for d in daemons),
