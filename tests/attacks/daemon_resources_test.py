@@ -152,7 +152,10 @@ def two_job_daemon(args, client, directory, daemons, budget):
     """A daemon with --max-running 2 and --facts-memory BUDGET MiB, and a client that has scanned
     one small file through it (so that its baseline is warm)."""
     d = Daemon(args.ckptscand, directory,
-               [("--max-running", "2"), ("--facts-memory", "%dM" % budget)])
+               [("--max-running", "2"), ("--facts-memory", "%dM" % budget),
+                # The second job waits for the first one's budget within its own job timeout:
+                # on a loaded machine (Bazel runs tests side by side) the default 60 s is short.
+                ("--job-timeout", "300")])
     daemons.append(d)
     c = client.ScanClient("unix:" + d.socket, timeout=300)
     c.scan_bytes("warm.pkl", NONE_PICKLE)
@@ -363,6 +366,17 @@ def lockout(args, client, tmp, daemons):
     print("\n== D: uids 65501 and 65503 each try to hold every unix connection ==", flush=True)
     if os.geteuid() != 0:
         print("SKIP: D needs root to act as uids 65501-65503 (setuid in a fork)")
+        return
+    pid = os.fork()
+    if pid == 0:  # a uid the kernel cannot map (a sandbox's user namespace) fails here
+        try:
+            os.setgid(65501)
+            os.setuid(65501)
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        print("SKIP: D cannot act as uid 65501 here (setuid fails: an unmapped uid)")
         return
     cap, per_uid, first_byte, idle = 40, 10, 2, 30
     os.chmod(tmp, 0o755)

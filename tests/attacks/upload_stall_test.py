@@ -303,7 +303,9 @@ def other_caller_scan(args, d, benign):
                           "unix:" + d.socket, copy],
                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
                                                                           "HOME": "/nonexistent"})
-    if run.returncode != 0 and "Permission denied" in run.stderr and "socket" not in run.stderr:
+    if run.returncode != 0 and ("setresuid failed" in run.stderr or "setresgid failed" in run.stderr
+                                or ("Permission denied" in run.stderr
+                                    and "socket" not in run.stderr)):
         print("SKIP (this check only): uid %d cannot run %s here: %s" % (
             NOBODY, args.ckptscan, run.stderr.strip()[:200]), flush=True)
         return None
@@ -333,6 +335,11 @@ def unread_convert(args, tmp, known, benign):
     try:
         started = time.monotonic()
         unread = d.scanner.ConvertUpload(iter(chunks), timeout=300)  # never iterated
+        # The upload takes the slot only once its last byte is in: probes start after that,
+        # or the first probe could take the slot first and the conversion be refused.
+        admin = pb.scanner_pb2_grpc.AdminStub(d.channel)
+        settle(lambda: unread.done() or admin.Status(
+            pb.scanner_pb2.StatusRequest(), timeout=10).jobs_running == 1, True, seconds=PROMPT)
         probes = []
         freed_after = None
         while time.monotonic() - started < 60:
