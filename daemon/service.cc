@@ -4,6 +4,8 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/grpcpp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,14 +144,6 @@ absl::Status CheckPathCaller(const Caller& caller) {
       " may not name paths: by-path calls read and write with this daemon's rights, so on the "
       "unix socket they are open only to its own uid, root and --path-uid; upload the file "
       "instead (ckptscan without --by-path)"));
-}
-
-// A name given in a request that the file system would cut short or could not hold.
-absl::Status CheckRequestPath(std::string_view what, const std::string& path) {
-  if (path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(AbslView(what), " contains a NUL byte"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CheckUploadName(const std::string& name) {
@@ -327,8 +321,12 @@ v1::ConvertResponse ConvertAnswer(const absl::StatusOr<pipeline::ConvertResult>&
   return response;
 }
 
-// "name" or "dir/name" -> ("dir" or "", "name").
+// "name" or "dir/name" -> ("dir" or "", "name"). A NUL would cut the name short where it is
+// used as a C string (the directory part is refused by ConfinedRoots, like every input path).
 absl::StatusOr<std::pair<std::string, std::string>> SplitOutput(const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("the output contains a NUL byte");
+  }
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   const size_t slash = p.rfind('/');
@@ -463,22 +461,21 @@ absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value) {
 
 namespace {
 
-// How many CN attributes the subjects (RFC 2253 text, "CN=a,O=b", "\\," inside values) hold.
-size_t CommonNames(const std::vector<grpc::string_ref>& subjects) {
-  size_t n = 0;
-  for (const grpc::string_ref& ref : subjects) {
-    const std::string_view subject(ref.data(), ref.size());
-    bool start = true;  // at the start of an attribute
-    for (size_t i = 0; i < subject.size(); ++i) {
-      if (start && subject.substr(i, 3) == "CN=") ++n;
-      start = false;
-      if (subject[i] == '\\') {
-        ++i;  // an escaped character, a comma included
-      } else if (subject[i] == ',' || subject[i] == '+') {
-        start = true;
-      }
-    }
-  }
+// How many common-name attributes the peer certificate's subject holds, read by OpenSSL from the
+// certificate gRPC verified (x509_pem_cert); 0 when it cannot be read.
+int CommonNameCount(const grpc::AuthContext& auth) {
+  const std::vector<grpc::string_ref> pems =
+      auth.FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pems.empty()) return 0;
+  const std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pems.front().data(), static_cast<int>(pems.front().size())), &BIO_free);
+  if (bio == nullptr) return 0;
+  const std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) return 0;
+  const X509_NAME* subject = X509_get_subject_name(cert.get());
+  int n = 0;
+  for (int i = -1; (i = X509_NAME_get_index_by_NID(subject, NID_commonName, i)) >= 0;) ++n;
   return n;
 }
 
@@ -502,9 +499,9 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
     // A verified client certificate: each identity typed by where it was found, so that a
     // SAN of one type never passes for another, nor for the common name.
     std::vector<std::string> ids;
-    // gRPC reports one common name; a subject with several (RFC 2253 "CN=a,CN=b") has no one
-    // common name, and the one reported may be any of them: none counts.
-    const bool one_cn = CommonNames(auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME)) <= 1;
+    // gRPC reports one common name; a subject with several has no one common name, and the one
+    // reported may be any of them: then none counts (nor when the count cannot be read).
+    const bool one_cn = CommonNameCount(*auth) == 1;
     for (const auto& [property, type] : {std::pair{GRPC_X509_CN_PROPERTY_NAME, "cn:"},
                                          std::pair{GRPC_PEER_URI_PROPERTY_NAME, "uri:"},
                                          std::pair{GRPC_PEER_DNS_PROPERTY_NAME, "dns:"},
@@ -617,9 +614,6 @@ grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
   JobLog log("ScanPath", caller, *ctx, &d_->metrics());
   log.Name(request->path());
   if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
-  if (absl::Status st = CheckRequestPath("the path", request->path()); !st.ok()) {
-    return log.Done(ToGrpc(st));
-  }
   if (d_->roots() == nullptr) {
     return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  "this daemon has no roots configured (--root): it scans "
@@ -663,11 +657,6 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
   JobLog log("ConvertPath", caller, *ctx, &d_->metrics());
   log.Name(request->input());
   if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
-  for (const auto& [what, path] :
-       {std::pair<std::string_view, const std::string&>{"the input", request->input()},
-        {"the output", request->output()}}) {
-    if (absl::Status st = CheckRequestPath(what, path); !st.ok()) return log.Done(ToGrpc(st));
-  }
   const ConfinedRoots* roots = d_->roots();
   if (roots == nullptr) {
     return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

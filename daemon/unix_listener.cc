@@ -212,6 +212,9 @@ UnixListener::Preface UnixListener::PeekPreface(Pending* p) {
 
 void UnixListener::Accept(std::vector<Pending>* pending) {
   const auto privileged = [this](uid_t uid) { return limits_.privileged_uids.contains(uid); };
+  // Connections gRPC has closed since the last round are forgotten once per round (an fstat
+  // each): a flood of connects must not cost a sweep per connection.
+  (void)SweepHanded();
   // A burst is taken in one round (the backlog is 128), each checked against the caps.
   for (int round = 0; round < 64; ++round) {
     // Non-blocking, as AddInsecureChannelFromFd requires (a blocking one times out silently).
@@ -229,7 +232,7 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
     }
     // Count the connections open now: all, those of unprivileged uids, and this uid's.
     const bool mine_privileged = privileged(cred.uid);
-    size_t total = SweepHanded() + pending->size();
+    size_t total = pending->size();
     size_t others = 0;
     size_t mine = 0;
     const auto count = [&](uid_t uid, int delta) {
@@ -238,6 +241,7 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
     };
     {
       std::lock_guard<std::mutex> lock(mu_);
+      total += peers_.size();
       for (const auto& [unused, handed] : peers_) count(handed.cred.uid, 1);
     }
     for (const Pending& p : *pending) count(p.cred.uid, 1);
