@@ -1,14 +1,17 @@
 #include "pipeline/facts_codec.h"
 
 #include <google/protobuf/arena.h>
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/numeric/int128.h"
@@ -279,57 +282,87 @@ v1::ScanError DecodeScanError(const wv1::ScanError& p) {
 
 // ------------------------------------------------------------------ the value budget
 
-// The Result schema on the way to everything whose decoded size can exceed its wire size by a
-// large factor: repeated messages (each becomes a struct of ~100-200 bytes on this side, from as
-// little as 2 bytes on the wire) and repeated scalars (a packed list item is 1 wire byte and
-// ~25 decoded, kListItemsPerValue). A table, not the descriptors: only these fields matter.
-struct Walked {
-  int field;     // field number; 0 = unused
-  bool counted;  // a repeated message: each element is a value
-  int scalars;   // a repeated scalar (packed or not): each element is this many list items
-                 // (1 for uint32, 2 for int64: twice the decoded bytes); 0 = not one
-  int next;      // level walked into (a message field), -1 = skipped
+// The frame comes from the jailed worker: untrusted. Before anything is parsed, every field of
+// every message in it is checked against worker.proto (the generated descriptors) and what can
+// cost far more decoded than on the wire is counted:
+// - each element of a repeated message field is a value (a struct of ~100-200 bytes on this
+//   side, from as little as 2 bytes on the wire);
+// - each element of a repeated scalar field (packed or not) is a list item (a packed item is 1
+//   wire byte and ~25 decoded, kListItemsPerValue to a value); a 64-bit one counts twice.
+// A field number the schema does not have, or a known one with another wire type than the
+// schema's, is refused: protobuf would keep it as an unknown field (~24 bytes decoded from 3 on
+// the wire, counted nowhere: FactsCodecTest.FieldsOutsideTheSchemaAreRefusedBeforeAnythingIsBuilt),
+// and our worker never writes one.
+namespace pb = google::protobuf;
+
+// One message type as the walk sees it: its fields by number (null: not in the schema).
+struct WalkType {
+  struct Field {
+    const pb::FieldDescriptor* fd = nullptr;
+    int next = -1;   // index of its message type in the walk's table; -1: not a message
+    int weight = 0;  // a repeated scalar: list items per element
+  };
+  std::vector<Field> by_number;
 };
-struct Level {
-  Walked fields[8];
-};
-constexpr Level kLevels[] = {
-    // 0 Result: facts
-    {{{1, false, 0, 1}}},
-    // 1 FileFacts: errors, members (walked), anomalies, tensors (walked), storages, storage
-    //   data, other values; weight map
-    {{{2, true, 0, -1},
-      {3, true, 0, 2},
-      {4, true, 0, -1},
-      {5, true, 0, 6},
-      {6, true, 0, -1},
-      {7, true, 0, -1},
-      {8, true, 0, -1},
-      {10, true, 0, -1}}},
-    // 2 MemberFacts: stream
-    {{{2, false, 0, 3}}},
-    // 3 StreamFacts: pickles
-    {{{1, true, 0, 4}}},
-    // 4 PickleFacts: graph
-    {{{5, false, 0, 5}}},
-    // 5 Graph: nodes (walked), globals, calls
-    {{{1, true, 0, 7}, {2, true, 0, -1}, {3, true, 0, -1}}},
-    // 6 TensorFact: shape, stride (int64)
-    {{{4, false, 2, -1}, {5, false, 2, -1}}},
-    // 7 Node: items, states, mutations
-    {{{12, false, 1, -1}, {14, false, 1, -1}, {15, false, 1, -1}}},
-};
-constexpr int kLevelCount = sizeof(kLevels) / sizeof(kLevels[0]);
+
+constexpr int kMaxSchemaDepth = 16;  // recursion follows the schema, never the input
+
+// The walk's table, built once from the descriptors: index 0 is worker.v1.Result, then every
+// message type reachable from it.
+const std::vector<WalkType>& WalkTypes() {
+  static const std::vector<WalkType>* const types = [] {
+    auto* out = new std::vector<WalkType>;
+    std::vector<const pb::Descriptor*> order = {wv1::Result::descriptor()};
+    std::map<const pb::Descriptor*, int> index = {{order[0], 0}};
+    for (size_t i = 0; i < order.size(); ++i) {
+      WalkType t;
+      for (int f = 0; f < order[i]->field_count(); ++f) {
+        const pb::FieldDescriptor* fd = order[i]->field(f);
+        WalkType::Field w;
+        w.fd = fd;
+        if (fd->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+          const auto [it, added] =
+              index.emplace(fd->message_type(), static_cast<int>(order.size()));
+          if (added) order.push_back(fd->message_type());
+          w.next = it->second;
+        } else if (fd->is_repeated()) {
+          const auto c = fd->cpp_type();
+          w.weight = c == pb::FieldDescriptor::CPPTYPE_INT64 ||
+                             c == pb::FieldDescriptor::CPPTYPE_UINT64 ||
+                             c == pb::FieldDescriptor::CPPTYPE_DOUBLE
+                         ? 2
+                         : 1;
+        }
+        const size_t n = static_cast<size_t>(fd->number());
+        if (t.by_number.size() <= n) t.by_number.resize(n + 1);
+        t.by_number[n] = w;
+      }
+      out->push_back(std::move(t));
+    }
+    return out;
+  }();
+  return *types;
+}
 
 struct WireCount {
   uint64_t values = 0;
   uint64_t items = 0;
 };
 
-// Counts the varints of a packed field's payload (`length` bytes at `in`): one per byte without
-// the continuation bit. False if the payload is cut short or its last varint is unterminated.
-bool CountPacked(google::protobuf::io::CodedInputStream* in, uint32_t length, int weight,
-                 uint64_t* items) {
+// Counts the elements of a packed field's payload (`length` bytes at `in`): for varints one per
+// byte without the continuation bit, for fixed-size ones length / size. False if the payload is
+// cut short, its last varint is unterminated, or its length is not a whole number of elements.
+bool CountPacked(pb::io::CodedInputStream* in, const pb::FieldDescriptor* fd, uint32_t length,
+                 int weight, uint64_t* items) {
+  using pb::internal::WireFormatLite;
+  const auto wire =
+      WireFormatLite::WireTypeForFieldType(static_cast<WireFormatLite::FieldType>(fd->type()));
+  if (wire != WireFormatLite::WIRETYPE_VARINT) {
+    const uint32_t size = wire == WireFormatLite::WIRETYPE_FIXED64 ? 8 : 4;
+    if (length % size != 0 || !in->Skip(static_cast<int>(length))) return false;
+    *items += static_cast<uint64_t>(length / size) * static_cast<uint64_t>(weight);
+    return true;
+  }
   while (length > 0) {
     const void* data = nullptr;
     int size = 0;
@@ -346,35 +379,42 @@ bool CountPacked(google::protobuf::io::CodedInputStream* in, uint32_t length, in
   return true;
 }
 
-// Adds the counted elements of the message in `in` (schema level `level`) to `*count`; false on
-// malformed wire data. Recursion follows the table (at most kLevelCount deep, no cycles), never
-// the input's own nesting.
-bool CountValues(google::protobuf::io::CodedInputStream* in, int level, WireCount* count) {
-  using google::protobuf::internal::WireFormatLite;
+// Checks and counts the message in `in` (walk type `type`, `depth` levels down); false on wire
+// data that is malformed or not in the schema.
+bool CountValues(pb::io::CodedInputStream* in, int type, int depth, WireCount* count) {
+  using pb::internal::WireFormatLite;
+  if (depth > kMaxSchemaDepth) return false;
+  const WalkType& t = WalkTypes()[static_cast<size_t>(type)];
   while (true) {
     const uint32_t tag = in->ReadTag();
     if (tag == 0) return in->ConsumedEntireMessage() || in->BytesUntilLimit() == 0;
-    const int field = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
-    const auto type = WireFormatLite::GetTagWireType(tag);
-    const Walked* w = nullptr;
-    for (const Walked& f : kLevels[level].fields) {
-      if (f.field != 0 && f.field == field) w = &f;
-    }
-    if (w != nullptr && w->counted) ++count->values;
-    if (w != nullptr && w->scalars > 0 && type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    const size_t number = WireFormatLite::GetTagFieldNumber(tag);
+    if (number >= t.by_number.size() || t.by_number[number].fd == nullptr) return false;
+    const WalkType::Field& f = t.by_number[number];
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    const auto declared =
+        WireFormatLite::WireTypeForFieldType(static_cast<WireFormatLite::FieldType>(f.fd->type()));
+    if (f.weight > 0 && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
+        declared != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t length = 0;
-      if (!in->ReadVarint32(&length) || !CountPacked(in, length, w->scalars, &count->items)) {
+      if (!in->ReadVarint32(&length) || !CountPacked(in, f.fd, length, f.weight, &count->items)) {
         return false;
       }
       continue;
     }
-    if (w != nullptr) count->items += static_cast<uint64_t>(w->scalars);  // one unpacked element
-    if (w != nullptr && w->next >= 0 && w->next < kLevelCount) {
-      if (type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
+    if (wire != declared) return false;
+    if (f.fd->is_repeated()) {
+      if (f.weight > 0) {
+        count->items += static_cast<uint64_t>(f.weight);  // one unpacked element
+      } else {
+        ++count->values;  // a message, string or bytes element
+      }
+    }
+    if (f.next >= 0) {
       uint32_t length = 0;
       if (!in->ReadVarint32(&length)) return false;
       const auto limit = in->PushLimit(static_cast<int>(length));
-      if (!CountValues(in, w->next, count) || in->BytesUntilLimit() != 0) return false;
+      if (!CountValues(in, f.next, depth + 1, count) || in->BytesUntilLimit() != 0) return false;
       in->PopLimit(limit);
     } else if (!WireFormatLite::SkipField(in, tag)) {
       return false;
@@ -382,8 +422,6 @@ bool CountValues(google::protobuf::io::CodedInputStream* in, int level, WireCoun
   }
 }
 
-// Anomalies, tensors, storages: every index and dtype checked, so that a compromised worker
-// cannot make the trusted side (or the converter after it) read outside what it was given.
 absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   constexpr size_t kMaxDims = torch::kMaxTensorDims;
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
@@ -631,7 +669,7 @@ absl::StatusOr<DecodedResult> Decode(std::string_view payload, std::string* owne
   WireCount wire_count;
   google::protobuf::io::CodedInputStream wire(reinterpret_cast<const uint8_t*>(payload.data()),
                                               static_cast<int>(payload.size()));
-  if (!CountValues(&wire, 0, &wire_count)) {
+  if (!CountValues(&wire, 0, 0, &wire_count)) {
     return absl::InvalidArgumentError("result frame is not a worker.v1.Result");
   }
   const uint64_t values = wire_count.values + ListItemValues(wire_count.items);
