@@ -12,6 +12,18 @@ def check(ok, what, detail=""):
         failures.append(what)
 
 
+def become(uid):
+    """Drops this process to `uid` (its own group, no supplementary groups). Root only."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def as_uid(uid):
+    """A preexec_fn for subprocess that runs the child as `uid` (as root: unchanged)."""
+    return (lambda: become(uid)) if uid != 0 else None
+
+
 def cannot_switch_to(uid):
     """None when this process can become `uid` (root, and a uid the kernel maps); otherwise the
     reason, for the SKIPPED line."""
@@ -20,8 +32,7 @@ def cannot_switch_to(uid):
     pid = os.fork()
     if pid == 0:
         try:
-            os.setgid(uid)
-            os.setuid(uid)
+            become(uid)
             os._exit(0)
         except OSError:
             os._exit(1)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from attack_lib import cannot_switch_to, check, summary
+from attack_lib import as_uid, cannot_switch_to, check, summary
 
 CALLER, VICTIM = 65530, 65529  # ours alone (other attack tests use 65531, 65532, 65534)
 
@@ -62,13 +62,7 @@ class Daemon:
 
 def cli(binary, uid, *args):
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
-
-    def demote():
-        if uid != 0:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-    p = subprocess.run([binary, *args], env=env, preexec_fn=demote, capture_output=True,
+    p = subprocess.run([binary, *args], env=env, preexec_fn=as_uid(uid), capture_output=True,
                        timeout=120)
     return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
 

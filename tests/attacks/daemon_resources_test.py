@@ -62,6 +62,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from attack_lib import as_uid, become, cannot_switch_to  # noqa: E402
 from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
                             log_events, require_grpc, short_tmpdir)
 
@@ -330,9 +331,7 @@ def hold(uid, path, count, payload, seconds, report):
         return pid
     code = 1
     try:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        become(uid)
         conns, longest, end = {}, 0.0, time.monotonic() + seconds
         while time.monotonic() < end:
             while len(conns) < count:
@@ -367,16 +366,9 @@ def lockout(args, client, tmp, daemons):
     if os.geteuid() != 0:
         print("SKIP: D needs root to act as uids 65501-65503 (setuid in a fork)")
         return
-    pid = os.fork()
-    if pid == 0:  # a uid the kernel cannot map (a sandbox's user namespace) fails here
-        try:
-            os.setgid(65501)
-            os.setuid(65501)
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
-        print("SKIP: D cannot act as uid 65501 here (setuid fails: an unmapped uid)")
+    why = cannot_switch_to(65501)  # a uid the kernel cannot map (a sandbox's user namespace)
+    if why:
+        print("SKIP: D cannot act as uid 65501 here: %s" % why)
         return
     cap, per_uid, first_byte, idle = 40, 10, 2, 30
     os.chmod(tmp, 0o755)
@@ -408,12 +400,6 @@ def lockout(args, client, tmp, daemons):
         "print(ckptscan_client.verdict_name(c.scan_bytes('other.pkl', %r).verdict))\n"
         % (os.path.abspath(args.client_dir), "unix:" + d.socket, NONE_PICKLE))
 
-    def as_uid(uid):
-        def drop():
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        return drop
     answered = []
     for attempt in range(3):
         t0 = time.monotonic()
