@@ -301,6 +301,7 @@ struct WalkType {
     const pb::FieldDescriptor* fd = nullptr;
     int next = -1;   // index of its message type in the walk's table; -1: not a message
     int weight = 0;  // a repeated scalar: list items per element
+    pb::internal::WireFormatLite::WireType wire = pb::internal::WireFormatLite::WIRETYPE_VARINT;
   };
   std::vector<Field> by_number;
 };
@@ -320,6 +321,8 @@ const std::vector<WalkType>& WalkTypes() {
         const pb::FieldDescriptor* fd = order[i]->field(f);
         WalkType::Field w;
         w.fd = fd;
+        w.wire = pb::internal::WireFormatLite::WireTypeForFieldType(
+            static_cast<pb::internal::WireFormatLite::FieldType>(fd->type()));
         if (fd->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
           const auto [it, added] =
               index.emplace(fd->message_type(), static_cast<int>(order.size()));
@@ -392,8 +395,7 @@ bool CountValues(pb::io::CodedInputStream* in, int type, int depth, WireCount* c
     if (number >= t.by_number.size() || t.by_number[number].fd == nullptr) return false;
     const WalkType::Field& f = t.by_number[number];
     const auto wire = WireFormatLite::GetTagWireType(tag);
-    const auto declared =
-        WireFormatLite::WireTypeForFieldType(static_cast<WireFormatLite::FieldType>(f.fd->type()));
+    const auto declared = f.wire;
     if (f.weight > 0 && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED &&
         declared != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t length = 0;
