@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "clients/report_format.h"
+#include "app/report_format.h"
 #include "pipeline/local_scan.h"
 #include "sandbox/protocol.h"
 
@@ -20,45 +20,38 @@ std::string Count(uint64_t n, const char* word) {
 
 }  // namespace
 
-std::string DisasmSummary(const pipeline::FileFacts& facts,
-                          const v1::FileReport& report, bool after_listing) {
-  std::string summary = absl::StrCat(after_listing ? "\n" : "", "format: ",
-                                     TerminalSafe(facts.format), "\n");
+std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport& report,
+                          bool after_listing) {
+  std::string summary =
+      absl::StrCat(after_listing ? "\n" : "", "format: ", app::TerminalSafe(facts.format), "\n");
   for (const pipeline::MemberFacts& m : facts.members) {
     const pickle::StreamFacts& s = m.stream;
     for (size_t i = 0; i < s.pickles.size(); ++i) {
       const pickle::PickleFacts& p = s.pickles[i];
-      absl::StrAppend(
-          &summary, "pickle ", i, ": bytes ", p.start, "..", p.end, ", ",
-          p.protocol >= 0 ? absl::StrCat("protocol ", p.protocol) : "no PROTO",
-          ", ", Count(p.opcodes, "opcode"), ", ",
-          Count(p.graph.globals.size(), "global"), ", ",
-          Count(p.graph.calls.size(), "call"));
+      absl::StrAppend(&summary, "pickle ", i, ": bytes ", p.start, "..", p.end, ", ",
+                      p.protocol >= 0 ? absl::StrCat("protocol ", p.protocol) : "no PROTO", ", ",
+                      Count(p.opcodes, "opcode"), ", ", Count(p.graph.globals.size(), "global"),
+                      ", ", Count(p.graph.calls.size(), "call"));
       if (p.depth != 0) {
-        absl::StrAppend(&summary, ", nested depth ", p.depth, " in pickle ",
-                        p.parent);
+        absl::StrAppend(&summary, ", nested depth ", p.depth, " in pickle ", p.parent);
       }
-      absl::StrAppend(&summary,
-                      p.error.has_value() ? ", stopped by an error" : "", "\n");
+      absl::StrAppend(&summary, p.error.has_value() ? ", stopped by an error" : "", "\n");
     }
     if (s.trailing_bytes != 0) {
-      absl::StrAppend(
-          &summary, "trailing: ", s.trailing_bytes, " bytes at offset ",
-          s.trailing_offset,
-          " that do not form a pickle (pickle.load ignores them)\n");
+      absl::StrAppend(&summary, "trailing: ", s.trailing_bytes, " bytes at offset ",
+                      s.trailing_offset, " that do not form a pickle (pickle.load ignores them)\n");
     }
   }
-  summary += FileReportToText(report);
+  summary += app::FileReportToText(report);
   return summary;
 }
 
 v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
-                           const rules::RuleSet& rules,
-                           const pickle::Limits& limits, const TextSink& out) {
+                           const rules::RuleSet& rules, const pickle::Limits& limits,
+                           const TextSink& out) {
   pipeline::TraceListing listing(out);
   const pickle::TraceSink trace = listing.AsSink();
-  const pipeline::FileFacts facts =
-      pipeline::ExtractFacts(bytes, limits, &trace);
+  const pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, limits, &trace);
   v1::FileReport report = pipeline::JudgeFacts(facts, rules);
   report.set_path(path);
   report.set_size(bytes.size());
@@ -67,15 +60,15 @@ v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
 }
 
 void WriteJailedDisassembly(std::string_view listing, bool truncated,
-                            const pipeline::FileFacts& facts,
-                            const v1::FileReport& report, const TextSink& out) {
+                            const pipeline::FileFacts& facts, const v1::FileReport& report,
+                            const TextSink& out) {
   // An honest worker's lines are already terminal-safe, so this changes nothing
   // for them; a compromised worker's control bytes are escaped here.
   const bool after_listing = !listing.empty() || truncated;
   std::string text;
   while (!listing.empty()) {
     const size_t nl = listing.find('\n');
-    text += TerminalSafe(listing.substr(0, nl));
+    text += app::TerminalSafe(listing.substr(0, nl));
     text.push_back('\n');
     listing.remove_prefix(nl == std::string_view::npos ? listing.size() : nl + 1);
     if (text.size() >= kFlushBytes) {

@@ -1,7 +1,7 @@
 // ckptscan: decides whether Python pickle / PyTorch checkpoint files are safe
 // to load. Commands: scan, convert, keygen, verify, disasm, rules show|check, version
 // (docs/cli.md).
-// Exit codes: clients/verdict.h.
+// Exit codes: app/verdict.h.
 //
 // CLI11 reports parse errors by exception; they are caught around parse() and
 // nowhere else.
@@ -28,13 +28,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "app/convert.h"
+#include "app/manifest.h"
+#include "app/report.h"
+#include "app/report_format.h"
+#include "app/scan_set.h"
+#include "app/scan_targets.h"
+#include "app/verdict.h"
 #include "clients/disasm.h"
 #include "clients/limit_flags.h"
-#include "clients/manifest.h"
 #include "clients/remote.h"
-#include "clients/report_format.h"
-#include "clients/scan_targets.h"
-#include "clients/verdict.h"
 #include "core/base/strings.h"
 #include "core/convert/convert.h"
 #include "core/safetensors/validator.h"
@@ -58,6 +61,20 @@
 namespace ckptscan::clients {
 namespace {
 
+using app::ExitCodeFor;
+using app::FailOn;
+using app::FileReportToText;
+using app::kExitError;
+using app::kExitSafe;
+using app::kExitUsage;
+using app::kReportSchema;
+using app::ReportToJson;
+using app::ReportToJunit;
+using app::ReportToSarif;
+using app::ReportToText;
+using app::TerminalSafe;
+using app::VerdictName;
+
 constexpr std::string_view kVersion = CKPT_VERSION;
 
 constexpr char kExitCodesHelp[] =
@@ -73,25 +90,20 @@ constexpr char kExitCodesHelp[] =
 using base::WriteAll;
 
 void PrintError(std::string_view message) {
-  (void)WriteAll(STDERR_FILENO,
-                 absl::StrCat("ckptscan: ", base::AbslView(message), "\n"));
+  (void)WriteAll(STDERR_FILENO, absl::StrCat("ckptscan: ", base::AbslView(message), "\n"));
 }
 
 absl::Status WriteOutput(const std::string& path, std::string_view data) {
   if (path.empty() || path == "-") return WriteAll(STDOUT_FILENO, data);
-  const int fd = ::open(
-      path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
   absl::Status s = WriteAll(fd, data);
-  if (::close(fd) != 0 && s.ok())
-    s = absl::ErrnoToStatus(errno, absl::StrCat("close ", path));
-  if (!s.ok())
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  if (::close(fd) != 0 && s.ok()) s = absl::ErrnoToStatus(errno, absl::StrCat("close ", path));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(
-    const std::string& path) {
+absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const std::string& path) {
   if (path.empty()) return rules::RuleSet::Default();
   return rules::RuleSet::FromFile(path);
 }
@@ -157,14 +169,12 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
 // The jail's options, or nullopt for --no-sandbox (after its warning). Sets
 // `exit_code` and prints why when scanning must not start: a bad flag (64), or
 // no jail possible here (2: seccomp unavailable, worker missing).
-std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
-                                                  int* exit_code) {
+std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* exit_code) {
   *exit_code = 0;
   absl::StatusOr<uint64_t> memory = ParseSizeValue(f.worker_memory);
   if (!memory.ok() || *memory == 0) {
     PrintError(absl::StrCat("--worker-memory ", f.worker_memory, ": ",
-                            memory.ok() ? "must be positive"
-                                        : memory.status().message()));
+                            memory.ok() ? "must be positive" : memory.status().message()));
     *exit_code = kExitUsage;
     return std::nullopt;
   }
@@ -183,10 +193,9 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f,
     return std::nullopt;
   }
   if (absl::Status s = sandbox::CheckSeccompAvailable(); !s.ok()) {
-    PrintError(absl::StrCat(
-        "refusing to scan: ", s.message(),
-        ". ckptscan parses files only inside a seccomp jail; --no-sandbox "
-        "parses without it (debugging only)."));
+    PrintError(absl::StrCat("refusing to scan: ", s.message(),
+                            ". ckptscan parses files only inside a seccomp jail; --no-sandbox "
+                            "parses without it (debugging only)."));
     *exit_code = kExitError;
     return std::nullopt;
   }
@@ -239,17 +248,19 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path = true) {
 // cannot be used. Flags that only mean something locally are refused rather than ignored.
 std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
                                             const std::string& rules,
-                                            const std::vector<std::string>& limits,
-                                            int* exit_code, bool allow_plain = false) {
+                                            const std::vector<std::string>& limits, int* exit_code,
+                                            bool allow_plain = false) {
   *exit_code = kExitUsage;
   if (!allow_plain && absl::StartsWith(f.server, "plain:")) {
-    PrintError("--server plain:HOST:PORT is for `ckptscan health` only: the daemon serves its "
-               "API over the unix socket or TLS");
+    PrintError(
+        "--server plain:HOST:PORT is for `ckptscan health` only: the daemon serves its "
+        "API over the unix socket or TLS");
     return nullptr;
   }
   if (sandbox.no_sandbox || !sandbox.worker.empty() || !rules.empty() || !limits.empty()) {
-    PrintError("--server: --no-sandbox, --worker, --rules and --limit are the daemon's to set; "
-               "they cannot be used with --server");
+    PrintError(
+        "--server: --no-sandbox, --worker, --rules and --limit are the daemon's to set; "
+        "they cannot be used with --server");
     return nullptr;
   }
   RemoteOptions options;
@@ -286,27 +297,78 @@ struct ScanOptions {
   ServerFlags server;
 };
 
-// The (device, inode) of `path`, symlinks followed; nullopt if it cannot be stat'ed.
-std::optional<std::pair<dev_t, ino_t>> Identity(const std::string& path) {
+// A file on this machine by stat(2) (symlinks followed).
+absl::StatusOr<app::FileId> FindLocal(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return std::pair{st.st_dev, st.st_ino};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return err == ENOENT ? app::MissingFile(path, err)
+                         : absl::ErrnoToStatus(err, TerminalSafe(path));
+  }
+  return app::FileId{st.st_dev, st.st_ino};
 }
 
-void AddError(v1::FileReport* file, std::string_view code, std::string message) {
-  v1::ScanError* e = file->add_errors();
-  e->set_code(std::string(code));
-  e->set_message(std::move(message));
-  file->set_verdict(rules::WorseVerdict(file->verdict(), v1::VERDICT_ERROR));
-}
+// Files on this machine: stat(2) finds them (symlinks followed), a jailed worker (or, with
+// --no-sandbox, this process) scans them.
+class LocalFiles final : public app::FileSource {
+ public:
+  LocalFiles(const Engine& engine, const std::optional<pipeline::JailOptions>& jail, bool sha256)
+      : engine_(engine), jail_(jail), sha256_(sha256) {}
+
+  v1::FileReport Scan(const std::string& path) override {
+    absl::StatusOr<v1::FileReport> file =
+        jail_.has_value()
+            ? pipeline::ScanFileJailed(path, *engine_.rules, engine_.limits, *jail_)
+            : pipeline::ScanFileInProcess(path, *engine_.rules, engine_.limits, sha256_);
+    return file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+  }
+
+  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
+
+ private:
+  const Engine& engine_;
+  const std::optional<pipeline::JailOptions>& jail_;
+  const bool sha256_;
+};
 
 // A file the daemon could not be asked about: ERROR, never a pass.
 v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status) {
   v1::FileReport f;
   f.set_path(path);
-  AddError(&f, "server", std::string(status.message()));
+  app::AddError(&f, "server", std::string(status.message()));
   return f;
 }
+
+// Files on this machine judged by ckptscand (uploaded, or by path), one at a time: the set is
+// walked here (ScanSet), so each call asks for the file alone. The daemon's versions go into the
+// report.
+class RemoteFiles final : public app::FileSource {
+ public:
+  RemoteFiles(RemoteClient* remote, bool sha256, v1::Report* report)
+      : remote_(remote), report_(report) {
+    options_.set_skip_digest(!sha256);
+    options_.set_single_file(true);
+  }
+
+  v1::FileReport Scan(const std::string& path) override {
+    absl::StatusOr<v1::Report> r = remote_->Scan(path, options_);
+    if (!r.ok()) return ServerErrorReport(path, r.status());
+    if (r->files_size() != 1) {
+      return ServerErrorReport(path, absl::DataLossError("the daemon's report has no single file"));
+    }
+    report_->set_scanner_version(r->scanner_version());
+    report_->set_rules_version(r->rules_version());
+    return r->files(0);
+  }
+
+  // The set is on this machine whichever way its files are sent.
+  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
+
+ private:
+  RemoteClient* remote_;
+  v1::Report* report_;
+  v1::ScanOptions options_;
+};
 
 int RunScan(const ScanOptions& opt) {
   if (opt.paths.empty() && opt.manifest.empty()) {
@@ -317,9 +379,9 @@ int RunScan(const ScanOptions& opt) {
     PrintError("scan: --manifest compares digests; it cannot be used with --digest none");
     return kExitUsage;
   }
-  std::vector<ManifestEntry> manifest;
+  std::vector<app::ManifestEntry> manifest;
   if (!opt.manifest.empty()) {
-    absl::StatusOr<std::vector<ManifestEntry>> m = ReadManifest(opt.manifest);
+    absl::StatusOr<std::vector<app::ManifestEntry>> m = app::ReadManifest(opt.manifest);
     if (!m.ok()) {
       PrintError(absl::StrCat("--manifest: ", TerminalSafe(base::StdView(m.status().message()))));
       return kExitUsage;
@@ -327,16 +389,16 @@ int RunScan(const ScanOptions& opt) {
     manifest = *std::move(m);
   }
   const bool sha256 = opt.digest == "sha256";
-  v1::Report report;
-  report.set_schema(std::string(kReportSchema));
-  report.set_scanner_version(std::string(kVersion));
+  v1::Report report = app::NewReport(kVersion, "");
   std::unique_ptr<RemoteClient> remote;
   std::optional<Engine> engine;
   std::optional<pipeline::JailOptions> jail;
+  std::unique_ptr<app::FileSource> source;
   if (!opt.server.server.empty()) {
     int setup_exit = 0;
     remote = ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
     if (remote == nullptr) return setup_exit;
+    source = std::make_unique<RemoteFiles>(remote.get(), sha256, &report);
   } else {
     engine = LoadEngine(opt.rules, opt.limits);
     if (!engine) return kExitUsage;
@@ -345,108 +407,18 @@ int RunScan(const ScanOptions& opt) {
     if (setup_exit != 0) return setup_exit;
     if (jail.has_value()) jail->sha256 = sha256;
     report.set_rules_version(engine->rules->version());
+    source = std::make_unique<LocalFiles>(*engine, jail, sha256);
   }
-  v1::ScanOptions remote_options;
-  remote_options.set_skip_digest(!sha256);
-  // Every file scanned, by identity: a shard an index names is scanned once.
-  std::set<std::pair<dev_t, ino_t>> scanned;
-  auto scan = [&](const std::string& path) -> v1::FileReport* {
-    v1::FileReport* out = report.add_files();
-    if (remote != nullptr) {
-      // The daemon's verdict under the daemon's rules: its versions go into the report.
-      absl::StatusOr<v1::Report> r = remote->Scan(path, remote_options);
-      if (r.ok() && r->files_size() == 1) {
-        *out = r->files(0);
-        report.set_scanner_version(r->scanner_version());
-        report.set_rules_version(r->rules_version());
-      } else {
-        *out = ServerErrorReport(
-            path, r.ok() ? absl::DataLossError("the daemon's report has no single file")
-                         : r.status());
-      }
-    } else {
-      absl::StatusOr<v1::FileReport> file =
-          jail.has_value()
-              ? pipeline::ScanFileJailed(path, *engine->rules, engine->limits, *jail)
-              : pipeline::ScanFileInProcess(path, *engine->rules, engine->limits, sha256);
-      *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
-    }
-    if (std::optional<std::pair<dev_t, ino_t>> id = Identity(path)) scanned.insert(*id);
-    return out;
-  };
 
+  const std::vector<app::ScanTarget> targets = app::ExpandScanPaths(opt.paths, opt.excludes);
   std::string skipped;
-  for (const ScanTarget& t : ExpandScanPaths(opt.paths, opt.excludes)) {
-    switch (t.kind) {
-      case ScanTarget::Kind::kSkipped:
-        absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (", TerminalSafe(t.reason),
-                        ")\n");
-        break;
-      case ScanTarget::Kind::kUnreadable:
-        *report.add_files() = pipeline::UnreadableFileReport(t.path, t.status);
-        break;
-      case ScanTarget::Kind::kFile:
-        scan(t.path);
-        break;
-    }
+  for (const app::ScanTarget& t : targets) {
+    if (t.kind != app::ScanTarget::Kind::kSkipped) continue;
+    absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (", TerminalSafe(t.reason),
+                    ")\n");
   }
-
-  // --manifest: every listed file, then its digest against the listed one. A missing file is
-  // an ERROR entry; a mismatch is an error of its own (code digest_mismatch), so that the file
-  // is never SAFE, whatever its content.
-  for (const ManifestEntry& entry : manifest) {
-    v1::FileReport* file;
-    if (!Identity(entry.path).has_value()) {
-      const int err = errno;
-      file = report.add_files();
-      *file = pipeline::UnreadableFileReport(
-          entry.path, absl::NotFoundError(absl::StrCat(
-                          "listed in the manifest but missing: ", TerminalSafe(entry.path), ": ",
-                          std::strerror(err))));
-    } else {
-      file = scan(entry.path);
-    }
-    file->set_expected_sha256(entry.sha256);
-    if (!file->sha256().empty() && file->sha256() != entry.sha256) {
-      AddError(file, kDigestMismatchCode,
-               absl::StrCat("sha256 ", file->sha256(), " is not the ", entry.sha256,
-                            " the manifest lists: the file was changed or replaced"));
-    }
-  }
-
-  // A sharded checkpoint is scanned as a whole: every shard an index names must exist in the
-  // index's directory and is scanned (once: most are already in the folder being scanned). The
-  // loop also visits the files it appends.
-  for (int i = 0; i < report.files_size(); ++i) {
-    if (report.files(i).format() != "hf-index") continue;
-    const std::string index_path = report.files(i).path();
-    const size_t slash = index_path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : index_path.substr(0, slash + 1);
-    const std::vector<std::string> shards(report.files(i).shards().begin(),
-                                          report.files(i).shards().end());
-    for (const std::string& shard : shards) {
-      const std::string path = dir + shard;
-      const std::optional<std::pair<dev_t, ino_t>> id = Identity(path);
-      if (!id.has_value()) {
-        const int err = errno;
-        AddError(report.mutable_files(i), "missing_shard",
-                 absl::StrCat("shard \"", TerminalSafe(shard),
-                              "\" named by the index's weight_map is missing: ", TerminalSafe(path),
-                              ": ", std::strerror(err)));
-      } else if (!scanned.count(*id)) {
-        scan(path);
-      }
-    }
-  }
-
-  // Nothing scanned is nothing verified: ERROR, never SAFE.
-  v1::Verdict verdict =
-      report.files_size() == 0 ? v1::VERDICT_ERROR : v1::VERDICT_SAFE;
-  for (const v1::FileReport& f : report.files())
-    verdict = rules::WorseVerdict(verdict, f.verdict());
-  report.set_verdict(verdict);
-  if (report.files_size() == 0)
-    PrintError("no files to scan under the given paths");
+  app::ScanSet(targets, manifest, source.get(), &report);
+  if (report.files_size() == 0) PrintError("no files to scan under the given paths");
 
   const FailOn fail_on = opt.fail_on == "dangerous" ? FailOn::kDangerous : FailOn::kSuspicious;
   std::string out;
@@ -496,28 +468,11 @@ struct ConvertOptions {
   ServerFlags server;
 };
 
-// A safetensors input is SAFE to scan but has nothing to convert (its facts carry no tensor
-// list): refused rather than written as an empty file. The plan's header is this process's own
-// (built from the judged facts), read back with the validator for its provenance.
-absl::Status RefuseSafetensors(const convert::Plan& plan) {
-  absl::StatusOr<safetensors::Layout> layout = safetensors::ValidateHeader(
-      plan.header.bytes, plan.header.file_size, safetensors::ValidatorLimits{});
-  if (!layout.ok()) return layout.status();
-  const auto source = layout->metadata.find("ckptscan.source_format");
-  if (source != layout->metadata.end() && source->second == "safetensors") {
-    return absl::FailedPreconditionError(
-        "the input is already a safetensors file (it passed the strict validator): nothing to "
-        "convert");
-  }
-  return absl::OkStatus();
-}
-
 // `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
 // converted, to an unlinked file next to OUT that is validated, then linked as OUT.
 // The end of `convert`, local or --server: the report, the exit code, one line on what was
 // written. `status` is the conversion's (OK: converted) once the verdict was SAFE.
-int FinishConvert(const ConvertOptions& opt, const v1::Report& report,
-                  const absl::Status& status) {
+int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const absl::Status& status) {
   const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
   if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
     PrintError(absl::StrCat("cannot write the report: ", s.message()));
@@ -561,8 +516,9 @@ int RunConvert(const ConvertOptions& opt);
 // bytes come back and are validated and linked here, by path the daemon writes them.
 int RunConvertRemote(const ConvertOptions& opt) {
   if (!opt.key.empty() || !opt.cert.empty() || !opt.cert_chain.empty()) {
-    PrintError("--server: the daemon signs with its own key (ckptscan admin public-key shows "
-               "it); --key, --cert and --cert-chain cannot be used with --server");
+    PrintError(
+        "--server: the daemon signs with its own key (ckptscan admin public-key shows "
+        "it); --key, --cert and --cert-chain cannot be used with --server");
     return kExitUsage;
   }
   int setup_exit = 0;
@@ -571,8 +527,8 @@ int RunConvertRemote(const ConvertOptions& opt) {
   if (remote == nullptr) return setup_exit;
   struct stat st;
   if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    PrintError(absl::StrCat(TerminalSafe(opt.output),
-                            ": exists; not converting (--force replaces it)"));
+    PrintError(
+        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
     return kExitError;
   }
   v1::ConvertOptions options;
@@ -588,13 +544,12 @@ int RunConvertRemote(const ConvertOptions& opt) {
     report = response->report();
     if (!response->converted()) {
       status = absl::FailedPreconditionError(response->error().empty() ? "not converted"
-                                                                        : response->error());
+                                                                       : response->error());
     }
   } else {
-    report.set_schema(std::string(kReportSchema));
-    report.set_scanner_version(std::string(kVersion));
+    report = app::NewReport(kVersion, "");
     *report.add_files() = ServerErrorReport(opt.input, response.status());
-    report.set_verdict(v1::VERDICT_ERROR);
+    app::FoldVerdict(&report);
   }
   return FinishConvert(opt, report, status);
 }
@@ -632,8 +587,8 @@ int RunConvert(const ConvertOptions& opt) {
   if (!opt.force && out_dir.ok() &&
       ::fstatat(out_dir->fd, out_dir->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
       !S_ISDIR(st.st_mode)) {
-    PrintError(absl::StrCat(TerminalSafe(opt.output),
-                            ": exists; not converting (--force replaces it)"));
+    PrintError(
+        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
     return kExitError;
   }
   request.select = opt.select;
@@ -663,23 +618,15 @@ int RunConvert(const ConvertOptions& opt) {
     }
     *pem = *std::move(text);
   }
-  absl::StatusOr<pipeline::ConvertResult> result =
-      jail.has_value()
-          ? pipeline::ConvertFileJailed(request, ruleset, engine->limits, *jail, RefuseSafetensors)
-          : pipeline::ConvertFileInProcess(request, ruleset, engine->limits, RefuseSafetensors);
-  v1::Report report;
-  report.set_schema(std::string(kReportSchema));
-  report.set_scanner_version(std::string(kVersion));
-  report.set_rules_version(ruleset.version());
-  *report.add_files() = result.ok() ? result->report
-                                    : pipeline::UnreadableFileReport(opt.input, result.status());
-  if (result.ok()) {
-    for (const v1::FileReport& shard : result->shard_reports) *report.add_files() = shard;
-  }
-  v1::Verdict worst = v1::VERDICT_SAFE;
-  for (const v1::FileReport& f : report.files()) worst = rules::WorseVerdict(worst, f.verdict());
-  report.set_verdict(worst);
-  return FinishConvert(opt, report, result.ok() ? result->status : absl::OkStatus());
+  const app::ConvertOutcome outcome = app::Convert(
+      request,
+      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
+        return jail.has_value()
+                   ? pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check)
+                   : pipeline::ConvertFileInProcess(r, ruleset, engine->limits, check);
+      },
+      kVersion, ruleset.version());
+  return FinishConvert(opt, outcome.report, outcome.error);
 }
 
 struct DisasmOptions {
@@ -700,22 +647,16 @@ int RunDisasm(const DisasmOptions& opt) {
   const rules::RuleSet& ruleset = *engine->rules;
   const pickle::Limits& limits = engine->limits;
   int setup_exit = 0;
-  const std::optional<pipeline::JailOptions> jail =
-      SetUpSandbox(opt.sandbox, &setup_exit);
+  const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
   if (setup_exit != 0) return setup_exit;
-  const auto out = [](std::string_view text) {
-    (void)WriteAll(STDOUT_FILENO, text);
-  };
+  const auto out = [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); };
 
   if (!jail.has_value()) {
-    absl::StatusOr<pipeline::MappedFile> file =
-        pipeline::MappedFile::Open(opt.file);
+    absl::StatusOr<pipeline::MappedFile> file = pipeline::MappedFile::Open(opt.file);
     if (!file.ok()) {
-      return PrintFileReport(
-          pipeline::UnreadableFileReport(opt.file, file.status()));
+      return PrintFileReport(pipeline::UnreadableFileReport(opt.file, file.status()));
     }
-    const v1::FileReport report =
-        Disassemble(opt.file, file->bytes(), ruleset, limits, out);
+    const v1::FileReport report = Disassemble(opt.file, file->bytes(), ruleset, limits, out);
     return ExitCodeFor(report.verdict());
   }
 
@@ -728,8 +669,8 @@ int RunDisasm(const DisasmOptions& opt) {
     return PrintFileReport(pipeline::UnreadableFileReport(opt.file, fd.status()));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const pipeline::JailedRun run = pipeline::RunJailedJob(
-      *std::move(fd), size, worker::v1::Job::MODE_DISASM, limits, *jail);
+  const pipeline::JailedRun run =
+      pipeline::RunJailedJob(*std::move(fd), size, worker::v1::Job::MODE_DISASM, limits, *jail);
   v1::FileReport report = pipeline::ReportForRun(run, *jail, ruleset);
   report.set_path(opt.file);
   report.set_size(size);
@@ -739,15 +680,13 @@ int RunDisasm(const DisasmOptions& opt) {
 }
 
 int RunRulesShow(const std::string& rules_path) {
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset =
-      LoadRules(rules_path);
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(rules_path);
   if (!ruleset.ok()) {
     PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
     return kExitUsage;
   }
   std::string text;
-  if (!google::protobuf::TextFormat::PrintToString((*ruleset)->proto(),
-                                                   &text)) {
+  if (!google::protobuf::TextFormat::PrintToString((*ruleset)->proto(), &text)) {
     PrintError("cannot print the rules");
     return kExitError;
   }
@@ -755,27 +694,23 @@ int RunRulesShow(const std::string& rules_path) {
 }
 
 int RunRulesCheck(const std::string& path) {
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset =
-      rules::RuleSet::FromFile(path);
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = rules::RuleSet::FromFile(path);
   if (!ruleset.ok()) {
     PrintError(absl::StrCat("rules check: ", ruleset.status().message()));
     return kExitUsage;
   }
   const v1::RuleSet& proto = (*ruleset)->proto();
-  (void)WriteAll(STDOUT_FILENO,
-                 absl::StrCat(path, ": ok (version ", (*ruleset)->version(),
-                              ", ", proto.allow_size(), " allow entries, ",
-                              proto.deny_size(), " deny entries)\n"));
+  (void)WriteAll(STDOUT_FILENO, absl::StrCat(path, ": ok (version ", (*ruleset)->version(), ", ",
+                                             proto.allow_size(), " allow entries, ",
+                                             proto.deny_size(), " deny entries)\n"));
   return 0;
 }
 
 int RunVersion() {
-  const std::shared_ptr<const rules::RuleSet> ruleset =
-      rules::RuleSet::Default();
+  const std::shared_ptr<const rules::RuleSet> ruleset = rules::RuleSet::Default();
   (void)WriteAll(STDOUT_FILENO,
-                 absl::StrCat("ckptscan ", base::AbslView(kVersion), "\nrules ",
-                              ruleset->version(), "\nreport schema ",
-                              base::AbslView(kReportSchema), "\n"));
+                 absl::StrCat("ckptscan ", base::AbslView(kVersion), "\nrules ", ruleset->version(),
+                              "\nreport schema ", base::AbslView(kReportSchema), "\n"));
   return 0;
 }
 
@@ -786,18 +721,16 @@ struct KeygenOptions {
 
 // `keygen`: a new ECDSA P-256 key, private PEM created 0600 and never overwritten.
 int RunKeygen(const KeygenOptions& opt) {
-  const std::string pub = opt.public_output.empty()
-                              ? absl::StrCat(opt.output, ".pub")
-                              : opt.public_output;
+  const std::string pub =
+      opt.public_output.empty() ? absl::StrCat(opt.output, ".pub") : opt.public_output;
   absl::StatusOr<signing::PublicKey> key = signing::GenerateKeyFiles(opt.output, pub);
   if (!key.ok()) {
     PrintError(absl::StrCat("keygen: ", key.status().message()));
     return kExitError;
   }
-  (void)WriteAll(STDOUT_FILENO,
-                 absl::StrCat("private key: ", TerminalSafe(opt.output), " (mode 0600)\n",
-                              "public key:  ", TerminalSafe(pub), "\nhint:        ",
-                              key->hint(), "\n"));
+  (void)WriteAll(STDOUT_FILENO, absl::StrCat("private key: ", TerminalSafe(opt.output),
+                                             " (mode 0600)\n", "public key:  ", TerminalSafe(pub),
+                                             "\nhint:        ", key->hint(), "\n"));
   return 0;
 }
 
@@ -832,8 +765,8 @@ int RunVerify(const VerifyCliOptions& opt) {
     PrintError(absl::StrCat("verify: ", trust.status().message()));
     return kExitUsage;
   }
-  absl::StatusOr<std::string> bundle = signing::ReadSmallFile(sig, signing::Limits{}.max_bundle_bytes,
-                                                              "Limits::max_bundle_bytes");
+  absl::StatusOr<std::string> bundle =
+      signing::ReadSmallFile(sig, signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
   if (!bundle.ok()) {
     PrintError(absl::StrCat("verify: ", bundle.status().message()));
     return kExitError;
@@ -850,14 +783,14 @@ int RunVerify(const VerifyCliOptions& opt) {
                ? kExitError
                : 1;
   }
-  (void)WriteAll(STDOUT_FILENO,
-                 absl::StrCat(TerminalSafe(opt.model), ": OK (", verified->manifest.resources.size(),
-                              " signed ",
-                              verified->manifest.serialization.method == signing::Method::kShards
-                                  ? "shards"
-                                  : verified->manifest.resources.size() == 1 ? "file" : "files",
-                              ", ", verified->method, " method, signer ",
-                              TerminalSafe(verified->signer), ")\n"));
+  (void)WriteAll(
+      STDOUT_FILENO,
+      absl::StrCat(
+          TerminalSafe(opt.model), ": OK (", verified->manifest.resources.size(), " signed ",
+          verified->manifest.serialization.method == signing::Method::kShards ? "shards"
+          : verified->manifest.resources.size() == 1                          ? "file"
+                                                                              : "files",
+          ", ", verified->method, " method, signer ", TerminalSafe(verified->signer), ")\n"));
   return 0;
 }
 
@@ -870,11 +803,10 @@ enum class AdminCommand { kStatus, kMetrics, kReloadRules, kPublicKey };
 
 std::string StatusText(const v1::StatusResponse& s) {
   std::string out = absl::StrCat(
-      "ckptscand ", s.scanner_version(), ", rules ", s.rules_version(), ", up ",
-      s.uptime_seconds(), " s", s.draining() ? " (draining)" : "", "\n",
-      "jobs: ", s.jobs_running(), " running (max ", s.max_running(), "), ", s.jobs_queued(),
-      " queued (max ", s.max_queued(), "), ", s.jobs_refused(), " refused (queue full)\n",
-      "done:");
+      "ckptscand ", s.scanner_version(), ", rules ", s.rules_version(), ", up ", s.uptime_seconds(),
+      " s", s.draining() ? " (draining)" : "", "\n", "jobs: ", s.jobs_running(), " running (max ",
+      s.max_running(), "), ", s.jobs_queued(), " queued (max ", s.max_queued(), "), ",
+      s.jobs_refused(), " refused (queue full)\n", "done:");
   if (s.jobs_done().empty()) absl::StrAppend(&out, " none");
   for (const v1::VerdictCount& c : s.jobs_done()) {
     absl::StrAppend(&out, " ", base::AbslView(VerdictName(c.verdict())), " ", c.count());
@@ -1020,8 +952,7 @@ int Main(int argc, char** argv) {
   app.footer(kExitCodesHelp);
 
   ScanOptions scan_opt;
-  CLI::App* scan =
-      app.add_subcommand("scan", "Scan files and folders; print a report");
+  CLI::App* scan = app.add_subcommand("scan", "Scan files and folders; print a report");
   scan->add_option("PATH", scan_opt.paths, "Files or folders to scan (optional with --manifest)");
   scan->add_option("--format,-f", scan_opt.format, "Report format: text, json, sarif or junit")
       ->check(CLI::IsMember({"text", "json", "sarif", "junit"}))
@@ -1043,8 +974,7 @@ int Main(int argc, char** argv) {
                    "(HEX  PATH) or a JSON list of {\"path\", \"sha256\"}; paths relative to "
                    "FILE's folder")
       ->type_name("FILE");
-  scan->add_option("--output,-o", scan_opt.output,
-                   "Write the report to FILE instead of stdout")
+  scan->add_option("--output,-o", scan_opt.output, "Write the report to FILE instead of stdout")
       ->type_name("FILE");
   scan->add_option("--sarif-output", scan_opt.sarif_output,
                    "Also write the report as SARIF 2.1.0 to FILE (for CI: text in the log, "
@@ -1059,8 +989,7 @@ int Main(int argc, char** argv) {
                    "worker parses) or none (scan time then does not grow with file size)")
       ->check(CLI::IsMember({"sha256", "none"}))
       ->capture_default_str();
-  scan->add_option("--limit", scan_opt.limits,
-                   "Set a VM limit, e.g. max_opcodes=1000 (see below)")
+  scan->add_option("--limit", scan_opt.limits, "Set a VM limit, e.g. max_opcodes=1000 (see below)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
   AddSandboxFlags(scan, &scan_opt.sandbox);
@@ -1068,69 +997,78 @@ int Main(int argc, char** argv) {
   scan->footer(ScanFooter());
 
   DisasmOptions disasm_opt;
-  CLI::App* disasm =
-      app.add_subcommand("disasm",
-                         "Annotated opcode listing of a raw pickle stream, "
-                         "then errors and findings");
-  disasm->add_option("FILE", disasm_opt.file, "The file to disassemble")
-      ->required();
-  disasm
-      ->add_option("--rules", disasm_opt.rules,
-                   "Rules file instead of the built-in rules")
+  CLI::App* disasm = app.add_subcommand("disasm",
+                                        "Annotated opcode listing of a raw pickle stream, "
+                                        "then errors and findings");
+  disasm->add_option("FILE", disasm_opt.file, "The file to disassemble")->required();
+  disasm->add_option("--rules", disasm_opt.rules, "Rules file instead of the built-in rules")
       ->type_name("FILE");
-  disasm
-      ->add_option("--limit", disasm_opt.limits, "Set a VM limit (as for scan)")
+  disasm->add_option("--limit", disasm_opt.limits, "Set a VM limit (as for scan)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
   AddSandboxFlags(disasm, &disasm_opt.sandbox);
-  disasm->footer(absl::StrCat(
-      "The listing is made inside the jailed worker (at most 16 MiB; cut with\n"
-      "a note past that); --no-sandbox streams it from this process.\n\n",
-      "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
+  disasm->footer(
+      absl::StrCat("The listing is made inside the jailed worker (at most 16 MiB; cut with\n"
+                   "a note past that); --no-sandbox streams it from this process.\n\n",
+                   "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
 
   ConvertOptions convert_opt;
   CLI::App* convert = app.add_subcommand(
       "convert", "Scan a checkpoint; if it is SAFE, write its tensors as safetensors");
-  convert->add_option("IN", convert_opt.input,
-                      "The checkpoint to convert, or a sharded checkpoint's index "
-                      "(pytorch_model.bin.index.json)")
+  convert
+      ->add_option("IN", convert_opt.input,
+                   "The checkpoint to convert, or a sharded checkpoint's index "
+                   "(pytorch_model.bin.index.json)")
       ->required();
-  convert->add_option("--output,-o", convert_opt.output,
-                      "The .safetensors file to write; for an index, the directory to create "
-                      "(absent or empty)")
+  convert
+      ->add_option("--output,-o", convert_opt.output,
+                   "The .safetensors file to write; for an index, the directory to create "
+                   "(absent or empty)")
       ->type_name("OUT")
       ->required();
-  convert->add_option("--select", convert_opt.select,
-                      "Convert only the tensors under this dotted key (e.g. model), the "
-                      "prefix dropped")
+  convert
+      ->add_option("--select", convert_opt.select,
+                   "Convert only the tensors under this dotted key (e.g. model), the "
+                   "prefix dropped")
       ->type_name("KEY");
-  convert->add_option("--dtype", convert_opt.dtype,
-                      "keep: every tensor keeps its dtype; bf16: float32 and float16 tensors "
-                      "become bfloat16 (round to nearest even), other dtypes are kept")
+  convert
+      ->add_option("--dtype", convert_opt.dtype,
+                   "keep: every tensor keeps its dtype; bf16: float32 and float16 tensors "
+                   "become bfloat16 (round to nearest even), other dtypes are kept")
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
   convert->add_flag("--force", convert_opt.force, "Replace OUT if it exists");
-  CLI::Option* key_opt = convert->add_option(
-      "--key", convert_opt.key,
-      "Sign the output with this private key (from `ckptscan keygen`): an OpenSSF "
-      "model-signing bundle, OUT.sig beside a file, model.sig inside a sharded set's "
-      "directory")->type_name("KEY");
-  convert->add_option("--sign-method", convert_opt.sign_method,
-                      "files: one digest per file (what model_signing's own tools write); "
-                      "shards: a digest per 128 MiB range, so that signing overlaps the "
-                      "conversion and verify uses every core")
+  CLI::Option* key_opt =
+      convert
+          ->add_option(
+              "--key", convert_opt.key,
+              "Sign the output with this private key (from `ckptscan keygen`): an OpenSSF "
+              "model-signing bundle, OUT.sig beside a file, model.sig inside a sharded set's "
+              "directory")
+          ->type_name("KEY");
+  convert
+      ->add_option("--sign-method", convert_opt.sign_method,
+                   "files: one digest per file (what model_signing's own tools write); "
+                   "shards: a digest per 128 MiB range, so that signing overlaps the "
+                   "conversion and verify uses every core")
       ->check(CLI::IsMember({"files", "shards"}))
       ->capture_default_str();
-  CLI::Option* cert_opt = convert->add_option(
-      "--cert", convert_opt.cert,
-      "Sign with the certificate method: this PEM certificate certifies --key's public key "
-      "(verify with --cert-chain CA)")->type_name("LEAF")->needs(key_opt);
-  convert->add_option("--cert-chain", convert_opt.cert_chain,
-                      "With --cert: PEM intermediate certificates to include")
+  CLI::Option* cert_opt =
+      convert
+          ->add_option(
+              "--cert", convert_opt.cert,
+              "Sign with the certificate method: this PEM certificate certifies --key's public key "
+              "(verify with --cert-chain CA)")
+          ->type_name("LEAF")
+          ->needs(key_opt);
+  convert
+      ->add_option("--cert-chain", convert_opt.cert_chain,
+                   "With --cert: PEM intermediate certificates to include")
       ->type_name("CHAIN")
       ->needs(cert_opt);
-  convert->add_option("--sign-shard-size", convert_opt.sign_shard_size,
-                      "With --sign-method shards: bytes per signed range (suffix K, M, G)")
+  convert
+      ->add_option("--sign-shard-size", convert_opt.sign_shard_size,
+                   "With --sign-method shards: bytes per signed range (suffix K, M, G)")
       ->type_name("SIZE")
       ->capture_default_str();
   convert->add_flag("--strict", convert_opt.strict,
@@ -1168,33 +1106,38 @@ int Main(int argc, char** argv) {
       "exists without --force or the conversion fails (nothing is written).\n");
 
   KeygenOptions keygen_opt;
-  CLI::App* keygen = app.add_subcommand(
-      "keygen", "Create an ECDSA P-256 signing key for convert --key");
-  keygen->add_option("--output,-o", keygen_opt.output,
-                     "The private key file to create (PEM, mode 0600; never overwritten)")
+  CLI::App* keygen =
+      app.add_subcommand("keygen", "Create an ECDSA P-256 signing key for convert --key");
+  keygen
+      ->add_option("--output,-o", keygen_opt.output,
+                   "The private key file to create (PEM, mode 0600; never overwritten)")
       ->type_name("KEY")
       ->required();
-  keygen->add_option("--public", keygen_opt.public_output,
-                     "The public key file to create (default: KEY.pub)")
+  keygen
+      ->add_option("--public", keygen_opt.public_output,
+                   "The public key file to create (default: KEY.pub)")
       ->type_name("PUB");
 
   VerifyCliOptions verify_opt;
   CLI::App* verify = app.add_subcommand(
       "verify", "Check an OpenSSF model-signing bundle against a model directory or file");
-  verify->add_option("MODEL", verify_opt.model,
-                     "The model: a directory (convert of a sharded set) or one file")
+  verify
+      ->add_option("MODEL", verify_opt.model,
+                   "The model: a directory (convert of a sharded set) or one file")
       ->required();
-  verify->add_option("--signature", verify_opt.signature,
-                     "The bundle (default: MODEL/model.sig for a directory, MODEL.sig for a "
-                     "file)")
+  verify
+      ->add_option("--signature", verify_opt.signature,
+                   "The bundle (default: MODEL/model.sig for a directory, MODEL.sig for a "
+                   "file)")
       ->type_name("SIG");
   CLI::Option* pubkey_opt =
       verify->add_option("--pubkey", verify_opt.pubkey, "Trust this public key (PEM)")
           ->type_name("PUB");
-  CLI::Option* ca_opt = verify->add_option(
-      "--cert-chain", verify_opt.ca_certs,
-      "Trust certificates issued under these CA certificates (PEM; repeatable)")
-                            ->type_name("CA");
+  CLI::Option* ca_opt =
+      verify
+          ->add_option("--cert-chain", verify_opt.ca_certs,
+                       "Trust certificates issued under these CA certificates (PEM; repeatable)")
+          ->type_name("CA");
   pubkey_opt->excludes(ca_opt);
   verify->add_flag("--ignore-unsigned-files", verify_opt.ignore_unsigned,
                    "Accept files present in MODEL that the bundle does not cover");
@@ -1210,28 +1153,25 @@ int Main(int argc, char** argv) {
   CLI::App* rules_cmd = app.add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);
   std::string show_rules;
-  CLI::App* show =
-      rules_cmd->add_subcommand("show",
-                                "Print the effective rules (built-in, or "
-                                "--rules FILE) as text-format proto");
-  show->add_option("--rules", show_rules,
-                   "Rules file instead of the built-in rules")
+  CLI::App* show = rules_cmd->add_subcommand("show",
+                                             "Print the effective rules (built-in, or "
+                                             "--rules FILE) as text-format proto");
+  show->add_option("--rules", show_rules, "Rules file instead of the built-in rules")
       ->type_name("FILE");
   std::string check_file;
   CLI::App* check = rules_cmd->add_subcommand(
-      "check",
-      "Validate a rules file: exit 0 if valid, 64 with the error otherwise");
+      "check", "Validate a rules file: exit 0 if valid, 64 with the error otherwise");
   check->add_option("FILE", check_file, "The rules file")->required();
 
-  CLI::App* version =
-      app.add_subcommand("version", "Print the scanner and rules versions");
+  CLI::App* version = app.add_subcommand("version", "Print the scanner and rules versions");
 
   HealthOptions health_opt;
   CLI::App* health = app.add_subcommand(
       "health", "Ask a ckptscand whether it serves (gRPC health checking; for probes)");
-  health->add_option("--server", health_opt.server.server,
-                     "The daemon: local (default), unix:PATH or HOST:PORT (TLS), or "
-                     "plain:HOST:PORT for its plaintext health port (--health-tcp)")
+  health
+      ->add_option("--server", health_opt.server.server,
+                   "The daemon: local (default), unix:PATH or HOST:PORT (TLS), or "
+                   "plain:HOST:PORT for its plaintext health port (--health-tcp)")
       ->type_name("ADDR");
   health->add_option("--service", health_opt.service,
                      "The service to ask about: \"\" (default: the whole server), "
@@ -1264,8 +1204,7 @@ int Main(int argc, char** argv) {
     sub->add_option("--server", admin_opt.server.server,
                     "The daemon: local (default: this user's socket), unix:PATH or HOST:PORT")
         ->type_name("ADDR");
-    sub->add_option("--tls-ca", admin_opt.server.tls_ca, "As for scan --server")
-        ->type_name("FILE");
+    sub->add_option("--tls-ca", admin_opt.server.tls_ca, "As for scan --server")->type_name("FILE");
     sub->add_option("--tls-cert", admin_opt.server.tls_cert, "Client certificate (mTLS)")
         ->type_name("FILE");
     sub->add_option("--tls-key", admin_opt.server.tls_key, "The key of --tls-cert")

@@ -15,9 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "app/paths.h"
 #include "core/base/unique_fd.h"
 #include "core/signing/keys.h"
-#include "daemon/paths.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "pipeline/output_file.h"
 #include "pipeline/sign_output.h"
@@ -25,9 +25,8 @@
 namespace ckptscan::clients {
 namespace {
 
-constexpr size_t kChunkBytes = 1u << 20;  // the daemon's cap per upload message
+constexpr size_t kChunkBytes = 1u << 20;                  // the daemon's cap per upload message
 constexpr uint64_t kMinUploadBytesPerSecond = 20u << 20;  // deadline allowance for transfer
-
 
 // A directory or socket on the way to the per-user default socket: not a symlink, owned by this
 // user or root, and (with `no_other_writers`) writable by nobody else.
@@ -43,9 +42,8 @@ absl::Status CheckOwned(const std::string& path, bool no_other_writers) {
         absl::StrCat(path, " is owned by uid ", st.st_uid, ", not by you (uid ", me, ") or root"));
   }
   if (no_other_writers && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("%s is writable by its group or by others (mode %04o)", path,
-                        st.st_mode & 07777));
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s is writable by its group or by others (mode %04o)", path, st.st_mode & 07777));
   }
   return absl::OkStatus();
 }
@@ -66,14 +64,14 @@ absl::StatusOr<base::UniqueFd> ConnectTrustedLocalSocket(const std::string& path
   };
   if (absl::Status s = CheckOwned(dir, /*no_other_writers=*/true); !s.ok()) {
     return s.code() == absl::StatusCode::kNotFound
-               ? absl::UnavailableError(absl::StrCat("no ckptscand socket at ", path,
-                                                     " (is ckptscand running?)"))
+               ? absl::UnavailableError(
+                     absl::StrCat("no ckptscand socket at ", path, " (is ckptscand running?)"))
                : refused(s);
   }
   if (absl::Status s = CheckOwned(path, /*no_other_writers=*/false); !s.ok()) {
     return s.code() == absl::StatusCode::kNotFound
-               ? absl::UnavailableError(absl::StrCat("no ckptscand socket at ", path,
-                                                     " (is ckptscand running?)"))
+               ? absl::UnavailableError(
+                     absl::StrCat("no ckptscand socket at ", path, " (is ckptscand running?)"))
                : refused(s);
   }
   struct sockaddr_un addr = {};
@@ -85,9 +83,9 @@ absl::StatusOr<base::UniqueFd> ConnectTrustedLocalSocket(const std::string& path
   base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return absl::ErrnoToStatus(errno, "socket");
   if (::connect(fd.get(), reinterpret_cast<const struct sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("connect ", path, ": ", absl::ErrnoToStatus(errno, "").message(),
-                     " (is ckptscand running?)"));
+    return absl::UnavailableError(absl::StrCat("connect ", path, ": ",
+                                               absl::ErrnoToStatus(errno, "").message(),
+                                               " (is ckptscand running?)"));
   }
   // Who listens, as the kernel saw it at listen(): the answer must come from this user or root.
   struct ucred peer = {};
@@ -97,9 +95,9 @@ absl::StatusOr<base::UniqueFd> ConnectTrustedLocalSocket(const std::string& path
   }
   const uid_t me = ::geteuid();
   if (peer.uid != me && peer.uid != 0) {
-    return refused(absl::PermissionDeniedError(absl::StrCat(
-        "the process listening on it runs as uid ", peer.uid, ", not as you (uid ", me,
-        ") or root")));
+    return refused(
+        absl::PermissionDeniedError(absl::StrCat("the process listening on it runs as uid ",
+                                                 peer.uid, ", not as you (uid ", me, ") or root")));
   }
   return fd;
 }
@@ -167,12 +165,12 @@ absl::StatusOr<std::pair<base::UniqueFd, uint64_t>> OpenInput(const std::string&
 
 absl::Status FromGrpc(const grpc::Status& status, const std::string& target) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      // gRPC's codes are absl's, number for number.
-                      absl::StrCat("ckptscand at ", target, ": ",
-                                   absl::StatusCodeToString(
-                                       static_cast<absl::StatusCode>(status.error_code())),
-                                   ": ", status.error_message()));
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      // gRPC's codes are absl's, number for number.
+      absl::StrCat("ckptscand at ", target, ": ",
+                   absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                   ": ", status.error_message()));
 }
 
 absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteOptions& options) {
@@ -181,7 +179,7 @@ absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteO
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kChunkBytes + (1u << 20)));
   if (target.empty() || target == "local") {
-    const std::string path = daemon::DefaultSocketPath();
+    const std::string path = app::DefaultSocketPath();
     target = absl::StrCat("unix:", path);
     // A non-root user's default socket lives where other users may create files first
     // (/tmp/ckptscan-UID without XDG_RUNTIME_DIR): it is trusted only when this user or root
@@ -386,10 +384,9 @@ absl::StatusOr<v1::ConvertResponse> RemoteClient::Convert(const std::string& inp
     }();
     if (!written.ok()) {
       (void)out->Unpublish();  // a signed output is never left without its signature
-      return absl::Status(written.code(), absl::StrCat("the signature ", sig_path,
-                                                       " could not be written (",
-                                                       written.message(),
-                                                       "); the output was removed"));
+      return absl::Status(written.code(),
+                          absl::StrCat("the signature ", sig_path, " could not be written (",
+                                       written.message(), "); the output was removed"));
     }
     c->set_signature(sig_path);
   }
@@ -423,7 +420,8 @@ absl::StatusOr<v1::ReloadRulesResponse> RemoteClient::ReloadRules() {
 }
 
 absl::StatusOr<bool> RemoteClient::Health(const std::string& service, absl::Duration timeout) {
-  std::unique_ptr<grpc::health::v1::Health::Stub> health = grpc::health::v1::Health::NewStub(channel_);
+  std::unique_ptr<grpc::health::v1::Health::Stub> health =
+      grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::health::v1::HealthCheckRequest request;

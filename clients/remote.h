@@ -1,7 +1,7 @@
 // The CLI's side of ckptscand (`ckptscan scan|convert --server ADDR`, `ckptscan admin ...`):
 // the same reports as the local mode, made by the daemon.
 //
-// Addresses: "local" (the daemon's default socket for this user, daemon/paths.h),
+// Addresses: "local" (the daemon's default socket for this user, app/paths.h),
 // "unix:PATH", or "HOST:PORT" (TLS: --tls-ca verifies the server, default the system's CAs;
 // --tls-cert/--tls-key present a client certificate for mTLS).
 //

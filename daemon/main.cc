@@ -40,6 +40,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "app/paths.h"
 #include "core/base/size_value.h"
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
@@ -48,7 +49,6 @@
 #include "daemon/job_slots.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
-#include "daemon/paths.h"
 #include "daemon/reflection_guard.h"
 #include "daemon/service.h"
 #include "daemon/unix_listener.h"
@@ -351,7 +351,7 @@ int Run(int argc, char** argv) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--socket", f.socket, "Unix socket to listen on")
       ->type_name("PATH")
-      ->default_str(DefaultSocketPath());
+      ->default_str(app::DefaultSocketPath());
   app.add_option("--socket-mode", f.socket_mode, "The socket's permission bits (octal)")
       ->capture_default_str();
   app.add_flag("--no-socket", f.no_socket, "No unix socket (TCP with TLS only)");
@@ -390,7 +390,7 @@ int Run(int argc, char** argv) {
       ->type_name("FILE");
   app.add_option("--state-dir", f.state_dir, "Where the generated key and the spool live")
       ->type_name("DIR")
-      ->default_str(DefaultStateDir());
+      ->default_str(app::DefaultStateDir());
   app.add_option("--spool-dir", f.spool_dir,
                  "Where uploads are spooled, as unlinked files (default: STATE_DIR/spool)")
       ->type_name("DIR");
@@ -501,8 +501,8 @@ int Run(int argc, char** argv) {
 
   ServiceOptions options;
   options.scanner_version = CKPT_VERSION;
-  if (f.socket.empty()) f.socket = DefaultSocketPath();
-  if (f.state_dir.empty()) f.state_dir = DefaultStateDir();
+  if (f.socket.empty()) f.socket = app::DefaultSocketPath();
+  if (f.state_dir.empty()) f.state_dir = app::DefaultStateDir();
   if (f.spool_dir.empty()) f.spool_dir = f.state_dir + "/spool";
   uint32_t mode = 0;
   if (!absl::numbers_internal::safe_strtou32_base(f.socket_mode, &mode, 8) || mode > 0777) {
@@ -648,7 +648,7 @@ int Run(int argc, char** argv) {
   }
   if (!f.no_socket) {
     const size_t slash = f.socket.rfind('/');
-    if (slash != std::string::npos && slash > 0 && f.socket == DefaultSocketPath()) {
+    if (slash != std::string::npos && slash > 0 && f.socket == app::DefaultSocketPath()) {
       if (absl::Status s = MakePrivateDir(f.socket.substr(0, slash), 0755); !s.ok()) {
         return Fail(s.ToString());
       }

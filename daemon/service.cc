@@ -21,8 +21,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "clients/report_format.h"
-#include "clients/verdict.h"
+#include "app/convert.h"
+#include "app/report.h"
+#include "app/report_format.h"
+#include "app/scan_set.h"
+#include "app/verdict.h"
 #include "core/base/escape.h"
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
@@ -43,20 +46,6 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
-
-v1::Report MakeReport(const rules::RuleSet& rules, const std::string& scanner_version) {
-  v1::Report report;
-  report.set_schema(std::string(clients::kReportSchema));
-  report.set_scanner_version(scanner_version);
-  report.set_rules_version(rules.version());
-  return report;
-}
-
-void SetWorstVerdict(v1::Report* report) {
-  v1::Verdict worst = report->files_size() == 0 ? v1::VERDICT_ERROR : v1::VERDICT_SAFE;
-  for (const v1::FileReport& f : report->files()) worst = rules::WorseVerdict(worst, f.verdict());
-  report->set_verdict(worst);
-}
 
 // Waits for a worker slot (the "queue" phase).
 absl::Status RunWhenSlotFree(JobSlots::Ticket* ticket, grpc::ServerContext* ctx, Metrics* metrics) {
@@ -105,10 +94,13 @@ class JobLog {
   void Pin(std::string_view how) {
     if (pin_.empty()) pin_ = std::string(how);
   }
-  void File(const v1::FileReport& f) {
-    verdict_ = std::string(clients::VerdictName(f.verdict()));
-    sha256_ = f.sha256();
-    size_ = f.size();
+  // The job's verdict (the whole report's: a set's shards count) and its input's digest.
+  void Report(const v1::Report& r) {
+    verdict_ = std::string(app::VerdictName(r.verdict()));
+    if (r.files_size() > 0) {
+      sha256_ = r.files(0).sha256();
+      size_ = r.files(0).size();
+    }
   }
   grpc::Status Done(const grpc::Status& status) {
     metrics_->Request(rpc_, static_cast<int>(status.error_code()), absl::Now() - start_);
@@ -300,26 +292,49 @@ void RewritePaths(v1::FileReport* f, const std::string& from, const std::string&
 }
 
 // The answer of a conversion: the report, and whether (or why not) it was converted.
-v1::ConvertResponse ConvertAnswer(const absl::StatusOr<pipeline::ConvertResult>& result,
-                                  const std::string& input, const rules::RuleSet& rules,
-                                  const std::string& scanner_version) {
+v1::ConvertResponse ConvertAnswer(app::ConvertOutcome outcome) {
   v1::ConvertResponse response;
-  v1::Report* report = response.mutable_report();
-  *report = MakeReport(rules, scanner_version);
-  if (!result.ok()) {
-    *report->add_files() = pipeline::UnreadableFileReport(input, result.status());
-  } else {
-    *report->add_files() = result->report;
-    for (const v1::FileReport& shard : result->shard_reports) *report->add_files() = shard;
-  }
-  SetWorstVerdict(report);
-  const bool safe = report->verdict() == v1::VERDICT_SAFE;
-  response.set_converted(result.ok() && safe && result->status.ok());
-  if (result.ok() && safe && !result->status.ok()) {
-    response.set_error(std::string(result->status.message()));
-  }
+  *response.mutable_report() = std::move(outcome.report);
+  response.set_converted(outcome.converted);
+  if (!outcome.error.ok()) response.set_error(std::string(outcome.error.message()));
   return response;
 }
+
+// Files the daemon judges, each in a jailed worker: opened by `open` (beneath the roots, or an
+// upload's own bytes), counted in the status and the metrics as they are judged.
+class JailedFiles final : public app::FileSource {
+ public:
+  using Opener = std::function<absl::StatusOr<base::UniqueFd>(const std::string&)>;
+  JailedFiles(Opener open, const rules::RuleSet& rules, const pickle::Limits& limits,
+              const pipeline::JailOptions& jail, Daemon* daemon)
+      : open_(std::move(open)), rules_(rules), limits_(limits), jail_(jail), d_(daemon) {}
+
+  v1::FileReport Scan(const std::string& path) override {
+    absl::StatusOr<base::UniqueFd> fd = open_(path);
+    absl::StatusOr<v1::FileReport> file =
+        fd.ok() ? pipeline::ScanFdJailed(*std::move(fd), path, rules_, limits_, jail_)
+                : absl::StatusOr<v1::FileReport>(fd.status());
+    v1::FileReport out =
+        file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+    d_->Judged(out);
+    return out;
+  }
+
+  absl::StatusOr<app::FileId> Find(const std::string& path) override {
+    absl::StatusOr<base::UniqueFd> fd = open_(path);
+    if (!fd.ok()) return fd.status();
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0) return absl::ErrnoToStatus(errno, "fstat");
+    return app::FileId{st.st_dev, st.st_ino};
+  }
+
+ private:
+  const Opener open_;
+  const rules::RuleSet& rules_;
+  const pickle::Limits& limits_;
+  const pipeline::JailOptions& jail_;
+  Daemon* d_;
+};
 
 // "name" or "dir/name" -> ("dir" or "", "name"). A NUL would cut the name short where it is
 // used as a C string (the directory part is refused by ConfinedRoots, like every input path).
@@ -439,7 +454,7 @@ void Stats::Fill(v1::StatusResponse* out) const {
 
 void Daemon::Judged(const v1::FileReport& file) {
   stats_.Record(file);
-  metrics_->Job(clients::VerdictName(file.verdict()));
+  metrics_->Job(app::VerdictName(file.verdict()));
   metrics_->Scanned(file.size());
   if (file.has_conversion()) metrics_->Converted(file.conversion().bytes());
 }
@@ -588,23 +603,34 @@ grpc::Status ScannerService::ConvertUpload(
   return OutOfMemoryGuard(d_, "ConvertUpload", ctx, [&] { return DoConvertUpload(ctx, stream); });
 }
 
-grpc::Status ScannerService::ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd,
-                                     const std::string& name, const v1::ScanOptions& options,
-                                     JobLog* log, v1::Report* response) {
+grpc::Status ScannerService::ScanJob(
+    grpc::ServerContext* ctx, base::UniqueFd input, const std::string& name,
+    std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> others,
+    const v1::ScanOptions& options, JobLog* log, v1::Report* response) {
   const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
   pipeline::JailOptions jail = JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
   jail.on_pin = [log](std::string_view how) { log->Pin(how); };
-  absl::StatusOr<v1::FileReport> file =
-      pipeline::ScanFdJailed(std::move(fd), name, *rules, d_->options().limits, jail);
+  // The input is read through the descriptor opened for the call, never by its name again.
+  const int held = input.get();
+  JailedFiles files(
+      [&](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+        if (path == name) return ReopenReadOnly(held);
+        return others(path);
+      },
+      *rules, d_->options().limits, jail, d_);
+  *response = app::NewReport(d_->options().scanner_version, rules->version());
+  if (options.single_file()) {
+    *response->add_files() = files.Scan(name);
+    app::FoldVerdict(response);
+  } else {
+    app::ScanTarget input;
+    input.path = name;
+    app::ScanSet({input}, {}, &files, response);
+  }
   if (ctx->IsCancelled()) {
     return log->Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
   }
-  *response = MakeReport(*rules, d_->options().scanner_version);
-  v1::FileReport* out = response->add_files();
-  *out = file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(name, file.status());
-  SetWorstVerdict(response);
-  d_->Judged(*out);
-  log->File(*out);
+  log->Report(*response);
   return log->Done(grpc::Status::OK);
 }
 
@@ -626,7 +652,15 @@ grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
   }
-  return ScanOne(ctx, *std::move(fd), request->path(), request->options(), &log, response);
+  const ConfinedRoots* roots = d_->roots();
+  return ScanJob(
+      ctx, *std::move(fd), request->path(),
+      [roots](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+        absl::StatusOr<base::UniqueFd> shard = roots->OpenForRead(path);
+        if (absl::IsNotFound(shard.status())) return app::MissingFile(path, ENOENT);
+        return shard;
+      },
+      request->options(), &log, response);
 }
 
 grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
@@ -647,7 +681,15 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
   if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
     return log.Done(ToGrpc(s));
   }
-  return ScanOne(ctx, *std::move(fd), header.name(), header.options(), &log, response);
+  return ScanJob(
+      ctx, *std::move(fd), header.name(),
+      [](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+        return absl::NotFoundError(
+            absl::StrCat(app::TerminalSafe(path),
+                         ": not in the upload (an upload holds one file: scan a sharded "
+                         "checkpoint by path, or upload each shard)"));
+      },
+      header.options(), &log, response);
 }
 
 grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
@@ -704,19 +746,23 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
   convert.open_input = [roots](const std::string& path) { return roots->OpenForRead(path); };
   pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
   jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
-  absl::StatusOr<pipeline::ConvertResult> result =
-      pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
+  app::ConvertOutcome outcome = app::Convert(
+      convert,
+      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
+        return pipeline::ConvertFileJailed(r, *rules, d_->options().limits, jail, check);
+      },
+      d_->options().scanner_version, rules->version());
   if (ctx->IsCancelled()) {
     return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
   }
-  *response = ConvertAnswer(result, request->input(), *rules, d_->options().scanner_version);
+  *response = ConvertAnswer(std::move(outcome));
   for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
     RewritePaths(&f, proc_dir, display_dir);
     d_->Judged(f);
   }
   // A message that names the descriptor path names the caller's directory instead.
   response->set_error(absl::StrReplaceAll(response->error(), {{proc_dir, display_dir}}));
-  log.File(response->report().files(0));
+  log.Report(response->report());
   return log.Done(grpc::Status::OK);
 }
 
@@ -763,14 +809,18 @@ grpc::Status ScannerService::DoConvertUpload(
   };
   pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
   jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
-  absl::StatusOr<pipeline::ConvertResult> result =
-      pipeline::ConvertFileJailed(convert, *rules, d_->options().limits, jail);
+  app::ConvertOutcome outcome = app::Convert(
+      convert,
+      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
+        return pipeline::ConvertFileJailed(r, *rules, d_->options().limits, jail, check);
+      },
+      d_->options().scanner_version, rules->version());
   if (ctx->IsCancelled()) {
     return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
   }
   v1::ConvertChunk first;
   v1::ConvertResponse* response = first.mutable_response();
-  *response = ConvertAnswer(result, name, *rules, d_->options().scanner_version);
+  *response = ConvertAnswer(std::move(outcome));
   // The files live in the job directory only until they are sent: the caller names them.
   for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
     if (f.has_conversion()) {
@@ -780,7 +830,7 @@ grpc::Status ScannerService::DoConvertUpload(
     d_->Judged(f);
   }
   response->set_error(absl::StrReplaceAll(response->error(), {{job->dir() + "/", ""}}));
-  log.File(response->report().files(0));
+  log.Report(response->report());
   base::UniqueFd output;
   uint64_t output_size = 0;
   if (response->converted()) {

@@ -8,12 +8,13 @@
 // unlinked file and handed to the worker as they are. The signing key stays here.
 //
 // Jobs are bounded by JobSlots (max_running at once, max_queued waiting: past both,
-// RESOURCE_EXHAUSTED at once; at most max_jobs_per_caller of them one caller's). A caller's deadline or cancellation kills its job's worker. The
-// services use gRPC's synchronous API: a handler thread per call in flight, which JobSlots
-// bounds. An upload takes a job place only once it is spooled whole; while it streams in it
-// holds an upload place (max_uploads, max_uploads_per_caller) and spool bytes (max_spool_bytes),
-// and a stream that stalls -- no chunk within upload_idle_timeout, or ConvertUpload output the
-// caller does not take within output_idle_timeout -- is cancelled by the watchdog.
+// RESOURCE_EXHAUSTED at once; at most max_jobs_per_caller of them one caller's). A caller's
+// deadline or cancellation kills its job's worker. The services use gRPC's synchronous API: a
+// handler thread per call in flight, which JobSlots bounds. An upload takes a job place only once
+// it is spooled whole; while it streams in it holds an upload place (max_uploads,
+// max_uploads_per_caller) and spool bytes (max_spool_bytes), and a stream that stalls -- no chunk
+// within upload_idle_timeout, or ConvertUpload output the caller does not take within
+// output_idle_timeout -- is cancelled by the watchdog.
 //
 // Thread-safe.
 #ifndef CKPTSCAN_DAEMON_SERVICE_H_
@@ -23,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -191,8 +193,11 @@ class ScannerService final : public v1::Scanner::Service {
                              v1::ConvertResponse* response);
   grpc::Status DoConvertUpload(grpc::ServerContext* ctx,
                                grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream);
-  // The rest of a scan once its input is open and it has a worker slot.
-  grpc::Status ScanOne(grpc::ServerContext* ctx, base::UniqueFd fd, const std::string& name,
+  // The rest of a scan once its input is open and it has a worker slot: the input `name`,
+  // read through `input`, and (unless options.single_file) the shards of an index, which
+  // `others` opens (beneath the roots; an upload has none).
+  grpc::Status ScanJob(grpc::ServerContext* ctx, base::UniqueFd input, const std::string& name,
+                       std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> others,
                        const v1::ScanOptions& options, JobLog* log, v1::Report* response);
 
   Daemon* d_;

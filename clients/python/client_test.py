@@ -432,7 +432,7 @@ class TlsTest(unittest.TestCase):
             self.assertEqual(caught.exception.code, "UNAVAILABLE")
 
     def test_default_address_is_the_daemons_default_socket(self):
-        # daemon/paths.h DefaultSocketPath, for root and for another user.
+        # app/paths.h DefaultSocketPath, for root and for another user.
         from unittest import mock
         from ckptscan_client import client as client_module
         cases = ((0, {"XDG_RUNTIME_DIR": "/run/user/0"}, "/run/ckptscan/ckptscand.sock"),

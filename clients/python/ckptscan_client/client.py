@@ -42,7 +42,7 @@ bytes, b"" when not converted)."""
 
 
 def default_socket_path():
-    """The daemon's default socket for this user, as daemon/paths.h computes it."""
+    """The daemon's default socket for this user, as app/paths.h computes it."""
     if os.geteuid() == 0:
         return "/run/ckptscan/ckptscand.sock"
     runtime = os.environ.get("XDG_RUNTIME_DIR")
@@ -65,7 +65,7 @@ class ScanClient:
     """A client of one ckptscand.
 
     address: "unix:/path/to/socket"; "local" or None for the daemon's default socket for this
-        user (daemon/paths.h); or "host:port", always over TLS: tls_ca verifies the server (PEM,
+        user (app/paths.h); or "host:port", always over TLS: tls_ca verifies the server (PEM,
         default the system's CAs), tls_cert and tls_key present a client certificate (mTLS).
         Each TLS argument is a file path or the PEM bytes.
     timeout: the default deadline of a call, in seconds (uploads add their transfer at 20 MiB/s).
@@ -109,8 +109,10 @@ class ScanClient:
 
     def scan_path(self, path, skip_digest=False, timeout=None):
         """Scans a file the daemon opens itself: beneath one of its --root directories, absolute
-        or relative to the first root. Returns the ckptscan.v1.Report (files[0].path is `path`).
-        A path outside the roots raises ScanClientError with code PERMISSION_DENIED."""
+        or relative to the first root. Returns the ckptscan.v1.Report (files[0].path is `path`;
+        a sharded checkpoint's index is followed by its shards' reports, and a missing shard is
+        an error of the index). A path outside the roots raises ScanClientError with code
+        PERMISSION_DENIED."""
         pb = self._pb.scanner_pb2
         request = pb.ScanPathRequest(path=os.fspath(path),
                                      options=pb.ScanOptions(skip_digest=skip_digest))
@@ -119,7 +121,9 @@ class ScanClient:
     def scan_bytes(self, name, data, skip_digest=False, chunk=CHUNK_BYTES, timeout=None):
         """Uploads bytes (bytes-like, or a binary file object read to its end) and scans them.
         `name` is what the report calls the file; the daemon never opens it. Returns the
-        ckptscan.v1.Report. An upload over the daemon's cap raises RESOURCE_EXHAUSTED."""
+        ckptscan.v1.Report. An uploaded index's shards are not in the upload: each is a
+        missing_shard error and the verdict ERROR (scan_path verifies a set). An upload over the
+        daemon's cap raises RESOURCE_EXHAUSTED."""
         pb = self._pb.scanner_pb2
         size, chunks = _upload_source(data, chunk)
         header = pb.UploadHeader(name=name, size=size,

@@ -1,11 +1,11 @@
-#include "clients/manifest.h"
+#include "app/manifest.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 using testing::HasSubstr;
@@ -93,4 +93,4 @@ TEST(ManifestTest, OverTheEntryLimitIsResourceExhausted) {
 }
 
 }  // namespace
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

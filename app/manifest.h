@@ -14,8 +14,8 @@
 //
 // Errors are InvalidArgument naming the manifest and the line (or entry index);
 // ResourceExhausted past ManifestLimits. Thread-safe: pure functions.
-#ifndef CKPTSCAN_CLIENTS_MANIFEST_H_
-#define CKPTSCAN_CLIENTS_MANIFEST_H_
+#ifndef CKPTSCAN_APP_MANIFEST_H_
+#define CKPTSCAN_APP_MANIFEST_H_
 
 #include <cstdint>
 #include <string>
@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 
 struct ManifestLimits {
   uint64_t max_bytes = 16ull << 20;  // the manifest file itself
@@ -46,6 +46,6 @@ absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(std::string_view text,
 absl::StatusOr<std::vector<ManifestEntry>> ReadManifest(const std::string& path,
                                                         const ManifestLimits& limits = {});
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app
 
-#endif  // CKPTSCAN_CLIENTS_MANIFEST_H_
+#endif  // CKPTSCAN_APP_MANIFEST_H_

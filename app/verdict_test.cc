@@ -1,10 +1,10 @@
-#include "clients/verdict.h"
+#include "app/verdict.h"
 
 #include <initializer_list>
 
 #include "gtest/gtest.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 TEST(ExitCodeTest, SafeIsZeroFindingsAreOneErrorIsTwo) {
@@ -75,4 +75,4 @@ TEST(VerdictNameTest, ShortNames) {
 }
 
 }  // namespace
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

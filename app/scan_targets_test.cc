@@ -1,4 +1,4 @@
-#include "clients/scan_targets.h"
+#include "app/scan_targets.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 using Kind = ScanTarget::Kind;
@@ -31,14 +31,11 @@ class ScanTargetsTest : public testing::Test {
     std::filesystem::remove_all(root_, ignored);
   }
   void Touch(const std::string& rel) {
-    const int fd = ::open((root_ + "/" + rel).c_str(),
-                          O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = ::open((root_ + "/" + rel).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     ASSERT_GE(fd, 0) << rel;
     ::close(fd);
   }
-  void Mkdir(const std::string& rel) {
-    ASSERT_EQ(::mkdir((root_ + "/" + rel).c_str(), 0755), 0);
-  }
+  void Mkdir(const std::string& rel) { ASSERT_EQ(::mkdir((root_ + "/" + rel).c_str(), 0755), 0); }
   void Symlink(const std::string& target, const std::string& rel) {
     ASSERT_EQ(::symlink(target.c_str(), (root_ + "/" + rel).c_str()), 0);
   }
@@ -60,8 +57,7 @@ TEST_F(ScanTargetsTest, FolderIsWalkedRecursivelyInSortedOrder) {
     EXPECT_EQ(x.kind, Kind::kFile) << x.path;
     paths.push_back(x.path);
   }
-  EXPECT_THAT(paths, testing::ElementsAre(P("a.pkl"), P("b/c.pt"),
-                                          P("b/deep/m.bin"), P("z.pkl")));
+  EXPECT_THAT(paths, testing::ElementsAre(P("a.pkl"), P("b/c.pt"), P("b/deep/m.bin"), P("z.pkl")));
 }
 
 TEST_F(ScanTargetsTest, TrailingSlashDoesNotDoubleTheSeparator) {
@@ -124,8 +120,7 @@ TEST_F(ScanTargetsTest, FifoInsideAFolderIsSkippedAndReported) {
 
 TEST_F(ScanTargetsTest, MissingPathIsAnUnreadableEntryInCommandLineOrder) {
   Touch("a.pkl");
-  const std::vector<ScanTarget> t =
-      ExpandScanPaths({P("missing.pkl"), P("a.pkl")});
+  const std::vector<ScanTarget> t = ExpandScanPaths({P("missing.pkl"), P("a.pkl")});
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].kind, Kind::kUnreadable);
   EXPECT_EQ(t[0].path, P("missing.pkl"));
@@ -187,4 +182,4 @@ TEST_F(ScanTargetsTest, ExcludeIsRelativeToTheScannedFolderNotTheCommandLinePath
 }
 
 }  // namespace
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

@@ -1,4 +1,4 @@
-#include "clients/scan_targets.h"
+#include "app/scan_targets.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 ScanTarget File(std::string path) {
@@ -62,8 +62,7 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
                    const std::vector<std::string>& excludes, std::vector<ScanTarget>* out) {
   const size_t root_prefix = root.back() == '/' ? root.size() : root.size() + 1;
   std::vector<ScanTarget> found;
-  std::set<std::pair<dev_t, ino_t>> visited = {
-      {root_st.st_dev, root_st.st_ino}};
+  std::set<std::pair<dev_t, ino_t>> visited = {{root_st.st_dev, root_st.st_ino}};
   // The root was named by the user and may be a symlink; below it, O_NOFOLLOW
   // makes sure a directory swapped for a symlink after fstatat is not followed.
   std::vector<std::string> pending = {root};
@@ -71,16 +70,15 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
   while (!pending.empty()) {
     const std::string dir = std::move(pending.back());
     pending.pop_back();
-    const int flags =
-        O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_root ? 0 : O_NOFOLLOW);
+    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_root ? 0 : O_NOFOLLOW);
     is_root = false;
     const int fd = ::open(dir.c_str(), flags);
     DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
     if (d == nullptr) {
       const int err = errno;
       if (fd >= 0) ::close(fd);
-      found.push_back(Unreadable(
-          dir, absl::ErrnoToStatus(err, absl::StrCat("open directory ", dir))));
+      found.push_back(
+          Unreadable(dir, absl::ErrnoToStatus(err, absl::StrCat("open directory ", dir))));
       continue;
     }
     absl::Cleanup close_dir = [d] { ::closedir(d); };
@@ -91,9 +89,8 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
       if (e == nullptr) {
         const int err = errno;
         if (err != 0) {
-          found.push_back(Unreadable(
-              dir,
-              absl::ErrnoToStatus(err, absl::StrCat("read directory ", dir))));
+          found.push_back(
+              Unreadable(dir, absl::ErrnoToStatus(err, absl::StrCat("read directory ", dir))));
         }
         break;
       }
@@ -108,13 +105,11 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
       struct stat lst;
       if (::fstatat(::dirfd(d), e->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
         const int err = errno;
-        found.push_back(Unreadable(
-            path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
+        found.push_back(Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
         continue;
       }
       if (S_ISDIR(lst.st_mode)) {
-        if (visited.insert({lst.st_dev, lst.st_ino}).second)
-          pending.push_back(std::move(path));
+        if (visited.insert({lst.st_dev, lst.st_ino}).second) pending.push_back(std::move(path));
         continue;
       }
       if (S_ISREG(lst.st_mode)) {
@@ -127,26 +122,22 @@ void WalkDirectory(const std::string& root, const struct stat& root_st,
           const int err = errno;
           found.push_back(Unreadable(
               path,
-              absl::ErrnoToStatus(
-                  err, absl::StrCat("dangling or unreadable symlink ", path))));
+              absl::ErrnoToStatus(err, absl::StrCat("dangling or unreadable symlink ", path))));
         } else if (S_ISDIR(st.st_mode)) {
-          found.push_back(
-              Skipped(std::move(path), "symlink to a directory, not followed"));
+          found.push_back(Skipped(std::move(path), "symlink to a directory, not followed"));
         } else if (S_ISREG(st.st_mode)) {
           found.push_back(File(std::move(path)));
         } else {
           found.push_back(
-              Skipped(std::move(path),
-                      "symlink to a " + SpecialFileReason(st.st_mode)));
+              Skipped(std::move(path), "symlink to a " + SpecialFileReason(st.st_mode)));
         }
         continue;
       }
       found.push_back(Skipped(std::move(path), SpecialFileReason(lst.st_mode)));
     }
   }
-  std::sort(
-      found.begin(), found.end(),
-      [](const ScanTarget& a, const ScanTarget& b) { return a.path < b.path; });
+  std::sort(found.begin(), found.end(),
+            [](const ScanTarget& a, const ScanTarget& b) { return a.path < b.path; });
   for (ScanTarget& t : found) out->push_back(std::move(t));
 }
 
@@ -159,8 +150,7 @@ std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
       const int err = errno;
-      out.push_back(Unreadable(
-          path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
+      out.push_back(Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
     } else if (S_ISDIR(st.st_mode)) {
       WalkDirectory(path, st, excludes, &out);
     } else {
@@ -170,4 +160,4 @@ std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
   return out;
 }
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

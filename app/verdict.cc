@@ -1,6 +1,6 @@
-#include "clients/verdict.h"
+#include "app/verdict.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 
 std::string_view VerdictName(v1::Verdict verdict) {
   switch (verdict) {
@@ -79,4 +79,4 @@ int ExitCodeFor(const v1::Report& report, FailOn fail_on) {
   return error ? kExitError : kExitSafe;
 }
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

@@ -1,4 +1,4 @@
-#include "clients/manifest.h"
+#include "app/manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "core/base/escape.h"
 #include "core/base/strings.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 using base::AbslView;
@@ -192,4 +192,4 @@ absl::StatusOr<std::vector<ManifestEntry>> ReadManifest(const std::string& path,
   return ParseManifest(text, path, limits);
 }
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

@@ -19,28 +19,27 @@
 // --exclude PATTERN"); a matching directory is kSkipped once and not entered.
 // Paths named on the command line themselves are never excluded. Command-line paths keep their
 // order. Not thread-safe (reads the filesystem, no shared state).
-#ifndef CKPTSCAN_CLIENTS_SCAN_TARGETS_H_
-#define CKPTSCAN_CLIENTS_SCAN_TARGETS_H_
+#ifndef CKPTSCAN_APP_SCAN_TARGETS_H_
+#define CKPTSCAN_APP_SCAN_TARGETS_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 
 struct ScanTarget {
   enum class Kind { kFile, kUnreadable, kSkipped };
   Kind kind = Kind::kFile;
   std::string path;
   absl::Status status;  // kUnreadable: why
-  std::string
-      reason;  // kSkipped: why, e.g. "symlink to a directory, not followed"
+  std::string reason;   // kSkipped: why, e.g. "symlink to a directory, not followed"
 };
 
 std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
                                         const std::vector<std::string>& excludes = {});
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app
 
-#endif  // CKPTSCAN_CLIENTS_SCAN_TARGETS_H_
+#endif  // CKPTSCAN_APP_SCAN_TARGETS_H_

@@ -1,4 +1,4 @@
-#include "clients/report_format.h"
+#include "app/report_format.h"
 
 #include <cstdint>
 #include <limits>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 using ::testing::ElementsAre;
@@ -82,13 +82,11 @@ v1::Report SampleReport() {
 
 const std::vector<rules::RuleInfo>& TestCatalogue() {
   static const std::vector<rules::RuleInfo> catalogue{
-      {"global.denied.shell", "Shell command global",
-       "Runs shell commands when loaded.", v1::VERDICT_DANGEROUS,
-       v1::SEVERITY_CRITICAL},
-      {"global.unknown", "Global not on the allowlist", "Review it.",
-       v1::VERDICT_SUSPICIOUS, v1::SEVERITY_MEDIUM},
-      {"global.never.used", "Unused", "Unused.", v1::VERDICT_DANGEROUS,
-       v1::SEVERITY_HIGH},
+      {"global.denied.shell", "Shell command global", "Runs shell commands when loaded.",
+       v1::VERDICT_DANGEROUS, v1::SEVERITY_CRITICAL},
+      {"global.unknown", "Global not on the allowlist", "Review it.", v1::VERDICT_SUSPICIOUS,
+       v1::SEVERITY_MEDIUM},
+      {"global.never.used", "Unused", "Unused.", v1::VERDICT_DANGEROUS, v1::SEVERITY_HIGH},
   };
   return catalogue;
 }
@@ -97,8 +95,8 @@ const std::vector<rules::RuleInfo>& TestCatalogue() {
 
 TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   const Json j = Json::parse(ReportToJson(SampleReport()));
-  EXPECT_THAT(Keys(j), ElementsAre("schema", "scanner_version", "rules_version",
-                                   "verdict", "files"));
+  EXPECT_THAT(Keys(j),
+              ElementsAre("schema", "scanner_version", "rules_version", "verdict", "files"));
   EXPECT_EQ(j["schema"], "ckptscan.report.v1");
   EXPECT_EQ(j["scanner_version"], "0.1.0");
   EXPECT_EQ(j["rules_version"], "2024.1");
@@ -106,9 +104,8 @@ TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   ASSERT_EQ(j["files"].size(), 2u);
 
   const Json& f = j["files"][0];
-  EXPECT_THAT(Keys(f), ElementsAre("path", "sha256", "size", "format",
-                                   "verdict", "findings", "errors", "tensors",
-                                   "pickles", "globals"));
+  EXPECT_THAT(Keys(f), ElementsAre("path", "sha256", "size", "format", "verdict", "findings",
+                                   "errors", "tensors", "pickles", "globals"));
   EXPECT_EQ(f["path"], "models/evil.pkl");
   EXPECT_EQ(f["sha256"], std::string(64, 'a'));
   EXPECT_EQ(f["format"], "pickle");
@@ -117,9 +114,8 @@ TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
               ElementsAre("count", "bytes", "storages", "shared", "unsupported"));
 
   const Json& finding = f["findings"][0];
-  EXPECT_THAT(Keys(finding),
-              ElementsAre("rule_id", "severity", "category", "global", "call",
-                          "location", "message", "verdict"));
+  EXPECT_THAT(Keys(finding), ElementsAre("rule_id", "severity", "category", "global", "call",
+                                         "location", "message", "verdict"));
   EXPECT_EQ(finding["rule_id"], "global.denied.shell");
   EXPECT_EQ(finding["severity"], "CRITICAL");
   EXPECT_EQ(finding["category"], "shell");
@@ -127,15 +123,13 @@ TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   EXPECT_EQ(finding["call"], "posix.system('id')");
   EXPECT_EQ(finding["message"], "runs a shell command");
   EXPECT_EQ(finding["verdict"], "DANGEROUS");
-  EXPECT_THAT(Keys(finding["location"]),
-              ElementsAre("member", "offset", "opcode"));
+  EXPECT_THAT(Keys(finding["location"]), ElementsAre("member", "offset", "opcode"));
   EXPECT_EQ(finding["location"]["member"], "");
   EXPECT_EQ(finding["location"]["offset"], 57);
   EXPECT_EQ(finding["location"]["opcode"], "REDUCE");
 
   const Json& error = f["errors"][0];
-  EXPECT_THAT(Keys(error), ElementsAre("code", "message", "location",
-                                       "limit_name", "limit_value"));
+  EXPECT_THAT(Keys(error), ElementsAre("code", "message", "location", "limit_name", "limit_value"));
   EXPECT_EQ(error["code"], "limit");
   EXPECT_EQ(error["limit_name"], "max_opcodes");
   EXPECT_EQ(error["limit_value"], 1000);
@@ -152,8 +146,7 @@ TEST(ReportJsonTest, NumbersAreJsonNumbersEvenAbove2To53) {
   v1::Report r = SampleReport();
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
   r.mutable_files(0)->set_size(kMax);
-  r.mutable_files(0)->mutable_findings(0)->mutable_location()->set_offset(kMax -
-                                                                          1);
+  r.mutable_files(0)->mutable_findings(0)->mutable_location()->set_offset(kMax - 1);
   r.mutable_files(0)->mutable_tensors()->set_count(3);
   r.mutable_files(0)->mutable_tensors()->set_bytes(kMax - 2);
   const std::string text = ReportToJson(r);
@@ -161,9 +154,8 @@ TEST(ReportJsonTest, NumbersAreJsonNumbersEvenAbove2To53) {
   const Json j = Json::parse(text);
   const Json& f = j["files"][0];
   for (const Json* n :
-       {&f["size"], &f["pickles"], &f["globals"], &f["tensors"]["count"],
-        &f["tensors"]["bytes"], &f["findings"][0]["location"]["offset"],
-        &f["errors"][0]["limit_value"]}) {
+       {&f["size"], &f["pickles"], &f["globals"], &f["tensors"]["count"], &f["tensors"]["bytes"],
+        &f["findings"][0]["location"]["offset"], &f["errors"][0]["limit_value"]}) {
     EXPECT_TRUE(n->is_number_unsigned()) << n->dump();
   }
   EXPECT_EQ(f["size"].get<uint64_t>(), kMax);
@@ -178,8 +170,7 @@ TEST(ReportJsonTest, LocationAddsPickleIndexAndNestedDepthOnlyWhenNonZero) {
   l->set_nested_depth(1);
   Json j = Json::parse(ReportToJson(r));
   EXPECT_THAT(Keys(j["files"][0]["findings"][0]["location"]),
-              ElementsAre("member", "offset", "opcode", "pickle_index",
-                          "nested_depth"));
+              ElementsAre("member", "offset", "opcode", "pickle_index", "nested_depth"));
   EXPECT_EQ(j["files"][0]["findings"][0]["location"]["pickle_index"], 2);
   EXPECT_EQ(j["files"][0]["findings"][0]["location"]["nested_depth"], 1);
   EXPECT_THAT(Keys(j["files"][0]["errors"][0]["location"]),
@@ -192,8 +183,7 @@ TEST(ReportJsonTest, LimitFieldsAppearOnlyOnLimitErrors) {
   e->set_code("malformed");
   e->set_message("truncated");
   const Json j = Json::parse(ReportToJson(r));
-  EXPECT_THAT(Keys(j["files"][0]["errors"][1]),
-              ElementsAre("code", "message", "location"));
+  EXPECT_THAT(Keys(j["files"][0]["errors"][1]), ElementsAre("code", "message", "location"));
 }
 
 TEST(ReportJsonTest, SameReportGivesSameBytesWithTwoSpaceIndentAndNewline) {
@@ -202,8 +192,7 @@ TEST(ReportJsonTest, SameReportGivesSameBytesWithTwoSpaceIndentAndNewline) {
   EXPECT_EQ(a, b);
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a.back(), '\n');
-  EXPECT_TRUE(a.starts_with(
-      "{\n  \"schema\": \"ckptscan.report.v1\",\n  \"scanner_version\""))
+  EXPECT_TRUE(a.starts_with("{\n  \"schema\": \"ckptscan.report.v1\",\n  \"scanner_version\""))
       << a;
 }
 
@@ -220,13 +209,11 @@ TEST(ReportJsonTest, EmptyReportHasEmptyFilesArray) {
 TEST(ReportJsonTest, InvalidUtf8FromAScannedFileIsReplacedNotThrown) {
   v1::Report r = SampleReport();
   // A lone surrogate as the VM keeps it (3-byte sequence) and a stray byte.
-  r.mutable_files(0)->mutable_findings(0)->set_global(
-      "os.\xed\xa0\x80sys\xfftem");
+  r.mutable_files(0)->mutable_findings(0)->set_global("os.\xed\xa0\x80sys\xfftem");
   r.mutable_files(0)->set_path("bad\xc3name.pkl");
   const std::string text = ReportToJson(r);
   const Json j = Json::parse(text);  // valid JSON, valid UTF-8
-  EXPECT_THAT(j["files"][0]["findings"][0]["global"].get<std::string>(),
-              HasSubstr("sys"));
+  EXPECT_THAT(j["files"][0]["findings"][0]["global"].get<std::string>(), HasSubstr("sys"));
   EXPECT_THAT(text, Not(HasSubstr("\xff")));
 }
 
@@ -253,8 +240,8 @@ TEST(ReportSarifTest, HasTheRequired210Structure) {
   EXPECT_TRUE(driver["informationUri"].is_string());
   ASSERT_TRUE(driver["rules"].is_array());
   for (const Json& d : driver["rules"]) {
-    for (const char* key : {"id", "name", "shortDescription", "fullDescription",
-                            "help", "defaultConfiguration"}) {
+    for (const char* key :
+         {"id", "name", "shortDescription", "fullDescription", "help", "defaultConfiguration"}) {
       EXPECT_TRUE(d.contains(key)) << key << " in " << d.dump();
     }
     EXPECT_TRUE(d["shortDescription"]["text"].is_string());
@@ -266,12 +253,8 @@ TEST(ReportSarifTest, HasTheRequired210Structure) {
   for (const Json& r : run["results"]) {
     EXPECT_TRUE(r["ruleId"].is_string());
     EXPECT_TRUE(r["message"]["text"].is_string());
-    EXPECT_EQ(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
-              "models/evil.pkl");
-    EXPECT_EQ(r["partialFingerprints"]["ckptscanFinding/v1"]
-                  .get<std::string>()
-                  .size(),
-              64u);
+    EXPECT_EQ(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "models/evil.pkl");
+    EXPECT_EQ(r["partialFingerprints"]["ckptscanFinding/v1"].get<std::string>().size(), 64u);
   }
   const Json& finding = run["results"][0];
   EXPECT_EQ(finding["ruleId"], "global.denied.shell");
@@ -280,17 +263,14 @@ TEST(ReportSarifTest, HasTheRequired210Structure) {
   // properties.
   EXPECT_EQ(finding["locations"][0]["physicalLocation"]["region"]["startLine"], 1);
   EXPECT_EQ(finding["properties"]["offset"], 57);
-  EXPECT_THAT(finding["message"]["text"].get<std::string>(),
-              HasSubstr("at byte 57"));
+  EXPECT_THAT(finding["message"]["text"].get<std::string>(), HasSubstr("at byte 57"));
   const Json& error = run["results"][1];
   EXPECT_EQ(error["ruleId"], "scan.error");
   EXPECT_EQ(error["level"], "error");
-  EXPECT_THAT(error["message"]["text"].get<std::string>(),
-              HasSubstr("max_opcodes=1000"));
+  EXPECT_THAT(error["message"]["text"].get<std::string>(), HasSubstr("max_opcodes=1000"));
 }
 
-TEST(ReportSarifTest,
-     OneRuleDescriptorPerRuleIdUsedSortedWithMatchingRuleIndex) {
+TEST(ReportSarifTest, OneRuleDescriptorPerRuleIdUsedSortedWithMatchingRuleIndex) {
   v1::Report r = SampleReport();
   v1::FileReport* f = r.mutable_files(0);
   *f->add_findings() = ShellFinding(80);  // same rule again
@@ -301,19 +281,16 @@ TEST(ReportSarifTest,
   const Json run = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0];
   std::vector<std::string> ids;
   for (const Json& d : run["tool"]["driver"]["rules"]) ids.push_back(d["id"]);
-  EXPECT_THAT(
-      ids, ElementsAre("global.denied.shell", "global.unknown", "scan.error"));
+  EXPECT_THAT(ids, ElementsAre("global.denied.shell", "global.unknown", "scan.error"));
   for (const Json& res : run["results"]) {
-    EXPECT_EQ(
-        run["tool"]["driver"]["rules"][res["ruleIndex"].get<size_t>()]["id"],
-        res["ruleId"]);
+    EXPECT_EQ(run["tool"]["driver"]["rules"][res["ruleIndex"].get<size_t>()]["id"], res["ruleId"]);
   }
   EXPECT_EQ(run["results"][2]["level"], "warning");  // SUSPICIOUS
 }
 
 TEST(ReportSarifTest, RuleMetadataComesFromTheCatalogue) {
-  const Json rules = Json::parse(ReportToSarif(
-      SampleReport(), TestCatalogue()))["runs"][0]["tool"]["driver"]["rules"];
+  const Json rules = Json::parse(
+      ReportToSarif(SampleReport(), TestCatalogue()))["runs"][0]["tool"]["driver"]["rules"];
   const Json& d = rules[0];
   EXPECT_EQ(d["id"], "global.denied.shell");
   EXPECT_EQ(d["name"], "GlobalDeniedShell");
@@ -324,8 +301,8 @@ TEST(ReportSarifTest, RuleMetadataComesFromTheCatalogue) {
 }
 
 TEST(ReportSarifTest, RuleIdMissingFromTheCatalogueStillGetsADescriptor) {
-  const Json rules = Json::parse(
-      ReportToSarif(SampleReport(), {}))["runs"][0]["tool"]["driver"]["rules"];
+  const Json rules =
+      Json::parse(ReportToSarif(SampleReport(), {}))["runs"][0]["tool"]["driver"]["rules"];
   ASSERT_EQ(rules.size(), 2u);
   EXPECT_EQ(rules[0]["id"], "global.denied.shell");
   EXPECT_EQ(rules[0]["shortDescription"]["text"], "global.denied.shell");
@@ -343,19 +320,15 @@ TEST(ReportSarifTest, FingerprintsAreStableAndDistinct) {
   EXPECT_EQ(a, ReportToSarif(r, TestCatalogue()));
   std::set<std::string> prints;
   const Json results = Json::parse(a)["runs"][0]["results"];
-  for (const Json& res : results)
-    prints.insert(res["partialFingerprints"]["ckptscanFinding/v1"]);
+  for (const Json& res : results) prints.insert(res["partialFingerprints"]["ckptscanFinding/v1"]);
   EXPECT_EQ(prints.size(), results.size());
   // The fingerprint is a function of rule_id|path|member|global|offset only.
   v1::Report moved = r;
   moved.mutable_files(0)->mutable_findings(0)->set_message("reworded");
-  moved.mutable_files(0)->mutable_findings(0)->set_call(
-      "posix.system('other')");
-  EXPECT_EQ(
-      Json::parse(ReportToSarif(
-          moved,
-          TestCatalogue()))["runs"][0]["results"][0]["partialFingerprints"],
-      results[0]["partialFingerprints"]);
+  moved.mutable_files(0)->mutable_findings(0)->set_call("posix.system('other')");
+  EXPECT_EQ(Json::parse(ReportToSarif(
+                moved, TestCatalogue()))["runs"][0]["results"][0]["partialFingerprints"],
+            results[0]["partialFingerprints"]);
 }
 
 TEST(ReportSarifTest, EveryResultIsOnLineOneWithWhereInTextAndProperties) {
@@ -365,8 +338,7 @@ TEST(ReportSarifTest, EveryResultIsOnLineOneWithWhereInTextAndProperties) {
   v1::ScanError* unsupported = f->add_errors();  // no location at all
   unsupported->set_code("unsupported");
   unsupported->set_message("gzip");
-  const Json results =
-      Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
+  const Json results = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
   ASSERT_EQ(results.size(), 3u);
   for (const Json& res : results) {
     const Json& region = res["locations"][0]["physicalLocation"]["region"];
@@ -399,14 +371,11 @@ TEST(ReportSarifTest, RelativePathsStayAsGivenAbsoluteOnesBecomeFileUris) {
   r.mutable_files(0)->set_path("my models/a#1.pkl");
   r.mutable_files(1)->set_path("/srv/m.pkl");
   *r.mutable_files(1)->add_findings() = ShellFinding(3);
-  const Json results =
-      Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
-  EXPECT_EQ(
-      results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
-      "my%20models/a%231.pkl");
-  EXPECT_EQ(
-      results[2]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
-      "file:///srv/m.pkl");
+  const Json results = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
+  EXPECT_EQ(results[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            "my%20models/a%231.pkl");
+  EXPECT_EQ(results[2]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            "file:///srv/m.pkl");
 }
 
 TEST(ReportSarifTest, NoFindingsGivesEmptyResultsAndRules) {
@@ -427,28 +396,20 @@ TEST(ReportSarifTest, NoFindingsGivesEmptyResultsAndRules) {
 
 TEST(ReportTextTest, ShowsFindingsEvenWhenThereAreAlsoErrors) {
   const std::string text = ReportToText(SampleReport());
-  EXPECT_THAT(
-      text,
-      HasSubstr("models/evil.pkl: DANGEROUS (pickle, 1 pickle, 1 global)\n"));
-  EXPECT_THAT(
-      text,
-      HasSubstr(
-          "  CRITICAL global.denied.shell posix.system at offset 57 (REDUCE): "
-          "runs a shell command\n"));
+  EXPECT_THAT(text, HasSubstr("models/evil.pkl: DANGEROUS (pickle, 1 pickle, 1 global)\n"));
+  EXPECT_THAT(text, HasSubstr("  CRITICAL global.denied.shell posix.system at offset 57 (REDUCE): "
+                              "runs a shell command\n"));
   EXPECT_THAT(text, HasSubstr("      call: posix.system('id')\n"));
-  EXPECT_THAT(text,
-              HasSubstr("  error limit at offset 90 (MARK): too many opcodes "
-                        "[limit max_opcodes=1000]\n"));
+  EXPECT_THAT(text, HasSubstr("  error limit at offset 90 (MARK): too many opcodes "
+                              "[limit max_opcodes=1000]\n"));
   EXPECT_LT(text.find("CRITICAL"), text.find("error limit"));
-  EXPECT_THAT(text,
-              HasSubstr("models/ok.pkl: SAFE (pickle, 1 pickle, 0 globals)\n"));
+  EXPECT_THAT(text, HasSubstr("models/ok.pkl: SAFE (pickle, 1 pickle, 0 globals)\n"));
 }
 
 TEST(ReportTextTest, SummaryLineCountsFilesPerVerdict) {
   const std::string text = ReportToText(SampleReport());
-  EXPECT_THAT(text,
-              testing::EndsWith("2 files: 1 SAFE, 0 SUSPICIOUS, 1 DANGEROUS, 0 "
-                                "ERROR; verdict DANGEROUS\n"));
+  EXPECT_THAT(text, testing::EndsWith("2 files: 1 SAFE, 0 SUSPICIOUS, 1 DANGEROUS, 0 "
+                                      "ERROR; verdict DANGEROUS\n"));
 }
 
 TEST(ReportTextTest, MemberAndNestedLocationsAreShown) {
@@ -457,15 +418,13 @@ TEST(ReportTextTest, MemberAndNestedLocationsAreShown) {
   l->set_member("archive/data.pkl");
   l->set_pickle_index(3);
   l->set_nested_depth(1);
-  EXPECT_THAT(
-      ReportToText(r),
-      HasSubstr("at archive/data.pkl@57 [pickle 3, nested depth 1] (REDUCE)"));
+  EXPECT_THAT(ReportToText(r),
+              HasSubstr("at archive/data.pkl@57 [pickle 3, nested depth 1] (REDUCE)"));
 }
 
 TEST(ReportTextTest, TerminalControlsFromTheFileAreNeutralised) {
   v1::Report r = SampleReport();
-  r.mutable_files(0)->mutable_findings(0)->set_call(
-      "posix.system('\x1b]0;owned\x07')");
+  r.mutable_files(0)->mutable_findings(0)->set_call("posix.system('\x1b]0;owned\x07')");
   r.mutable_files(0)->set_path("evil\r\nfake.pkl: SAFE");
   const std::string text = ReportToText(r);
   EXPECT_THAT(text, Not(HasSubstr("\x1b")));
@@ -475,8 +434,7 @@ TEST(ReportTextTest, TerminalControlsFromTheFileAreNeutralised) {
 }
 
 TEST(TerminalSafeTest, KeepsPrintableUtf8) {
-  EXPECT_EQ(TerminalSafe("torch._utils._rebuild_tensor_v2"),
-            "torch._utils._rebuild_tensor_v2");
+  EXPECT_EQ(TerminalSafe("torch._utils._rebuild_tensor_v2"), "torch._utils._rebuild_tensor_v2");
   EXPECT_EQ(TerminalSafe("modèle_日本.pkl"), "modèle_日本.pkl");
 }
 
@@ -486,12 +444,12 @@ TEST(TerminalSafeTest, EscapesC0C1DelBidiAndInvalidBytes) {
   EXPECT_EQ(TerminalSafe("\x7f"), "\\x7f");
   EXPECT_EQ(TerminalSafe("\xc2\x9b"
                          "2J"),
-            "\\u{9b}2J");  // C1 CSI
+            "\\u{9b}2J");                                                // C1 CSI
   EXPECT_EQ(TerminalSafe("os\xe2\x80\xaemetsys"), "os\\u{202e}metsys");  // RLO
   EXPECT_EQ(TerminalSafe("a\xffz"), "a\\xffz");
   EXPECT_EQ(TerminalSafe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // lone surrogate
   EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
-  EXPECT_EQ(TerminalSafe("\xe6\x97"), "\\xe6\\x97");  // truncated sequence
+  EXPECT_EQ(TerminalSafe("\xe6\x97"), "\\xe6\\x97");           // truncated sequence
 }
 
 TEST(ReportJsonTest, ShardsAndExpectedDigestAppearOnlyWhenSet) {
@@ -549,4 +507,4 @@ TEST(ReportJunitTest, SuspiciousPassesWithItsFindingsUnderFailOnDangerous) {
 }
 
 }  // namespace
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

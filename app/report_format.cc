@@ -1,4 +1,4 @@
-#include "clients/report_format.h"
+#include "app/report_format.h"
 
 #include <cstdint>
 #include <map>
@@ -9,27 +9,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "clients/verdict.h"
+#include "app/verdict.h"
 #include "core/base/escape.h"
 #include "core/base/strings.h"
 #include "pipeline/sha256.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::string_view kSarifSchema =
-    "https://json.schemastore.org/sarif-2.1.0.json";
-constexpr std::string_view kInformationUri =
-    "https://github.com/ckptscan/ckptscan";
+constexpr std::string_view kSarifSchema = "https://json.schemastore.org/sarif-2.1.0.json";
+constexpr std::string_view kInformationUri = "https://github.com/ckptscan/ckptscan";
 
 // Invalid UTF-8 (from a scanned file or a non-UTF-8 path) becomes U+FFFD
 // instead of throwing.
 std::string Dump(const Json& j) {
-  return j.dump(2, ' ', /*ensure_ascii=*/false,
-                Json::error_handler_t::replace) +
-         "\n";
+  return j.dump(2, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace) + "\n";
 }
 
 // ---------------------------------------------------------------- JSON
@@ -119,17 +115,14 @@ std::string Plural(uint64_t n, std::string_view word) {
 }
 
 std::string LocationText(const v1::Location& l) {
-  std::string s = l.member().empty()
-                      ? absl::StrCat("offset ", l.offset())
-                      : absl::StrCat(TerminalSafe(l.member()), "@", l.offset());
+  std::string s = l.member().empty() ? absl::StrCat("offset ", l.offset())
+                                     : absl::StrCat(TerminalSafe(l.member()), "@", l.offset());
   if (l.pickle_index() != 0 || l.nested_depth() != 0) {
     absl::StrAppend(&s, " [pickle ", l.pickle_index());
-    if (l.nested_depth() != 0)
-      absl::StrAppend(&s, ", nested depth ", l.nested_depth());
+    if (l.nested_depth() != 0) absl::StrAppend(&s, ", nested depth ", l.nested_depth());
     s += "]";
   }
-  if (!l.opcode().empty())
-    absl::StrAppend(&s, " (", TerminalSafe(l.opcode()), ")");
+  if (!l.opcode().empty()) absl::StrAppend(&s, " (", TerminalSafe(l.opcode()), ")");
   return s;
 }
 
@@ -171,14 +164,12 @@ std::string RuleName(std::string_view id) {
   std::string name;
   bool upper = true;
   for (char c : id) {
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9');
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
     if (!alnum) {
       upper = true;
       continue;
     }
-    name.push_back(
-        upper && c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c);
+    name.push_back(upper && c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c);
     upper = false;
   }
   return name;
@@ -189,9 +180,8 @@ std::string RuleName(std::string_view id) {
 std::string PathToUri(std::string_view path) {
   std::string uri = !path.empty() && path[0] == '/' ? "file://" : "";
   for (unsigned char c : path) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-                      c == '_' || c == '~' || c == '/';
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
     if (keep) {
       uri.push_back(static_cast<char>(c));
     } else {
@@ -201,22 +191,20 @@ std::string PathToUri(std::string_view path) {
   return uri;
 }
 
-std::string Fingerprint(std::string_view rule_id, std::string_view path,
-                        std::string_view member, std::string_view global,
-                        uint64_t offset) {
-  absl::StatusOr<std::string> hex = pipeline::Sha256Hex(absl::StrCat(
-      base::AbslView(rule_id), "|", base::AbslView(path), "|",
-      base::AbslView(member), "|", base::AbslView(global), "|", offset));
+std::string Fingerprint(std::string_view rule_id, std::string_view path, std::string_view member,
+                        std::string_view global, uint64_t offset) {
+  absl::StatusOr<std::string> hex = pipeline::Sha256Hex(
+      absl::StrCat(base::AbslView(rule_id), "|", base::AbslView(path), "|", base::AbslView(member),
+                   "|", base::AbslView(global), "|", offset));
   return hex.ok() ? *std::move(hex) : std::string();
 }
 
 std::string WhereText(const v1::Location& l) {
-  std::string s = l.member().empty() ? absl::StrCat("at byte ", l.offset())
-                                     : absl::StrCat("at byte ", l.offset(),
-                                                    " of member ", l.member());
+  std::string s = l.member().empty()
+                      ? absl::StrCat("at byte ", l.offset())
+                      : absl::StrCat("at byte ", l.offset(), " of member ", l.member());
   if (l.nested_depth() != 0) {
-    absl::StrAppend(&s, " (nested pickle ", l.pickle_index(), ", depth ",
-                    l.nested_depth(), ")");
+    absl::StrAppend(&s, " (nested pickle ", l.pickle_index(), ", depth ", l.nested_depth(), ")");
   } else if (l.pickle_index() != 0) {
     absl::StrAppend(&s, " (pickle ", l.pickle_index(), ")");
   }
@@ -239,8 +227,7 @@ Json SarifLocation(const v1::FileReport& f) {
   return loc;
 }
 
-Json RuleDescriptor(std::string_view id,
-                    absl::Span<const rules::RuleInfo> catalogue) {
+Json RuleDescriptor(std::string_view id, absl::Span<const rules::RuleInfo> catalogue) {
   const rules::RuleInfo* info = nullptr;
   for (const rules::RuleInfo& r : catalogue) {
     if (r.id == id) {
@@ -276,8 +263,7 @@ Json RuleDescriptor(std::string_view id,
     level = "error";
   } else {
     title = std::string(id);
-    help = absl::StrCat("Rule ", base::AbslView(id),
-                        " is not in this scanner's rule catalogue.");
+    help = absl::StrCat("Rule ", base::AbslView(id), " is not in this scanner's rule catalogue.");
     level = "warning";
   }
   Json d;
@@ -289,8 +275,7 @@ Json RuleDescriptor(std::string_view id,
   d["defaultConfiguration"] = Json{{"level", level}};
   Json props;
   props["tags"] = Json::array({"security"});
-  if (!security_severity.empty())
-    props["security-severity"] = security_severity;
+  if (!security_severity.empty()) props["security-severity"] = security_severity;
   d["properties"] = std::move(props);
   return d;
 }
@@ -393,29 +378,24 @@ std::string ReportToJson(const v1::Report& report) {
 }
 
 std::string FileReportToText(const v1::FileReport& f) {
-  std::string out = absl::StrCat(
-      TerminalSafe(f.path()), ": ", base::AbslView(VerdictName(f.verdict())),
-      " (", f.format().empty() ? "unknown format" : TerminalSafe(f.format()),
-      ", ", Plural(f.pickles(), "pickle"), ", ", Plural(f.globals(), "global"),
-      ")\n");
+  std::string out =
+      absl::StrCat(TerminalSafe(f.path()), ": ", base::AbslView(VerdictName(f.verdict())), " (",
+                   f.format().empty() ? "unknown format" : TerminalSafe(f.format()), ", ",
+                   Plural(f.pickles(), "pickle"), ", ", Plural(f.globals(), "global"), ")\n");
   for (const v1::Finding& x : f.findings()) {
     absl::StrAppend(&out, "  ", base::AbslView(SeverityName(x.severity())), " ",
                     TerminalSafe(x.rule_id()));
-    if (!x.global().empty())
-      absl::StrAppend(&out, " ", TerminalSafe(x.global()));
-    absl::StrAppend(&out, " at ", LocationText(x.location()), ": ",
-                    TerminalSafe(x.message()), "\n");
-    if (!x.call().empty())
-      absl::StrAppend(&out, "      call: ", TerminalSafe(x.call()), "\n");
+    if (!x.global().empty()) absl::StrAppend(&out, " ", TerminalSafe(x.global()));
+    absl::StrAppend(&out, " at ", LocationText(x.location()), ": ", TerminalSafe(x.message()),
+                    "\n");
+    if (!x.call().empty()) absl::StrAppend(&out, "      call: ", TerminalSafe(x.call()), "\n");
   }
   for (const v1::ScanError& e : f.errors()) {
     absl::StrAppend(&out, "  error ", TerminalSafe(e.code()));
-    if (e.has_location())
-      absl::StrAppend(&out, " at ", LocationText(e.location()));
+    if (e.has_location()) absl::StrAppend(&out, " at ", LocationText(e.location()));
     absl::StrAppend(&out, ": ", TerminalSafe(e.message()));
     if (!e.limit_name().empty()) {
-      absl::StrAppend(&out, " [limit ", TerminalSafe(e.limit_name()), "=",
-                      e.limit_value(), "]");
+      absl::StrAppend(&out, " [limit ", TerminalSafe(e.limit_name()), "=", e.limit_value(), "]");
     }
     out += "\n";
   }
@@ -427,8 +407,8 @@ std::string FileReportToText(const v1::FileReport& f) {
     absl::StrAppend(&out, ", ", Plural(c.bytes(), "byte"), ", dtype ", TerminalSafe(c.dtype()),
                     "\n");
     if (c.not_written_total() != 0) {
-      absl::StrAppend(&out, "  not written (not tensors): ",
-                      Plural(c.not_written_total(), "value"), "\n");
+      absl::StrAppend(&out, "  not written (not tensors): ", Plural(c.not_written_total(), "value"),
+                      "\n");
       constexpr int kShown = 20;
       for (int i = 0; i < c.not_written_size() && i < kShown; ++i) {
         absl::StrAppend(&out, "    ", TerminalSafe(c.not_written(i).path()), " (",
@@ -450,24 +430,20 @@ std::string ReportToText(const v1::Report& report) {
     ++counts[f.verdict()];
   }
   uint64_t unspecified = report.files_size();
-  for (v1::Verdict v : {v1::VERDICT_SAFE, v1::VERDICT_SUSPICIOUS,
-                        v1::VERDICT_DANGEROUS, v1::VERDICT_ERROR}) {
+  for (v1::Verdict v :
+       {v1::VERDICT_SAFE, v1::VERDICT_SUSPICIOUS, v1::VERDICT_DANGEROUS, v1::VERDICT_ERROR}) {
     unspecified -= counts[v];
   }
-  absl::StrAppend(&out, Plural(report.files_size(), "file"), ": ",
-                  counts[v1::VERDICT_SAFE], " SAFE, ",
-                  counts[v1::VERDICT_SUSPICIOUS], " SUSPICIOUS, ",
-                  counts[v1::VERDICT_DANGEROUS], " DANGEROUS, ",
-                  counts[v1::VERDICT_ERROR], " ERROR");
-  if (unspecified != 0)
-    absl::StrAppend(&out, ", ", unspecified, " UNSPECIFIED");
-  absl::StrAppend(&out, "; verdict ",
-                  base::AbslView(VerdictName(report.verdict())), "\n");
+  absl::StrAppend(&out, Plural(report.files_size(), "file"), ": ", counts[v1::VERDICT_SAFE],
+                  " SAFE, ", counts[v1::VERDICT_SUSPICIOUS], " SUSPICIOUS, ",
+                  counts[v1::VERDICT_DANGEROUS], " DANGEROUS, ", counts[v1::VERDICT_ERROR],
+                  " ERROR");
+  if (unspecified != 0) absl::StrAppend(&out, ", ", unspecified, " UNSPECIFIED");
+  absl::StrAppend(&out, "; verdict ", base::AbslView(VerdictName(report.verdict())), "\n");
   return out;
 }
 
-std::string ReportToSarif(const v1::Report& report,
-                          absl::Span<const rules::RuleInfo> catalogue) {
+std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue) {
   // Rules actually used, sorted by id; ruleIndex points into this list.
   std::set<std::string> used;
   for (const v1::FileReport& f : report.files()) {
@@ -486,8 +462,7 @@ std::string ReportToSarif(const v1::Report& report,
     for (const v1::Finding& x : f.findings()) {
       const v1::Location& l = x.location();
       std::string text = x.message().empty() ? x.rule_id() : x.message();
-      if (!x.global().empty())
-        absl::StrAppend(&text, " [global ", x.global(), "]");
+      if (!x.global().empty()) absl::StrAppend(&text, " [global ", x.global(), "]");
       if (!x.call().empty()) absl::StrAppend(&text, " [call ", x.call(), "]");
       absl::StrAppend(&text, " ", WhereText(l));
       Json r;
@@ -497,8 +472,8 @@ std::string ReportToSarif(const v1::Report& report,
       r["message"] = Json{{"text", text}};
       r["locations"] = Json::array({SarifLocation(f)});
       r["partialFingerprints"] =
-          Json{{kFingerprintKey, Fingerprint(x.rule_id(), f.path(), l.member(),
-                                             x.global(), l.offset())}};
+          Json{{kFingerprintKey,
+                Fingerprint(x.rule_id(), f.path(), l.member(), x.global(), l.offset())}};
       r["properties"] = Json{{"verdict", VerdictName(x.verdict())},
                              {"severity", SeverityName(x.severity())},
                              {"category", x.category()},
@@ -510,12 +485,10 @@ std::string ReportToSarif(const v1::Report& report,
     }
     for (const v1::ScanError& e : f.errors()) {
       const v1::Location* l = e.has_location() ? &e.location() : nullptr;
-      std::string text =
-          absl::StrCat("scan error (", e.code(), "): ", e.message());
+      std::string text = absl::StrCat("scan error (", e.code(), "): ", e.message());
       if (l != nullptr) absl::StrAppend(&text, " ", WhereText(*l));
       if (!e.limit_name().empty()) {
-        absl::StrAppend(&text, " [limit ", e.limit_name(), "=", e.limit_value(),
-                        "]");
+        absl::StrAppend(&text, " [limit ", e.limit_name(), "=", e.limit_value(), "]");
       }
       Json r;
       const std::string rule_id = ErrorRuleId(e);
@@ -554,8 +527,8 @@ std::string ReportToSarif(const v1::Report& report,
   Json run;
   run["tool"] = Json{{"driver", std::move(driver)}};
   run["results"] = std::move(results);
-  run["properties"] = Json{{"rules_version", report.rules_version()},
-                           {"verdict", VerdictName(report.verdict())}};
+  run["properties"] =
+      Json{{"rules_version", report.rules_version()}, {"verdict", VerdictName(report.verdict())}};
 
   Json sarif;
   sarif["$schema"] = kSarifSchema;
@@ -608,4 +581,4 @@ std::string ReportToJunit(const v1::Report& report, FailOn fail_on) {
       "  </testsuite>\n</testsuites>\n");
 }
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app

@@ -8,19 +8,19 @@
 // TerminalSafe and then XML's escapes (only XML 1.0 characters are written).
 // Thread-safe: pure functions.
 //
-//   std::string out = clients::ReportToSarif(report, rules::Catalogue());
-#ifndef CKPTSCAN_CLIENTS_REPORT_FORMAT_H_
-#define CKPTSCAN_CLIENTS_REPORT_FORMAT_H_
+//   std::string out = app::ReportToSarif(report, rules::Catalogue());
+#ifndef CKPTSCAN_APP_REPORT_FORMAT_H_
+#define CKPTSCAN_APP_REPORT_FORMAT_H_
 
 #include <string>
 #include <string_view>
 
 #include "absl/types/span.h"
+#include "app/verdict.h"
 #include "ckptscan/v1/report.pb.h"
-#include "clients/verdict.h"
 #include "rules/catalogue.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 
 inline constexpr std::string_view kReportSchema = "ckptscan.report.v1";
 // SARIF partialFingerprints key: hex SHA-256 of
@@ -46,8 +46,7 @@ std::string FileReportToText(const v1::FileReport& file);
 // SARIF 2.1.0, one run. `catalogue` describes the rule ids (pass
 // rules::Catalogue()); an id missing from it still gets a descriptor, with the
 // id as its description.
-std::string ReportToSarif(const v1::Report& report,
-                          absl::Span<const rules::RuleInfo> catalogue);
+std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue);
 
 // JUnit XML (the de-facto schema Jenkins, GitLab and most CI test views read):
 // one <testsuite>, one <testcase> per file (name = path). A file whose verdict
@@ -62,6 +61,6 @@ std::string ReportToJunit(const v1::Report& report, FailOn fail_on);
 // \u{NNNN}, bytes that are not UTF-8 as \xNN. Printable UTF-8 is kept.
 std::string TerminalSafe(std::string_view text);
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app
 
-#endif  // CKPTSCAN_CLIENTS_REPORT_FORMAT_H_
+#endif  // CKPTSCAN_APP_REPORT_FORMAT_H_

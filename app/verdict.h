@@ -1,23 +1,20 @@
 // Verdict and severity names and the CLI's exit codes (docs/report.md,
 // "Verdicts").
 //
-//   return clients::ExitCodeFor(report.verdict());
-#ifndef CKPTSCAN_CLIENTS_VERDICT_H_
-#define CKPTSCAN_CLIENTS_VERDICT_H_
+//   return app::ExitCodeFor(report.verdict());
+#ifndef CKPTSCAN_APP_VERDICT_H_
+#define CKPTSCAN_APP_VERDICT_H_
 
 #include <string_view>
 
 #include "ckptscan/v1/report.pb.h"
 
-namespace ckptscan::clients {
+namespace ckptscan::app {
 
-inline constexpr int kExitSafe = 0;  // every file SAFE
-inline constexpr int kExitFindings =
-    1;  // worst verdict SUSPICIOUS or DANGEROUS
-inline constexpr int kExitError =
-    2;  // worst verdict ERROR: something could not be verified
-inline constexpr int kExitUsage =
-    64;  // bad command line or rules file (sysexits EX_USAGE)
+inline constexpr int kExitSafe = 0;      // every file SAFE
+inline constexpr int kExitFindings = 1;  // worst verdict SUSPICIOUS or DANGEROUS
+inline constexpr int kExitError = 2;     // worst verdict ERROR: something could not be verified
+inline constexpr int kExitUsage = 64;    // bad command line or rules file (sysexits EX_USAGE)
 
 // "SAFE", "SUSPICIOUS", "DANGEROUS", "ERROR"; "UNSPECIFIED" for anything else.
 std::string_view VerdictName(v1::Verdict verdict);
@@ -39,6 +36,6 @@ int ExitCodeFor(const v1::Report& report, FailOn fail_on);
 // Whether one file's verdict fails the scan under `fail_on` (ERROR always does).
 bool Fails(v1::Verdict verdict, FailOn fail_on);
 
-}  // namespace ckptscan::clients
+}  // namespace ckptscan::app
 
-#endif  // CKPTSCAN_CLIENTS_VERDICT_H_
+#endif  // CKPTSCAN_APP_VERDICT_H_

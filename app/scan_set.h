@@ -1,0 +1,61 @@
+// Scanning a set of files, the same on every surface: the files a scan names (folders walked by
+// ExpandScanPaths), the files a --manifest lists with their digests, and the shards every
+// sharded checkpoint's index names. `ckptscan scan` (local and --server) and ckptscand's
+// ScanPath / ScanUpload all run ScanSet; only the FileSource differs: where the bytes come from
+// and who judges them (a jailed worker here, the daemon, ...).
+//
+// Order: the targets, then the manifest's files, then each index's shards (an index found
+// among the shards is followed too). A file is scanned once, by identity: a shard already
+// scanned as a target is not scanned again. A shard that cannot be found is an error of its
+// index (code missing_shard), so an incomplete set is never SAFE.
+//
+// Thread-compatible: one FileSource per call.
+#ifndef CKPTSCAN_APP_SCAN_SET_H_
+#define CKPTSCAN_APP_SCAN_SET_H_
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "app/manifest.h"
+#include "app/scan_targets.h"
+#include "ckptscan/v1/report.pb.h"
+
+namespace ckptscan::app {
+
+inline constexpr std::string_view kMissingShardCode = "missing_shard";
+
+// A file's identity (device, inode), to scan each file once.
+struct FileId {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  auto operator<=>(const FileId&) const = default;
+};
+
+class FileSource {
+ public:
+  virtual ~FileSource() = default;
+  // One file's report, judged alone (an index's shards are ScanSet's job). What cannot be read
+  // is an ERROR report, never a pass.
+  virtual v1::FileReport Scan(const std::string& path) = 0;
+  // Which file `path` names for this source, or why it cannot be opened (NotFound when there is
+  // none; see MissingFile).
+  virtual absl::StatusOr<FileId> Find(const std::string& path) = 0;
+};
+
+// NotFound "PATH: strerror(err)" (PATH made terminal-safe): the one wording for a file that is
+// not there, whichever source looked.
+absl::Status MissingFile(const std::string& path, int err);
+
+// Scans the targets (kSkipped ones are the caller's to mention), then the manifest's files,
+// each compared with its digest (a mismatch is an error, code digest_mismatch), then every
+// index's shards; appends each file to `report` and folds its verdict (FoldVerdict).
+void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestEntry>& manifest,
+             FileSource* source, v1::Report* report);
+
+}  // namespace ckptscan::app
+
+#endif  // CKPTSCAN_APP_SCAN_SET_H_

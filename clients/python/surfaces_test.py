@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""One application layer: every surface gives the same report for the same request.
+
+    surfaces_test.py --ckptscan PATH --ckptscand PATH --fixtures DIR [--stubs-dir DIR]
+                     [--proto-dir DIR] [unittest args]
+
+Proves, on every file of the fixture corpus and on sharded sets made here (complete, a shard
+missing, every shard missing, a shard name that leaves the folder):
+  - `ckptscan scan --format json` prints the same bytes locally, through ckptscand by path
+    (--by-path) and by upload (the CLI walks the set and sends each file);
+  - the Python client's scan_path is that report (an index is followed by its shards, and a
+    missing shard is an error of its index, on the daemon as in the CLI);
+  - the Python client's scan_bytes is that report for every file but an index, whose shards an
+    upload cannot hold: ERROR, one missing_shard error per shard, never SAFE.
+Exits 77 like client_test.py when Debian's python3-grpcio or python3-protobuf is missing.
+"""
+
+import json
+import os
+import shutil
+import unittest
+
+import client_test as ct  # noqa: E402  (exits 77 when grpc or protobuf is missing)
+from ckptscan_client import ScanClient, report_to_dict  # noqa: E402
+
+# Files per CLI run (argv stays small; the three surfaces get the same batches).
+BATCH = 120
+
+
+def corpus(fixtures):
+    """Every regular file under the fixture folder, sorted, as absolute paths."""
+    out = []
+    for top, dirs, files in os.walk(fixtures):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                out.append(path)
+    return out
+
+
+class SurfacesTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        args = ct.ARGS
+        cls.tmp = ct.short_tmpdir("ckptscan-surfaces-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        cls.sets = os.path.join(cls.tmp, "sets")
+        sharded = os.path.join(args.fixtures, "torch", "sharded")
+        index = "pytorch_model.bin.index.json"
+        shards = sorted(n for n in os.listdir(sharded) if n != index)
+        # complete: the committed set; one_missing: its second shard gone; all_missing: the
+        # index alone; escaping: an index whose shard name leaves the folder.
+        shutil.copytree(sharded, os.path.join(cls.sets, "complete"))
+        os.makedirs(os.path.join(cls.sets, "one_missing"))
+        shutil.copy(os.path.join(sharded, index), os.path.join(cls.sets, "one_missing"))
+        shutil.copy(os.path.join(sharded, shards[0]), os.path.join(cls.sets, "one_missing"))
+        os.makedirs(os.path.join(cls.sets, "all_missing"))
+        shutil.copy(os.path.join(sharded, index), os.path.join(cls.sets, "all_missing"))
+        os.makedirs(os.path.join(cls.sets, "escaping"))
+        with open(os.path.join(sharded, index), encoding="utf-8") as f:
+            weight_map = json.load(f)
+        escaping = json.loads(json.dumps(weight_map))
+        escaping["weight_map"][next(iter(escaping["weight_map"]))] = "../complete/" + shards[0]
+        with open(os.path.join(cls.sets, "escaping", index), "w", encoding="utf-8") as f:
+            json.dump(escaping, f)
+        cls.shard_count = len(set(weight_map["weight_map"].values()))
+        cls.indexes = [os.path.join(cls.sets, d, index)
+                       for d in ("complete", "one_missing", "all_missing", "escaping")]
+        cls.files = corpus(args.fixtures) + cls.indexes
+        cls.daemon = ct.Daemon(os.path.join(cls.tmp, "d"), "--root", args.fixtures,
+                               "--root", cls.sets, "--max-running", "2")
+        cls.addClassCleanup(cls.daemon.stop)
+        cls.client = ScanClient(cls.daemon.address, timeout=120)
+        cls.addClassCleanup(cls.client.close)
+        # The local CLI's report of every file, by path (one run per batch).
+        cls.local = {}
+        cls.local_text = []
+        for i in range(0, len(cls.files), BATCH):
+            batch = cls.files[i:i + BATCH]
+            _, out = ct.cli("scan", "--format", "json", *batch)
+            cls.local_text.append(out)
+            for entry in json.loads(out)["files"]:
+                cls.local.setdefault(entry["path"], entry)
+
+    def batches(self):
+        return [self.files[i:i + BATCH] for i in range(0, len(self.files), BATCH)]
+
+    def assertSameBytes(self, got, want, what):
+        if got == want:
+            return
+        g, w = json.loads(got), json.loads(want)
+        for a, b in zip(g["files"], w["files"]):
+            self.assertEqual(a, b, "%s: %s differs from the local CLI" % (what, b["path"]))
+        self.assertEqual(g, w, what)
+        self.assertEqual(got, want, what)
+
+    def test_the_corpus_is_scanned(self):
+        self.assertGreater(len(self.files), 400)
+        verdicts = {e["verdict"] for e in self.local.values()}
+        self.assertEqual(verdicts, {"SAFE", "SUSPICIOUS", "DANGEROUS", "ERROR"})
+
+    def test_cli_by_path_prints_the_local_bytes(self):
+        for n, batch in enumerate(self.batches()):
+            _, out = ct.cli("scan", "--server", self.daemon.address, "--by-path", "--format",
+                            "json", *batch)
+            self.assertSameBytes(out, self.local_text[n], "--by-path batch %d" % n)
+
+    def test_cli_upload_prints_the_local_bytes(self):
+        for n, batch in enumerate(self.batches()):
+            _, out = ct.cli("scan", "--server", self.daemon.address, "--format", "json", *batch)
+            self.assertSameBytes(out, self.local_text[n], "upload batch %d" % n)
+
+    def test_sets_alone_give_one_report_on_every_surface(self):
+        for index in self.indexes:
+            with self.subTest(index):
+                _, local = ct.cli("scan", "--format", "json", index)
+                for flags in (["--by-path"], []):
+                    _, out = ct.cli("scan", "--server", self.daemon.address, *flags,
+                                    "--format", "json", index)
+                    self.assertSameBytes(out, local, "%s %s" % (flags, index))
+                self.assertEqual(ct.as_cli_text(self.client.scan_path(index)), local.decode())
+
+    def test_missing_shards_are_errors_of_their_index_everywhere(self):
+        expect = {"complete": (0, "SAFE"), "one_missing": (1, "ERROR"),
+                  "all_missing": (self.shard_count, "ERROR")}
+        for name, (missing, verdict) in expect.items():
+            with self.subTest(name):
+                index = os.path.join(self.sets, name, "pytorch_model.bin.index.json")
+                report = report_to_dict(self.client.scan_path(index))
+                codes = [e["code"] for e in report["files"][0].get("errors", [])]
+                self.assertEqual(codes.count("missing_shard"), missing, report)
+                self.assertEqual(report["verdict"], verdict)
+                self.assertEqual(len(report["files"]), 1 + self.shard_count - missing)
+        report = report_to_dict(self.client.scan_path(self.indexes[-1]))
+        self.assertEqual(report["verdict"], "ERROR", "a shard name leaving the folder")
+
+    def test_python_scan_path_is_the_cli_report(self):
+        for path in self.files:
+            if path in self.indexes:
+                continue  # whole sets: test_sets_alone_give_one_report_on_every_surface
+            with self.subTest(path):
+                report = report_to_dict(self.client.scan_path(path))
+                self.assertEqual(report["files"][0], self.local[path])
+                if self.local[path].get("format") != "hf-index":
+                    self.assertEqual(len(report["files"]), 1)
+
+    def test_python_scan_bytes_is_the_cli_report_but_for_an_index(self):
+        for path in self.files:
+            with self.subTest(path):
+                with open(path, "rb") as f:
+                    report = report_to_dict(self.client.scan_bytes(path, f))
+                entry = report["files"][0]
+                if entry.get("format") != "hf-index":
+                    self.assertEqual(entry, self.local[path])
+                    continue
+                # An upload is one file: its shards cannot be verified, so never SAFE.
+                self.assertEqual(report["verdict"], "ERROR")
+                codes = [e["code"] for e in entry.get("errors", [])]
+                if "malformed" not in codes:
+                    self.assertEqual(codes.count("missing_shard"), self.shard_count, entry)
+
+
+if __name__ == "__main__":
+    ct.main()  # client_test.py's flags and runner, this module's tests
