@@ -3,23 +3,17 @@
 #include <utility>
 
 #include "app/report.h"
-#include "core/safetensors/validator.h"
 #include "pipeline/judge_facts.h"
 
 namespace ckptscan::app {
 
-// A safetensors input is SAFE to scan but has nothing to convert (its facts carry no tensor
-// list): refused rather than written as an empty file. The plan's header is this process's own
-// (built from the judged facts), read back with the validator for its provenance.
+// An output holds what the input holds: a plan with no tensor at all (a pickle of plain values,
+// a safetensors file with no tensor) writes nothing rather than an empty file that looks like a
+// conversion. Tensors are never dropped silently: one that cannot be written fails the plan
+// (core/convert), and values beside the tensors are listed in the report.
 absl::Status ConvertPolicy(const convert::Plan& plan) {
-  absl::StatusOr<safetensors::Layout> layout = safetensors::ValidateHeader(
-      plan.header.bytes, plan.header.file_size, safetensors::ValidatorLimits{});
-  if (!layout.ok()) return layout.status();
-  const auto source = layout->metadata.find("ckptscan.source_format");
-  if (source != layout->metadata.end() && source->second == "safetensors") {
-    return absl::FailedPreconditionError(
-        "the input is already a safetensors file (it passed the strict validator): nothing to "
-        "convert");
+  if (plan.entries.empty() && plan.aliases.empty()) {
+    return absl::FailedPreconditionError("nothing to convert: the input holds no tensor");
   }
   return absl::OkStatus();
 }

@@ -27,7 +27,8 @@ struct ConvertOutcome {
   absl::Status error;
 };
 
-// The checks every conversion's plan passes before anything is published, whoever asked.
+// The checks every conversion's plan passes before anything is published, whoever asked: an
+// output with no tensor is refused (FailedPrecondition).
 absl::Status ConvertPolicy(const convert::Plan& plan);
 
 // Runs `run` (ConvertFileJailed or ConvertFileInProcess, bound to the rules, limits and jail)

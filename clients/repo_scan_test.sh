@@ -75,9 +75,62 @@ name=SafetensorsErrorIsTheSameJailedAndInProcess
 "$bin" scan --no-sandbox --format json overflow.safetensors >inproc.json 2>/dev/null
 cmp -s jailed.json inproc.json && pass "$name" || fail "$name" "$(diff jailed.json inproc.json | head)"
 
-name=ConvertOfASafetensorsFileWritesNothingAndSaysWhy
-if run "$name" 2 "$bin" convert model.safetensors -o converted.safetensors; then
-  [[ ! -e converted.safetensors ]] && contains err.txt "already a safetensors file" \
+# A safetensors input is re-encoded (our header order and padding, provenance), never with a
+# tensor fewer: names, dtypes, shapes and bytes are the input's, or the input cast to bf16.
+"$py" - <<'PY'
+import json, struct
+import numpy as np
+rng = np.random.default_rng(7)
+tensors = [("b.weight", rng.standard_normal((3, 4)).astype(np.float32), "F32"),
+           ("a.bias", rng.standard_normal(4).astype(np.float16), "F16"),
+           ("c.index", np.arange(5, dtype=np.int64), "I64"),
+           ("d.scalar", np.array(2.5), "F64"), ("e.mask", np.array([True, False]), "BOOL")]
+header, data = {"__metadata__": {"format": "pt", "note": "kept out"}}, b""
+for name, arr, dtype in tensors:
+    header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                    "data_offsets": [len(data), len(data) + arr.nbytes]}
+    data += arr.tobytes()
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+open("several.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
+PY
+check_reencoded() {  # check_reencoded OUT keep|bf16
+  "$py" - "$1" "$2" <<'PY'
+import json, struct, sys
+import numpy as np
+def read(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop("__metadata__", {})
+    return meta, {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+                  for k, v in h.items()}
+def bf16(raw, dtype):  # round to nearest even, as torch's .to(torch.bfloat16)
+    x = np.frombuffer(raw, np.float16 if dtype == "F16" else np.float32).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+_, src = read("several.safetensors")
+meta, out = read(sys.argv[1])
+assert meta["ckptscan.source_format"] == "safetensors" and "note" not in meta, meta
+assert sorted(out) == sorted(src), (sorted(out), sorted(src))
+for k, (dtype, shape, raw) in src.items():
+    if sys.argv[2] == "bf16" and dtype in ("F32", "F16"):
+        assert out[k] == ("BF16", shape, bf16(raw, dtype)), k
+    else:
+        assert out[k] == (dtype, shape, raw), k
+PY
+}
+for mode in keep bf16; do
+  name="ConvertOfASafetensorsFileReencodesEveryTensor ($mode)"
+  if run "$name" 0 "$bin" convert --dtype "$mode" several.safetensors -o "re-$mode.safetensors"; then
+    check_reencoded "re-$mode.safetensors" "$mode" >chk.txt 2>&1 && pass "$name" \
+      || fail "$name" "$(cat chk.txt)"
+  fi
+done
+
+name=ConvertOfAnInputWithoutTensorsWritesNothingAndSaysWhy
+if run "$name" 2 "$bin" convert safe.pkl -o empty.safetensors; then
+  [[ ! -e empty.safetensors ]] && contains err.txt "nothing to convert: the input holds no tensor" \
     && pass "$name" || fail "$name" "$(cat err.txt)"
 fi
 

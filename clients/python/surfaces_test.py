@@ -11,13 +11,18 @@ missing, every shard missing, a shard name that leaves the folder):
   - the Python client's scan_path is that report (an index is followed by its shards, and a
     missing shard is an error of its index, on the daemon as in the CLI);
   - the Python client's scan_bytes is that report for every file but an index, whose shards an
-    upload cannot hold: ERROR, one missing_shard error per shard, never SAFE.
+    upload cannot hold: ERROR, one missing_shard error per shard, never SAFE;
+  - a safetensors input converts (keep and bf16) to the same bytes locally, through the CLI by
+    upload and by path, and through the Python client's convert_bytes and convert_path, with
+    every tensor of the input (names, shapes, dtypes, data digests).
 Exits 77 like client_test.py when Debian's python3-grpcio or python3-protobuf is missing.
 """
 
+import hashlib
 import json
 import os
 import shutil
+import struct
 import unittest
 
 import client_test as ct  # noqa: E402  (exits 77 when grpc or protobuf is missing)
@@ -37,6 +42,33 @@ def corpus(fixtures):
             if os.path.isfile(path) and not os.path.islink(path):
                 out.append(path)
     return out
+
+
+def write_safetensors(path):
+    """A small safetensors file, stdlib only: F32, F16, I64 and a 0-d F64 tensor."""
+    tensors = [("w", "F32", [2, 3], struct.pack("<6f", 1.0, -2.5, 3.25, 1e-3, 7.0, -0.0)),
+               ("h", "F16", [2], struct.pack("<2e", 0.5, -1.5)),
+               ("i", "I64", [3], struct.pack("<3q", 1, -2, 3)),
+               ("s", "F64", [], struct.pack("<d", 2.5))]
+    header, data = {"__metadata__": {"source": "surfaces_test"}}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def tensors_of(data):
+    """name -> (dtype, shape, sha256 of its bytes) of safetensors bytes."""
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"],
+                hashlib.sha256(data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+                .hexdigest()) for k, v in header.items()}
 
 
 class SurfacesTest(unittest.TestCase):
@@ -135,6 +167,40 @@ class SurfacesTest(unittest.TestCase):
                 self.assertEqual(len(report["files"]), 1 + self.shard_count - missing)
         report = report_to_dict(self.client.scan_path(self.indexes[-1]))
         self.assertEqual(report["verdict"], "ERROR", "a shard name leaving the folder")
+
+    def test_safetensors_input_converts_the_same_on_every_surface(self):
+        source = os.path.join(self.sets, "model.safetensors")
+        write_safetensors(source)
+        with open(source, "rb") as f:
+            source_bytes = f.read()
+        addr = self.daemon.address
+        for dtype in ("keep", "bf16"):
+            with self.subTest(dtype):
+                out = {name: os.path.join(self.sets, "%s-%s.safetensors" % (name, dtype))
+                       for name in ("local", "upload", "path", "py_path")}
+                ct.cli("convert", "--dtype", dtype, source, "-o", out["local"], check_rc=0)
+                ct.cli("convert", "--server", addr, "--dtype", dtype, source, "-o",
+                       out["upload"], check_rc=0)
+                ct.cli("convert", "--server", addr, "--by-path", "--dtype", dtype, source, "-o",
+                       out["path"], check_rc=0)
+                response = self.client.convert_path(source, out["py_path"], dtype=dtype)
+                self.assertTrue(response.converted, response.error)
+                uploaded = self.client.convert_bytes(source, source_bytes, dtype=dtype)
+                self.assertTrue(uploaded.response.converted, uploaded.response.error)
+                with open(out["local"], "rb") as f:
+                    local = f.read()
+                for name, path in out.items():
+                    with open(path, "rb") as f:
+                        self.assertEqual(f.read(), local, name)
+                self.assertEqual(uploaded.data, local)
+                want = tensors_of(source_bytes)
+                got = tensors_of(local)
+                self.assertEqual(sorted(got), sorted(want))
+                for name, (st_dtype, shape, digest) in want.items():
+                    if dtype == "keep" or st_dtype not in ("F32", "F16"):
+                        self.assertEqual(got[name], (st_dtype, shape, digest), name)
+                    else:
+                        self.assertEqual(got[name][:2], ("BF16", shape), name)
 
     def test_python_scan_path_is_the_cli_report(self):
         for path in self.files:

@@ -69,9 +69,7 @@ bool HasContent(const pickle::StreamFacts& s) {
 // Whether another loader's reading of some bytes must be kept: it names a global, or it
 // stopped where the real loader would read on (a limit, a stricter rule of ours). Dropping the
 // second kind would judge the file by a prefix of what that loader reads.
-bool MustKeep(const pickle::StreamFacts& s) {
-  return HasContent(s) || !s.StopsWhereLoaderStops();
-}
+bool MustKeep(const pickle::StreamFacts& s) { return HasContent(s) || !s.StopsWhereLoaderStops(); }
 
 // A joblib.dump pickle: NumpyArrayWrapper (joblib >= 0.10) or NDArrayWrapper (older).
 bool NamesJoblibArrays(const pickle::StreamFacts& s) {
@@ -129,8 +127,8 @@ class Reader {
     for (const Magic& m : kMagics) {
       if (data.substr(0, m.bytes.size()) == m.bytes) {
         out_->format = std::string(m.format);
-        Error("unsupported", absl::StrCat(base::AbslView(m.format), ": ",
-                                          base::AbslView(m.message)), "", 0);
+        Error("unsupported",
+              absl::StrCat(base::AbslView(m.format), ": ", base::AbslView(m.message)), "", 0);
         return;
       }
     }
@@ -254,9 +252,8 @@ class Reader {
     if (own || MustKeep(m.stream)) out_->members.push_back(std::move(m));
     if (!d->stop.ok()) {
       Error(d->stop,
-            absl::StrCat(d->stop.message(),
-                         "; joblib.load reads no further (scanned: the ", d->bytes.size(),
-                         " bytes decompressed before)"),
+            absl::StrCat(d->stop.message(), "; joblib.load reads no further (scanned: the ",
+                         d->bytes.size(), " bytes decompressed before)"),
             member, d->stop_offset);
     }
     if (d->trailing_bytes == 0) return;
@@ -274,8 +271,8 @@ class Reader {
     // is found even though joblib.load never reaches it. joblib's bytes are scanned already.
     const uint64_t trailing_offset = d->trailing_offset;
     d->bytes = std::string();
-    absl::StatusOr<compress::Decompressed> all = compress::DecompressJoblib(
-        data, codec, options_.compress, compress::Streams::kAll);
+    absl::StatusOr<compress::Decompressed> all =
+        compress::DecompressJoblib(data, codec, options_.compress, compress::Streams::kAll);
     if (!all.ok() || all->streams < 2) return;
     const std::string all_member = absl::StrCat("(every ", base::AbslView(name), " stream)");
     MemberFacts r{all_member, vm_.ScanStream(all->bytes, 0), /*alternative=*/true};
@@ -301,6 +298,7 @@ class Reader {
       f.header_length = layout->header_length;
       f.data_bytes = layout->file_size - layout->data_start;
       f.has_metadata = layout->has_metadata;
+      SafetensorsTensors(*layout);
     } else {
       Error(layout.status(), std::string(layout.status().message()), "", 0);
     }
@@ -308,8 +306,54 @@ class Reader {
     ZipInTail(data, "(in the tensor data)");
   }
 
-  void Error(std::string_view code, std::string message, std::string_view member,
-             uint64_t offset) {
+  // The tensors of a validated safetensors file, as a conversion needs them: each one its own
+  // storage (the validator proved the extents lie in the data buffer, do not overlap and match
+  // dtype x shape), row-major. A dtype we have no torch dtype for is a tensor with a problem,
+  // so a conversion refuses it by name instead of leaving it out.
+  void SafetensorsTensors(const safetensors::Layout& layout) {
+    for (const safetensors::TensorLayout& st : layout.tensors) {
+      TensorFact t;
+      t.name = st.name;
+      t.offset = 8;  // the header
+      const std::string_view dtype_name = safetensors::DtypeName(st.dtype);
+      t.dtype = DTypeFromSafetensors(dtype_name);
+      for (uint64_t d : st.shape) {
+        if (d > static_cast<uint64_t>(INT64_MAX)) {
+          t.problem = "a dimension over 2^63-1";
+          break;
+        }
+        t.shape.push_back(static_cast<int64_t>(d));
+      }
+      if (t.dtype == nullptr) {
+        t.problem =
+            absl::StrCat("dtype ", base::AbslView(dtype_name), " is not one this converter writes");
+      }
+      if (!t.problem.empty()) {
+        t.kind = TensorFact::Kind::kOther;
+        t.shape.clear();
+        out_->tensors.push_back(std::move(t));
+        continue;
+      }
+      t.stride.assign(t.shape.size(), 1);
+      for (size_t k = t.shape.size(); k-- > 1;) {
+        // Row-major strides; the validator bounded numel x size by the file, so no overflow.
+        t.stride[k - 1] = t.stride[k] * std::max<int64_t>(t.shape[k], 1);
+      }
+      StorageRef s;
+      s.key = st.name;
+      s.dtype = t.dtype;
+      s.numel = t.dtype->size == 0 ? 0 : (st.end - st.begin) / t.dtype->size;
+      s.location = "cpu";
+      s.pid_offset = 8;
+      t.storage = static_cast<int32_t>(out_->storages.size());
+      out_->storages.push_back(std::move(s));
+      out_->storage_data.push_back(
+          StorageData{st.name, "", st.begin, st.end - st.begin, /*stored=*/true});
+      out_->tensors.push_back(std::move(t));
+    }
+  }
+
+  void Error(std::string_view code, std::string message, std::string_view member, uint64_t offset) {
     out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
   }
   void Error(const absl::Status& status, std::string message, std::string_view member,
@@ -387,8 +431,7 @@ class Reader {
   }
 
   // Reads a zip archive (the file, or a member `outer` at depth `depth`).
-  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth,
-           bool top) {
+  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth, bool top) {
     absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
     if (top) out_->format = "zip";
     absl::Status torch_refused = absl::OkStatus();
@@ -412,12 +455,13 @@ class Reader {
     for (const zip::Entry& e : ar->entries()) {
       npz = npz && e.name.size() > 4 && e.name.substr(e.name.size() - 4) == ".npy";
     }
-    std::string format = data_pkl == nullptr ? (npz ? "npz" : "zip")
+    std::string format = data_pkl == nullptr    ? (npz ? "npz" : "zip")
                          : constants != nullptr ? "torchscript"
                                                 : "torch-zip";
     if (top) out_->format = format;
     if (constants != nullptr) {
-      Anomaly("torchscript", MemberName(outer, constants->name), base + constants->local_header_offset,
+      Anomaly("torchscript", MemberName(outer, constants->name),
+              base + constants->local_header_offset,
               "a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code");
     }
     if (format == "torch-zip" || format == "torchscript") {
@@ -581,16 +625,16 @@ class Reader {
       AddMemberAnomalies(*m, outer, base);
       const std::string_view bytes = m->bytes();
       if (npz && IsNpy(bytes)) {
-        const std::string tensor =
-            z.name.size() > 4 && z.name.substr(z.name.size() - 4) == ".npy"
-                ? z.name.substr(0, z.name.size() - 4)
-                : z.name;
+        const std::string tensor = z.name.size() > 4 && z.name.substr(z.name.size() - 4) == ".npy"
+                                       ? z.name.substr(0, z.name.size() - 4)
+                                       : z.name;
         ReadNpy(bytes, name, absl::StrCat("(as zipfile) ", tensor), base + z.data_offset,
                 z.method == 0, vm_, out_);
         continue;
       }
       pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
-      if (MustKeep(s)) out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/true});
+      if (MustKeep(s))
+        out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/true});
     }
   }
 
@@ -606,7 +650,8 @@ class Reader {
       const StorageRef& s = t.storages[i];
       const std::string record = absl::StrCat("data/", base::AbslView(s.key));
       const zip::Entry* e = ar.LocateRecord(record);
-      std::string where = MemberName(outer, absl::StrCat(base::AbslView(ar.prefix()), "/", base::AbslView(record)));
+      std::string where =
+          MemberName(outer, absl::StrCat(base::AbslView(ar.prefix()), "/", base::AbslView(record)));
       if (e == nullptr) {
         Error("malformed",
               absl::StrFormat("storage '%s' has no record %s", base::AbslView(s.key),
@@ -618,10 +663,11 @@ class Reader {
       uint64_t element = s.untyped ? 1 : s.dtype->size;
       uint64_t nbytes;
       if (!base::CheckedMul(s.numel, element, &nbytes) || nbytes != e->uncompressed_size) {
-        Error("malformed",
-              absl::StrFormat("storage '%s': %d elements of %d bytes, but its record holds %d bytes",
-                              base::AbslView(s.key), s.numel, element, e->uncompressed_size),
-              MemberName(outer, e->name), base + e->data_offset);
+        Error(
+            "malformed",
+            absl::StrFormat("storage '%s': %d elements of %d bytes, but its record holds %d bytes",
+                            base::AbslView(s.key), s.numel, element, e->uncompressed_size),
+            MemberName(outer, e->name), base + e->data_offset);
         continue;
       }
       // torch reads the record through its local header (mz_zip_reader_extract_to_mem): with
@@ -637,13 +683,14 @@ class Reader {
               MemberName(outer, e->name), base + e->local_header_offset);
         continue;
       }
-      out_->storage_data[i] =
-          StorageData{s.key, MemberName(outer, e->name), base + e->data_offset, nbytes, e->method == 0};
+      out_->storage_data[i] = StorageData{s.key, MemberName(outer, e->name), base + e->data_offset,
+                                          nbytes, e->method == 0};
     }
     for (const TensorFact& x : t.tensors) {
       if (x.storage < 0) continue;
       absl::Status b = CheckBounds(x, t.storages[static_cast<size_t>(x.storage)].numel);
-      if (!b.ok()) Error("malformed", std::string(b.message()), MemberName(outer, "data.pkl"), x.offset);
+      if (!b.ok())
+        Error("malformed", std::string(b.message()), MemberName(outer, "data.pkl"), x.offset);
     }
   }
 

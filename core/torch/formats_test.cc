@@ -32,9 +32,7 @@ std::string Read(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-nlohmann::json Expectations() {
-  return nlohmann::json::parse(Read(kDir / "expectations.json"));
-}
+nlohmann::json Expectations() { return nlohmann::json::parse(Read(kDir / "expectations.json")); }
 
 std::string Hex(const unsigned char* d, size_t n) {
   static const char* k = "0123456789abcdef";
@@ -188,7 +186,6 @@ TEST(FormatsTest, NpyObjectArraysGoThroughThePickleVm) {
   EXPECT_FALSE(f.members[0].stream.pickles[0].graph.globals.empty());  // numpy reconstructors
 }
 
-
 // --- torch <= 0.3 tar checkpoints (tests/fixtures/torch/gen_tar_fixtures.py) ------------------
 
 nlohmann::json TarExpectations() {
@@ -250,7 +247,8 @@ std::string PatchHeader(std::string data, size_t at, const std::function<void(ch
 }
 
 TEST(TarTest, PaxHeaderIsRefused) {
-  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) { h[156] = 'x'; });
+  std::string data =
+      PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) { h[156] = 'x'; });
   FileFacts f = ReadFile(data, pickle::Vm());
   ASSERT_FALSE(f.errors.empty());
   EXPECT_EQ(f.errors[0].code(), "unsupported");
@@ -343,6 +341,46 @@ TEST(SafetensorsDetectTest, ValidFileIsValidatedInTheReader) {
   EXPECT_EQ(f.safetensors.header_length, 56u);
   EXPECT_TRUE(f.members.empty());  // no pickle reading names anything
   EXPECT_TRUE(f.anomalies.empty());
+}
+
+// A conversion plans from these facts: every tensor with its dtype, shape, row-major strides and
+// the absolute extent of its bytes, each its own storage.
+TEST(SafetensorsDetectTest, TensorsAreListedForConversion) {
+  const std::string header = R"({"b":{"dtype":"I64","shape":[],"data_offsets":[24,32]},)"
+                             R"("a":{"dtype":"F16","shape":[2,3,2],"data_offsets":[0,24]}})";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const FileFacts f =
+      ReadFile(Safetensors(n, header, std::string(32, '\0')), pickle::Vm(pickle::Limits{}));
+  ASSERT_TRUE(f.errors.empty()) << f.errors[0].message();
+  ASSERT_EQ(f.tensors.size(), 2u);
+  ASSERT_EQ(f.storage_data.size(), 2u);
+  const TensorFact& a = f.tensors[0];  // data order
+  EXPECT_EQ(a.name, "a");
+  ASSERT_NE(a.dtype, nullptr);
+  EXPECT_EQ(a.dtype->name, "float16");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3, 2}));
+  EXPECT_EQ(a.stride, (std::vector<int64_t>{6, 2, 1}));
+  EXPECT_TRUE(a.problem.empty());
+  EXPECT_EQ(f.storage_data[a.storage].offset, 8 + n);
+  EXPECT_EQ(f.storage_data[a.storage].nbytes, 24u);
+  EXPECT_EQ(f.storages[a.storage].numel, 12u);
+  const TensorFact& b = f.tensors[1];
+  EXPECT_EQ(b.name, "b");
+  EXPECT_TRUE(b.shape.empty());
+  EXPECT_EQ(f.storage_data[b.storage].offset, 8 + n + 24);
+}
+
+// A dtype with no torch dtype of ours is a tensor with a problem, so that a conversion refuses
+// it by name instead of writing the file without it.
+TEST(SafetensorsDetectTest, DtypeWithoutATorchDtypeIsATensorWithAProblem) {
+  const std::string header = R"({"q":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}})";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const FileFacts f =
+      ReadFile(Safetensors(n, header, std::string(4, '\0')), pickle::Vm(pickle::Limits{}));
+  ASSERT_TRUE(f.errors.empty()) << f.errors[0].message();
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].name, "q");
+  EXPECT_NE(f.tensors[0].problem.find("F8_E8M0"), std::string::npos) << f.tensors[0].problem;
 }
 
 TEST(SafetensorsDetectTest, DataOffsetsPastTheBufferIsMalformedWithTheOffset) {

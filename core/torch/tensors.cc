@@ -19,16 +19,17 @@ using pickle::CallSite;
 using pickle::GlobalRef;
 using pickle::Graph;
 using pickle::Kind;
+using pickle::kNoNode;
 using pickle::Node;
 using pickle::NodeId;
-using pickle::kNoNode;
 
 struct NamedDType {
   std::string_view storage_class;
   DTypeInfo info;
 };
 
-// torch/storage.py _dtype_to_storage_type_map plus safetensors' names (safetensors src/tensor.rs Dtype).
+// torch/storage.py _dtype_to_storage_type_map plus safetensors' names (safetensors src/tensor.rs
+// Dtype).
 constexpr NamedDType kStorageClasses[] = {
     {"DoubleStorage", {"float64", 8, "F64"}},
     {"FloatStorage", {"float32", 4, "F32"}},
@@ -56,12 +57,13 @@ struct DTypeAlias {
 // Attribute names of torch dtypes (torch.float is torch.float32, …) and the dtypes that only
 // UntypedStorage + _rebuild_tensor_v3 carry.
 constexpr DTypeAlias kAliases[] = {
-    {"float", "float32"},  {"double", "float64"}, {"half", "float16"},   {"long", "int64"},
-    {"int", "int32"},      {"short", "int16"},    {"cfloat", "complex64"}, {"cdouble", "complex128"},
+    {"float", "float32"}, {"double", "float64"}, {"half", "float16"},     {"long", "int64"},
+    {"int", "int32"},     {"short", "int16"},    {"cfloat", "complex64"}, {"cdouble", "complex128"},
 };
 constexpr DTypeInfo kExtraDTypes[] = {
-    {"float8_e5m2", 1, "F8_E5M2"}, {"float8_e4m3fn", 1, "F8_E4M3"}, {"uint16", 2, "U16"},
-    {"uint32", 4, "U32"},          {"uint64", 8, "U64"},            {"complex32", 4, ""},
+    {"float8_e5m2", 1, "F8_E5M2"}, {"float8_e4m3fn", 1, "F8_E4M3"},
+    {"uint16", 2, "U16"},          {"uint32", 4, "U32"},
+    {"uint64", 8, "U64"},          {"complex32", 4, ""},
 };
 
 bool IsTorchModule(const GlobalRef& g) {
@@ -119,11 +121,16 @@ std::string KeyText(const Graph& g, NodeId key) {
   if (key >= g.nodes.size()) return "?";
   const Node& n = g.nodes[key];
   switch (n.kind) {
-    case Kind::kStr: return n.text;
-    case Kind::kInt: return n.text;
-    case Kind::kBool: return n.b ? "True" : "False";
-    case Kind::kNone: return "None";
-    default: return pickle::Summarize(g, key, 64);
+    case Kind::kStr:
+      return n.text;
+    case Kind::kInt:
+      return n.text;
+    case Kind::kBool:
+      return n.b ? "True" : "False";
+    case Kind::kNone:
+      return "None";
+    default:
+      return pickle::Summarize(g, key, 64);
   }
 }
 
@@ -148,27 +155,56 @@ OtherValue DescribeOther(const Graph& g, NodeId id, bool container, std::string 
   }
   if (const CallSite* c = CallOf(g, id); c != nullptr) {
     const GlobalRef* f = GlobalOf(g, c->callee);
-    v.type = f == nullptr ? "object" : absl::StrCat(base::AbslView(f->resolved_module), ".",
-                                                   base::AbslView(f->resolved_name));
+    v.type = f == nullptr ? "object"
+                          : absl::StrCat(base::AbslView(f->resolved_module), ".",
+                                         base::AbslView(f->resolved_name));
     if (container) v.type += " (empty)";
     v.offset = c->offset;
     return v;
   }
   switch (n.kind) {
-    case Kind::kNone: v.type = "None"; break;
-    case Kind::kBool: v.type = "bool"; break;
-    case Kind::kInt: v.type = "int"; break;
-    case Kind::kFloat: v.type = "float"; break;
-    case Kind::kStr: v.type = "str"; break;
-    case Kind::kBytes: v.type = "bytes"; break;
-    case Kind::kByteArray: v.type = "bytearray"; break;
-    case Kind::kTuple: v.type = "tuple (empty)"; break;
-    case Kind::kList: v.type = "list (empty)"; break;
-    case Kind::kDict: v.type = "dict (empty)"; break;
-    case Kind::kSet: v.type = "set"; break;
-    case Kind::kFrozenSet: v.type = "frozenset"; break;
-    case Kind::kPersistent: v.type = "persistent id"; break;
-    default: v.type = pickle::KindName(n.kind); break;
+    case Kind::kNone:
+      v.type = "None";
+      break;
+    case Kind::kBool:
+      v.type = "bool";
+      break;
+    case Kind::kInt:
+      v.type = "int";
+      break;
+    case Kind::kFloat:
+      v.type = "float";
+      break;
+    case Kind::kStr:
+      v.type = "str";
+      break;
+    case Kind::kBytes:
+      v.type = "bytes";
+      break;
+    case Kind::kByteArray:
+      v.type = "bytearray";
+      break;
+    case Kind::kTuple:
+      v.type = "tuple (empty)";
+      break;
+    case Kind::kList:
+      v.type = "list (empty)";
+      break;
+    case Kind::kDict:
+      v.type = "dict (empty)";
+      break;
+    case Kind::kSet:
+      v.type = "set";
+      break;
+    case Kind::kFrozenSet:
+      v.type = "frozenset";
+      break;
+    case Kind::kPersistent:
+      v.type = "persistent id";
+      break;
+    default:
+      v.type = pickle::KindName(n.kind);
+      break;
   }
   return v;
 }
@@ -246,8 +282,8 @@ class Extractor {
       NodeId key = flat[k];
       Kind kk = key < g_.nodes.size() ? g_.nodes[key].kind : Kind::kNone;
       if (kk == Kind::kStr || kk == Kind::kInt) {
-        std::string simple = absl::StrCat(kk == Kind::kStr ? "s:" : "i:",
-                                          base::AbslView(g_.nodes[key].text));
+        std::string simple =
+            absl::StrCat(kk == Kind::kStr ? "s:" : "i:", base::AbslView(g_.nodes[key].text));
         auto [it, inserted] = index.emplace(simple, out.size());
         if (!inserted) {
           out[it->second].second = flat[k + 1];
@@ -331,7 +367,9 @@ class Extractor {
     }
     if (pid.kind != Kind::kStr || pid.truncated) return false;
     std::string_view s = pid.text;
-    auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); };
+    auto space = [](char c) {
+      return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+    };
     while (!s.empty() && space(s.front())) s.remove_prefix(1);
     while (!s.empty() && space(s.back())) s.remove_suffix(1);
     bool negative = false;
@@ -429,9 +467,9 @@ class Extractor {
       out_.problems.push_back(absl::StrFormat("unknown storage type at offset %d", at));
       return -1;
     }
-    if (t[2] >= g_.nodes.size() || g_.nodes[t[2]].kind != Kind::kStr ||
-        g_.nodes[t[2]].truncated || t[3] >= g_.nodes.size() ||
-        g_.nodes[t[3]].kind != Kind::kStr || !AsUInt(g_, t[4], &s.numel)) {
+    if (t[2] >= g_.nodes.size() || g_.nodes[t[2]].kind != Kind::kStr || g_.nodes[t[2]].truncated ||
+        t[3] >= g_.nodes.size() || g_.nodes[t[3]].kind != Kind::kStr ||
+        !AsUInt(g_, t[4], &s.numel)) {
       out_.problems.push_back(absl::StrFormat("malformed storage reference at offset %d", at));
       return -1;
     }
@@ -489,7 +527,8 @@ class Extractor {
     t.node = id;
     if (f->resolved_module == "torch._tensor" && f->resolved_name == "_rebuild_from_type_v2") {
       // (func, new_type, args, state): func(*args), then the subclass.
-      if (args == nullptr || args->size() != 4) return Problem(t, "malformed _rebuild_from_type_v2");
+      if (args == nullptr || args->size() != 4)
+        return Problem(t, "malformed _rebuild_from_type_v2");
       const GlobalRef* inner = GlobalOf(g_, (*args)[0]);
       const GlobalRef* type = GlobalOf(g_, (*args)[1]);
       NodeId inner_args = (*args)[2];
@@ -500,8 +539,8 @@ class Extractor {
       bool ok = Rebuild(*inner, &g_.nodes[inner_args].items, &t);
       if (IsGlobal(type, "torch.nn.parameter", "Parameter")) t.parameter = true;
       if (ok && !IsGlobal(type, "torch", "Tensor") && !t.parameter) {
-        t.problem = "a tensor subclass: " + (type ? type->resolved_module + "." +
-                                                        type->resolved_name : std::string("?"));
+        t.problem = "a tensor subclass: " +
+                    (type ? type->resolved_module + "." + type->resolved_name : std::string("?"));
       }
       out_.tensors.push_back(std::move(t));
       return true;
@@ -576,10 +615,10 @@ class Extractor {
         !AsIntList(g_, a[3], &t->stride) || t->shape.size() != t->stride.size() ||
         t->shape.size() > kMaxTensorDims) {
       t->kind = TensorFact::Kind::kOther;
-      t->problem = t->shape.size() > kMaxTensorDims && t->shape.size() == t->stride.size()
-                       ? absl::StrFormat("%d dimensions (at most %d)", t->shape.size(),
-                                         kMaxTensorDims)
-                       : "storage, offset, size or stride is malformed";
+      t->problem =
+          t->shape.size() > kMaxTensorDims && t->shape.size() == t->stride.size()
+              ? absl::StrFormat("%d dimensions (at most %d)", t->shape.size(), kMaxTensorDims)
+              : "storage, offset, size or stride is malformed";
       // What was parsed before the failure is not a shape: the facts carry none (the
       // trusted side refuses a tensor whose sizes and strides differ in number).
       t->shape.clear();
@@ -594,8 +633,8 @@ class Extractor {
     t->dtype = s.dtype;
     if (v3) {
       const GlobalRef* dt = GlobalOf(g_, a[6]);
-      const DTypeInfo* d = dt && dt->resolved_module == "torch" ? DTypeFromName(dt->resolved_name)
-                                                               : nullptr;
+      const DTypeInfo* d =
+          dt && dt->resolved_module == "torch" ? DTypeFromName(dt->resolved_name) : nullptr;
       if (d == nullptr) {
         t->problem = "_rebuild_tensor_v3 without a known dtype";
         return false;
@@ -640,6 +679,17 @@ const DTypeInfo* DTypeFromStorageClass(std::string_view qualname) {
   return nullptr;
 }
 
+const DTypeInfo* DTypeFromSafetensors(std::string_view name) {
+  if (name.empty()) return nullptr;
+  for (const NamedDType& d : kStorageClasses) {
+    if (d.info.safetensors == name) return &d.info;
+  }
+  for (const DTypeInfo& d : kExtraDTypes) {
+    if (d.safetensors == name) return &d;
+  }
+  return nullptr;
+}
+
 const DTypeInfo* DTypeFromName(std::string_view name) {
   for (const DTypeAlias& a : kAliases) {
     if (a.name == name) name = a.canonical;
@@ -663,9 +713,9 @@ uint64_t TensorFact::numel() const {
 
 absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
   if (t.shape.size() != t.stride.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor '%s': %d sizes but %d strides", base::AbslView(t.name), t.shape.size(),
-        t.stride.size()));
+    return absl::InvalidArgumentError(absl::StrFormat("tensor '%s': %d sizes but %d strides",
+                                                      base::AbslView(t.name), t.shape.size(),
+                                                      t.stride.size()));
   }
   uint64_t last = t.storage_offset;  // index of the last element
   for (size_t i = 0; i < t.shape.size(); ++i) {
@@ -675,9 +725,9 @@ absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
     }
     if (t.shape[i] == 0) {
       if (t.storage_offset > storage_numel) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "tensor '%s': offset %d is past its storage of %d elements", base::AbslView(t.name),
-            t.storage_offset, storage_numel));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("tensor '%s': offset %d is past its storage of %d elements",
+                            base::AbslView(t.name), t.storage_offset, storage_numel));
       }
       return absl::OkStatus();
     }
@@ -692,9 +742,9 @@ absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
     }
   }
   if (last >= storage_numel) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor '%s': element %d is past its storage of %d elements", base::AbslView(t.name), last,
-        storage_numel));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor '%s': element %d is past its storage of %d elements",
+                        base::AbslView(t.name), last, storage_numel));
   }
   return absl::OkStatus();
 }

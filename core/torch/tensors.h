@@ -2,12 +2,12 @@
 // without building it.
 //
 // torch.save pickles every tensor as a call of a rebuild function (torch._utils
-// _rebuild_tensor_v2 and friends, torch/_tensor.py _reduce_ex_internal) whose first argument is a storage named
-// by a persistent id ('storage', StorageClass, key, location, numel[, view_metadata]). This
-// module walks the graph from the pickle's root through dicts, OrderedDicts, lists and tuples,
-// names each tensor by its path (keys and indices joined with '.', as the tests' torch-side
-// flattener does), and records dtype, shape, strides, storage key and offset. Storages are
-// listed once each, in first-seen order. It never trusts a number: every shape, stride and
+// _rebuild_tensor_v2 and friends, torch/_tensor.py _reduce_ex_internal) whose first argument is a
+// storage named by a persistent id ('storage', StorageClass, key, location, numel[,
+// view_metadata]). This module walks the graph from the pickle's root through dicts, OrderedDicts,
+// lists and tuples, names each tensor by its path (keys and indices joined with '.', as the tests'
+// torch-side flattener does), and records dtype, shape, strides, storage key and offset. Storages
+// are listed once each, in first-seen order. It never trusts a number: every shape, stride and
 // offset is range-checked, and anything it cannot describe is reported with a reason.
 //
 // Thread-compatible; pure functions over an immutable graph.
@@ -35,13 +35,15 @@ struct DTypeInfo {
 const DTypeInfo* DTypeFromStorageClass(std::string_view qualname);
 // By torch dtype attribute name ("float32", "half"), or nullptr.
 const DTypeInfo* DTypeFromName(std::string_view name);
+// By safetensors dtype name ("F32"), or nullptr for one torch has no dtype of ours for ("F4").
+const DTypeInfo* DTypeFromSafetensors(std::string_view name);
 
 struct StorageRef {
   std::string key;
   const DTypeInfo* dtype = nullptr;  // nullptr for UntypedStorage (bytes)
   bool untyped = false;
   std::string location;
-  uint64_t numel = 0;  // elements of `dtype` (bytes when untyped)
+  uint64_t numel = 0;       // elements of `dtype` (bytes when untyped)
   uint64_t pid_offset = 0;  // byte offset of the persistent_load in the stream
 };
 
@@ -109,8 +111,7 @@ struct KeyedObjects {
 // With `keyed`, persistent ids are resolved as plain keys into it (every one must resolve,
 // as torch's persistent_load would), the result's storages are `keyed->storages`, and a
 // persistent id that names a tensor is that tensor.
-TensorExtraction ExtractTensors(const pickle::PickleFacts& p,
-                                const KeyedObjects* keyed = nullptr);
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p, const KeyedObjects* keyed = nullptr);
 
 // Checks that the tensor's elements lie inside its storage of `storage_numel` elements:
 // offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides
