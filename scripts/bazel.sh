@@ -48,6 +48,7 @@ step() {
 }
 begin=$SECONDS
 step parity /usr/bin/python3 "$root/scripts/check_build_parity.py" "$root"
+step standalone_refs /usr/bin/python3 "$root/tests/docs/standalone_refs.py" "$root"
 # The first command starts the server; timed alone so that the build's time is the build's.
 step server bazel "${startup[@]}" info release
 step build bazel "${startup[@]}" build "${flags[@]}" -- "${targets[@]}"
