@@ -1,0 +1,336 @@
+// `ckptscan convert`: scan, then (SAFE only) write safetensors, optionally bf16 and signed;
+// locally or through ckptscand (--server). One policy and report: app::Convert.
+#include "app/convert.h"
+
+#include <fcntl.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "app/convert.h"
+#include "app/manifest.h"
+#include "app/report.h"
+#include "app/report_format.h"
+#include "app/scan_set.h"
+#include "app/scan_targets.h"
+#include "app/verdict.h"
+#include "clients/cli_common.h"
+#include "clients/limit_flags.h"
+#include "core/base/size_value.h"
+#include "core/base/strings.h"
+#include "core/signing/bundle.h"
+#include "core/signing/keys.h"
+#include "pipeline/jailed_scan.h"
+#include "pipeline/local_scan.h"
+#include "pipeline/output_file.h"
+#include "pipeline/shard_set.h"
+
+namespace ckptscan::clients {
+namespace {
+
+using app::ExitCodeFor;
+using app::kExitError;
+using app::kExitSafe;
+using app::kExitUsage;
+using app::ReportToJson;
+using app::ReportToText;
+using app::TerminalSafe;
+using app::VerdictName;
+using base::WriteAll;
+
+struct ConvertOptions {
+  std::string input;
+  std::string output;
+  std::string select;
+  std::string dtype = "keep";
+  bool force = false;
+  bool strict = false;
+  std::string key;
+  std::string sign_method = "files";
+  std::string sign_shard_size = "128M";
+  std::string cert;
+  std::string cert_chain;
+  std::string format = "text";
+  std::string rules;
+  std::vector<std::string> limits;
+  SandboxFlags sandbox;
+  ServerFlags server;
+};
+
+// `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
+// converted, to an unlinked file next to OUT that is validated, then linked as OUT.
+// The end of `convert`, local or --server: the report, the exit code, one line on what was
+// written. `status` is the conversion's (OK: converted) once the verdict was SAFE.
+int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const absl::Status& status) {
+  const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
+  if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
+    PrintError(absl::StrCat("cannot write the report: ", s.message()));
+    return kExitError;
+  }
+  const int scan_exit = ExitCodeFor(report.verdict());
+  if (scan_exit != kExitSafe) {
+    PrintError(absl::StrCat("not converted: ", TerminalSafe(opt.input), " is ",
+                            base::AbslView(VerdictName(report.verdict())),
+                            "; nothing was written"));
+    return scan_exit;
+  }
+  if (!status.ok()) {
+    PrintError(absl::StrCat("conversion failed, nothing was written: ",
+                            TerminalSafe(base::StdView(status.message()))));
+    return kExitError;
+  }
+  const v1::Conversion& c = report.files(0).conversion();
+  uint64_t not_written = c.not_written_total();
+  for (int i = 1; i < report.files_size(); ++i) {
+    not_written += report.files(i).conversion().not_written_total();
+  }
+  const int shards = report.files_size() - 1;
+  PrintError(absl::StrCat(
+      "converted: ", TerminalSafe(opt.input), " -> ", TerminalSafe(opt.output), " (",
+      shards == 0 ? absl::StrCat(c.bytes(), " bytes, ")
+                  : absl::StrCat(shards, " shards and ", pipeline::kOutputIndexName, ", "),
+      c.tensors(), " tensors",
+      not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
+      ")"));
+  if (!c.signature().empty()) {
+    PrintError(absl::StrCat("signed: ", TerminalSafe(c.signature()), " (key ",
+                            TerminalSafe(c.signer()).substr(0, 16), "...)"));
+  }
+  return kExitSafe;
+}
+
+int RunConvert(const ConvertOptions& opt);
+
+// `convert --server`: the daemon scans, converts and signs with its own key; by upload the
+// bytes come back and are validated and linked here, by path the daemon writes them.
+int RunConvertRemote(const ConvertOptions& opt) {
+  if (!opt.key.empty() || !opt.cert.empty() || !opt.cert_chain.empty()) {
+    PrintError(
+        "--server: the daemon signs with its own key (ckptscan admin public-key shows "
+        "it); --key, --cert and --cert-chain cannot be used with --server");
+    return kExitUsage;
+  }
+  int setup_exit = 0;
+  std::unique_ptr<RemoteClient> remote =
+      ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
+  if (remote == nullptr) return setup_exit;
+  struct stat st;
+  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    PrintError(
+        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
+    return kExitError;
+  }
+  v1::ConvertOptions options;
+  options.set_dtype(opt.dtype);
+  options.set_select(opt.select);
+  options.set_strict(opt.strict);
+  options.set_replace(opt.force);
+  options.set_sign_method(opt.sign_method);
+  absl::StatusOr<v1::ConvertResponse> response = remote->Convert(opt.input, opt.output, options);
+  v1::Report report;
+  absl::Status status;
+  if (response.ok()) {
+    report = response->report();
+    if (!response->converted()) {
+      status = absl::FailedPreconditionError(response->error().empty() ? "not converted"
+                                                                       : response->error());
+    }
+  } else {
+    report = app::NewReport(Version(), "");
+    *report.add_files() = ServerErrorReport(opt.input, response.status());
+    app::FoldVerdict(&report);
+  }
+  return FinishConvert(opt, report, status);
+}
+
+int RunConvert(const ConvertOptions& opt) {
+  if (!opt.server.server.empty()) return RunConvertRemote(opt);
+  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
+  if (!engine) return kExitUsage;
+  const rules::RuleSet& ruleset = *engine->rules;
+  int setup_exit = 0;
+  const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
+  if (setup_exit != 0) return setup_exit;
+  // The key is loaded here, before anything is scanned (a key file others can read is refused),
+  // and stays in this process: no worker ever sees it.
+  std::optional<signing::PrivateKey> key;
+  if (!opt.key.empty()) {
+    absl::StatusOr<signing::PrivateKey> loaded = signing::PrivateKey::LoadFile(opt.key);
+    if (!loaded.ok()) {
+      PrintError(absl::StrCat("--key ", TerminalSafe(opt.key), ": ", loaded.status().message()));
+      return kExitUsage;
+    }
+    key = *std::move(loaded);
+  }
+  pipeline::ConvertRequest request;
+  request.input = opt.input;
+  request.output = opt.output;
+  // OUT's directory is opened once here; the output (or a set's staging directory) is created
+  // relative to that descriptor only (pipeline/output_file.h). If it cannot be opened, the
+  // conversion still scans and reports, then fails naming it.
+  absl::StatusOr<pipeline::OutputDir> out_dir = pipeline::OpenOutputDir(request);
+  if (out_dir.ok()) request.output_dir_fd = out_dir->fd;
+  // A file OUT is checked here (fail fast); a directory OUT is for a sharded set, which
+  // checks it itself (it must be empty).
+  struct stat st;
+  if (!opt.force && out_dir.ok() &&
+      ::fstatat(out_dir->fd, out_dir->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+      !S_ISDIR(st.st_mode)) {
+    PrintError(
+        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
+    return kExitError;
+  }
+  request.select = opt.select;
+  request.to_bf16 = opt.dtype == "bf16";
+  request.scanner_version = std::string(Version());
+  request.rules_version = ruleset.version();
+  request.replace = opt.force;
+  request.strict = opt.strict;
+  request.sign.key = key.has_value() ? &*key : nullptr;
+  request.sign.method =
+      opt.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
+  absl::StatusOr<uint64_t> shard_size = ParseSizeValue(opt.sign_shard_size);
+  if (!shard_size.ok() || *shard_size == 0) {
+    PrintError(absl::StrCat("--sign-shard-size ", TerminalSafe(opt.sign_shard_size),
+                            ": not a positive size"));
+    return kExitUsage;
+  }
+  request.sign.shard_size = *shard_size;
+  for (const auto& [path, pem] : {std::pair{&opt.cert, &request.sign.cert_pem},
+                                  std::pair{&opt.cert_chain, &request.sign.chain_pem}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text =
+        signing::ReadSmallFile(*path, signing::Limits{}.max_pem_bytes, "Limits::max_pem_bytes");
+    if (!text.ok()) {
+      PrintError(absl::StrCat(TerminalSafe(*path), ": ", text.status().message()));
+      return kExitUsage;
+    }
+    *pem = *std::move(text);
+  }
+  const app::ConvertOutcome outcome = app::Convert(
+      request,
+      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
+        return jail.has_value()
+                   ? pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check)
+                   : pipeline::ConvertFileInProcess(r, ruleset, engine->limits, check);
+      },
+      Version(), ruleset.version());
+  return FinishConvert(opt, outcome.report, outcome.error);
+}
+
+}  // namespace
+
+void AddConvertCommand(CLI::App* app, Commands* out) {
+  auto convert_opt = std::make_shared<ConvertOptions>();
+  CLI::App* convert = app->add_subcommand(
+      "convert", "Scan a checkpoint; if it is SAFE, write its tensors as safetensors");
+  convert
+      ->add_option("IN", convert_opt->input,
+                   "The checkpoint to convert, or a sharded checkpoint's index "
+                   "(pytorch_model.bin.index.json)")
+      ->required();
+  convert
+      ->add_option("--output,-o", convert_opt->output,
+                   "The .safetensors file to write; for an index, the directory to create "
+                   "(absent or empty)")
+      ->type_name("OUT")
+      ->required();
+  convert
+      ->add_option("--select", convert_opt->select,
+                   "Convert only the tensors under this dotted key (e.g. model), the "
+                   "prefix dropped")
+      ->type_name("KEY");
+  convert
+      ->add_option("--dtype", convert_opt->dtype,
+                   "keep: every tensor keeps its dtype; bf16: float32 and float16 tensors "
+                   "become bfloat16 (round to nearest even), other dtypes are kept")
+      ->check(CLI::IsMember({"keep", "bf16"}))
+      ->capture_default_str();
+  convert->add_flag("--force", convert_opt->force, "Replace OUT if it exists");
+  CLI::Option* key_opt =
+      convert
+          ->add_option(
+              "--key", convert_opt->key,
+              "Sign the output with this private key (from `ckptscan keygen`): an OpenSSF "
+              "model-signing bundle, OUT.sig beside a file, model.sig inside a sharded set's "
+              "directory")
+          ->type_name("KEY");
+  convert
+      ->add_option("--sign-method", convert_opt->sign_method,
+                   "files: one digest per file (what model_signing's own tools write); "
+                   "shards: a digest per 128 MiB range, so that signing overlaps the "
+                   "conversion and verify uses every core")
+      ->check(CLI::IsMember({"files", "shards"}))
+      ->capture_default_str();
+  CLI::Option* cert_opt =
+      convert
+          ->add_option(
+              "--cert", convert_opt->cert,
+              "Sign with the certificate method: this PEM certificate certifies --key's public key "
+              "(verify with --cert-chain CA)")
+          ->type_name("LEAF")
+          ->needs(key_opt);
+  convert
+      ->add_option("--cert-chain", convert_opt->cert_chain,
+                   "With --cert: PEM intermediate certificates to include")
+      ->type_name("CHAIN")
+      ->needs(cert_opt);
+  convert
+      ->add_option("--sign-shard-size", convert_opt->sign_shard_size,
+                   "With --sign-method shards: bytes per signed range (suffix K, M, G)")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  convert->add_flag("--strict", convert_opt->strict,
+                    "Refuse to convert when (the selected part of) IN holds any value that is "
+                    "not a tensor (by default such values are listed in the report as not "
+                    "written)");
+  convert->add_option("--format,-f", convert_opt->format, "Report format: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  convert->add_option("--rules", convert_opt->rules, "Rules file instead of the built-in rules")
+      ->type_name("FILE");
+  convert->add_option("--limit", convert_opt->limits, "Set a VM limit (as for scan)")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  AddSandboxFlags(convert, &convert_opt->sandbox);
+  AddServerFlags(convert, &convert_opt->server);
+  convert->footer(
+      "IN is scanned exactly as `scan` does (the report goes to stdout). Only a SAFE\n"
+      "file is converted: the jailed worker writes the safetensors bytes to an unlinked\n"
+      "file in OUT's directory; this process judges the facts, checks that the output\n"
+      "has exactly the header planned from them and passes the strict validator, then\n"
+      "links it as OUT. Anything else writes nothing.\n\n"
+      "Every tensor is written under its dotted path (state_dict.fc.weight); values\n"
+      "that are not tensors (epochs, hyperparameters, RNG state) are not written and\n"
+      "are listed in the report. Tied weights are stored once; the other names are\n"
+      "recorded in __metadata__ as aliases (removed name -> kept name).\n\n"
+      "Sharded checkpoints: IN is the index (pytorch_model.bin.index.json, read in a\n"
+      "worker like any input); every shard it names in its directory is scanned and\n"
+      "converted in its own worker, and must hold exactly the tensors the index maps\n"
+      "to it. OUT is a directory that must be absent or empty: the set\n"
+      "(model-00001-of-0000M.safetensors ... and model.safetensors.index.json) is\n"
+      "written into a hidden staging directory beside it and renamed to OUT only when\n"
+      "every shard converted; otherwise nothing is left.\n\n"
+      "Exit codes: as for scan (1 SUSPICIOUS/DANGEROUS, 2 ERROR); also 2 when OUT\n"
+      "exists without --force or the conversion fails (nothing is written).\n");
+  out->push_back({convert, [convert_opt] { return RunConvert(*convert_opt); }});
+}
+
+}  // namespace ckptscan::clients

@@ -1,0 +1,185 @@
+// `ckptscan keygen` and `ckptscan verify`: signing keys and OpenSSF model-signing bundles.
+#include "core/signing/keys.h"
+
+#include <fcntl.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "app/convert.h"
+#include "app/manifest.h"
+#include "app/report.h"
+#include "app/report_format.h"
+#include "app/scan_set.h"
+#include "app/scan_targets.h"
+#include "app/verdict.h"
+#include "clients/cli_common.h"
+#include "core/base/strings.h"
+#include "core/signing/bundle.h"
+#include "core/signing/keys.h"
+#include "pipeline/shard_set.h"
+#include "pipeline/sign_output.h"
+
+namespace ckptscan::clients {
+namespace {
+
+using app::kExitError;
+using app::kExitUsage;
+using app::TerminalSafe;
+using base::WriteAll;
+
+struct KeygenOptions {
+  std::string output;
+  std::string public_output;
+};
+
+// `keygen`: a new ECDSA P-256 key, private PEM created 0600 and never overwritten.
+int RunKeygen(const KeygenOptions& opt) {
+  const std::string pub =
+      opt.public_output.empty() ? absl::StrCat(opt.output, ".pub") : opt.public_output;
+  absl::StatusOr<signing::PublicKey> key = signing::GenerateKeyFiles(opt.output, pub);
+  if (!key.ok()) {
+    PrintError(absl::StrCat("keygen: ", key.status().message()));
+    return kExitError;
+  }
+  (void)WriteAll(STDOUT_FILENO, absl::StrCat("private key: ", TerminalSafe(opt.output),
+                                             " (mode 0600)\n", "public key:  ", TerminalSafe(pub),
+                                             "\nhint:        ", key->hint(), "\n"));
+  return 0;
+}
+
+struct VerifyCliOptions {
+  std::string model;
+  std::string signature;
+  std::string pubkey;
+  std::vector<std::string> ca_certs;
+  bool ignore_unsigned = false;
+};
+
+// `verify`: the bundle, the signature, and every file of the model against it.
+int RunVerify(const VerifyCliOptions& opt) {
+  struct stat st;
+  if (::stat(opt.model.c_str(), &st) != 0) {
+    PrintError(absl::StrCat("verify: ", TerminalSafe(opt.model), ": ", std::strerror(errno)));
+    return kExitError;
+  }
+  const bool dir = S_ISDIR(st.st_mode);
+  const std::string sig = !opt.signature.empty() ? opt.signature
+                          : dir ? absl::StrCat(opt.model, "/", pipeline::kSignatureName)
+                                : pipeline::SignaturePathFor(opt.model);
+  absl::StatusOr<signing::Trust> trust = [&]() -> absl::StatusOr<signing::Trust> {
+    if (!opt.pubkey.empty()) {
+      absl::StatusOr<signing::PublicKey> pub = signing::PublicKey::LoadFile(opt.pubkey);
+      if (!pub.ok()) return pub.status();
+      return signing::Trust::Key(*std::move(pub));
+    }
+    return signing::Trust::CaCertificateFiles(opt.ca_certs);
+  }();
+  if (!trust.ok()) {
+    PrintError(absl::StrCat("verify: ", trust.status().message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> bundle =
+      signing::ReadSmallFile(sig, signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
+  if (!bundle.ok()) {
+    PrintError(absl::StrCat("verify: ", bundle.status().message()));
+    return kExitError;
+  }
+  signing::VerifyOptions options;
+  options.ignore_unsigned_files = opt.ignore_unsigned;
+  if (dir && opt.signature.empty()) options.ignore_paths = {pipeline::kSignatureName};
+  absl::StatusOr<signing::VerifiedBundle> verified =
+      signing::VerifyModel(*bundle, *trust, opt.model, options);
+  if (!verified.ok()) {
+    PrintError(absl::StrCat("verify: FAILED: ", TerminalSafe(opt.model), ": ",
+                            TerminalSafe(base::StdView(verified.status().message()))));
+    return absl::IsInvalidArgument(verified.status()) || absl::IsNotFound(verified.status())
+               ? kExitError
+               : 1;
+  }
+  (void)WriteAll(
+      STDOUT_FILENO,
+      absl::StrCat(
+          TerminalSafe(opt.model), ": OK (", verified->manifest.resources.size(), " signed ",
+          verified->manifest.serialization.method == signing::Method::kShards ? "shards"
+          : verified->manifest.resources.size() == 1                          ? "file"
+                                                                              : "files",
+          ", ", verified->method, " method, signer ", TerminalSafe(verified->signer), ")\n"));
+  return 0;
+}
+
+}  // namespace
+
+void AddKeyCommands(CLI::App* app, Commands* out) {
+  auto keygen_opt = std::make_shared<KeygenOptions>();
+  CLI::App* keygen =
+      app->add_subcommand("keygen", "Create an ECDSA P-256 signing key for convert --key");
+  keygen
+      ->add_option("--output,-o", keygen_opt->output,
+                   "The private key file to create (PEM, mode 0600; never overwritten)")
+      ->type_name("KEY")
+      ->required();
+  keygen
+      ->add_option("--public", keygen_opt->public_output,
+                   "The public key file to create (default: KEY.pub)")
+      ->type_name("PUB");
+  out->push_back({keygen, [keygen_opt] { return RunKeygen(*keygen_opt); }});
+
+  auto verify_opt = std::make_shared<VerifyCliOptions>();
+  CLI::App* verify = app->add_subcommand(
+      "verify", "Check an OpenSSF model-signing bundle against a model directory or file");
+  verify
+      ->add_option("MODEL", verify_opt->model,
+                   "The model: a directory (convert of a sharded set) or one file")
+      ->required();
+  verify
+      ->add_option("--signature", verify_opt->signature,
+                   "The bundle (default: MODEL/model.sig for a directory, MODEL.sig for a "
+                   "file)")
+      ->type_name("SIG");
+  CLI::Option* pubkey_opt =
+      verify->add_option("--pubkey", verify_opt->pubkey, "Trust this public key (PEM)")
+          ->type_name("PUB");
+  CLI::Option* ca_opt =
+      verify
+          ->add_option("--cert-chain", verify_opt->ca_certs,
+                       "Trust certificates issued under these CA certificates (PEM; repeatable)")
+          ->type_name("CA");
+  pubkey_opt->excludes(ca_opt);
+  verify->add_flag("--ignore-unsigned-files", verify_opt->ignore_unsigned,
+                   "Accept files present in MODEL that the bundle does not cover");
+  verify->footer(
+      "Checks, in order: the bundle's structure (strict JSON, Sigstore bundle v0.3, DSSE,\n"
+      "in-toto statement), the signature with the given key or certificate chain, then\n"
+      "every file of MODEL: each signed file must be present with its digest, and no\n"
+      "unsigned file may have been added. The first failure is printed.\n\n"
+      "Exit codes: 0 verified; 1 verification failed (wrong key, bad signature, a\n"
+      "file changed, missing or added); 2 the bundle or model could not be read or is\n"
+      "malformed; 64 usage.\n");
+  out->push_back({verify, [verify_opt] {
+                    if (verify_opt->pubkey.empty() && verify_opt->ca_certs.empty()) {
+                      PrintError("verify: give --pubkey PUB or --cert-chain CA");
+                      return kExitUsage;
+                    }
+                    return RunVerify(*verify_opt);
+                  }});
+}
+
+}  // namespace ckptscan::clients

@@ -1,0 +1,296 @@
+// `ckptscan scan`: files, folders, --manifest; locally in the jail or through ckptscand
+// (--server). The set is walked by app::ScanSet on either path.
+#include <fcntl.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "app/convert.h"
+#include "app/manifest.h"
+#include "app/report.h"
+#include "app/report_format.h"
+#include "app/scan_set.h"
+#include "app/scan_targets.h"
+#include "app/verdict.h"
+#include "clients/cli_common.h"
+#include "clients/limit_flags.h"
+#include "core/base/strings.h"
+#include "pipeline/jailed_scan.h"
+#include "pipeline/local_scan.h"
+#include "rules/catalogue.h"
+
+namespace ckptscan::clients {
+namespace {
+
+using app::ExitCodeFor;
+using app::FailOn;
+using app::kExitError;
+using app::kExitUsage;
+using app::ReportToJson;
+using app::ReportToJunit;
+using app::ReportToSarif;
+using app::ReportToText;
+using app::TerminalSafe;
+using base::WriteAll;
+
+struct ScanOptions {
+  std::vector<std::string> paths;
+  std::string format = "text";
+  std::string output;
+  std::string rules;
+  std::string digest = "sha256";
+  std::string fail_on = "suspicious";
+  std::vector<std::string> excludes;
+  std::string manifest;
+  std::string sarif_output;
+  std::vector<std::string> limits;
+  SandboxFlags sandbox;
+  ServerFlags server;
+};
+
+// A file on this machine by stat(2) (symlinks followed).
+absl::StatusOr<app::FileId> FindLocal(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return err == ENOENT ? app::MissingFile(path, err)
+                         : absl::ErrnoToStatus(err, TerminalSafe(path));
+  }
+  return app::FileId{st.st_dev, st.st_ino};
+}
+
+// Files on this machine: stat(2) finds them (symlinks followed), a jailed worker (or, with
+// --no-sandbox, this process) scans them.
+class LocalFiles final : public app::FileSource {
+ public:
+  LocalFiles(const Engine& engine, const std::optional<pipeline::JailOptions>& jail, bool sha256)
+      : engine_(engine), jail_(jail), sha256_(sha256) {}
+
+  v1::FileReport Scan(const std::string& path) override {
+    absl::StatusOr<v1::FileReport> file =
+        jail_.has_value()
+            ? pipeline::ScanFileJailed(path, *engine_.rules, engine_.limits, *jail_)
+            : pipeline::ScanFileInProcess(path, *engine_.rules, engine_.limits, sha256_);
+    return file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
+  }
+
+  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
+
+ private:
+  const Engine& engine_;
+  const std::optional<pipeline::JailOptions>& jail_;
+  const bool sha256_;
+};
+
+// Files on this machine judged by ckptscand (uploaded, or by path), one at a time: the set is
+// walked here (ScanSet), so each call asks for the file alone. The daemon's versions go into the
+// report.
+class RemoteFiles final : public app::FileSource {
+ public:
+  RemoteFiles(RemoteClient* remote, bool sha256, v1::Report* report)
+      : remote_(remote), report_(report) {
+    options_.set_skip_digest(!sha256);
+    options_.set_single_file(true);
+  }
+
+  v1::FileReport Scan(const std::string& path) override {
+    absl::StatusOr<v1::Report> r = remote_->Scan(path, options_);
+    if (!r.ok()) return ServerErrorReport(path, r.status());
+    if (r->files_size() != 1) {
+      return ServerErrorReport(path, absl::DataLossError("the daemon's report has no single file"));
+    }
+    report_->set_scanner_version(r->scanner_version());
+    report_->set_rules_version(r->rules_version());
+    return r->files(0);
+  }
+
+  // The set is on this machine whichever way its files are sent.
+  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
+
+ private:
+  RemoteClient* remote_;
+  v1::Report* report_;
+  v1::ScanOptions options_;
+};
+
+int RunScan(const ScanOptions& opt) {
+  if (opt.paths.empty() && opt.manifest.empty()) {
+    PrintError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
+    return kExitUsage;
+  }
+  if (!opt.manifest.empty() && opt.digest == "none") {
+    PrintError("scan: --manifest compares digests; it cannot be used with --digest none");
+    return kExitUsage;
+  }
+  std::vector<app::ManifestEntry> manifest;
+  if (!opt.manifest.empty()) {
+    absl::StatusOr<std::vector<app::ManifestEntry>> m = app::ReadManifest(opt.manifest);
+    if (!m.ok()) {
+      PrintError(absl::StrCat("--manifest: ", TerminalSafe(base::StdView(m.status().message()))));
+      return kExitUsage;
+    }
+    manifest = *std::move(m);
+  }
+  const bool sha256 = opt.digest == "sha256";
+  v1::Report report = app::NewReport(Version(), "");
+  std::unique_ptr<RemoteClient> remote;
+  std::optional<Engine> engine;
+  std::optional<pipeline::JailOptions> jail;
+  std::unique_ptr<app::FileSource> source;
+  if (!opt.server.server.empty()) {
+    int setup_exit = 0;
+    remote = ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
+    if (remote == nullptr) return setup_exit;
+    source = std::make_unique<RemoteFiles>(remote.get(), sha256, &report);
+  } else {
+    engine = LoadEngine(opt.rules, opt.limits);
+    if (!engine) return kExitUsage;
+    int setup_exit = 0;
+    jail = SetUpSandbox(opt.sandbox, &setup_exit);
+    if (setup_exit != 0) return setup_exit;
+    if (jail.has_value()) jail->sha256 = sha256;
+    report.set_rules_version(engine->rules->version());
+    source = std::make_unique<LocalFiles>(*engine, jail, sha256);
+  }
+
+  const std::vector<app::ScanTarget> targets = app::ExpandScanPaths(opt.paths, opt.excludes);
+  std::string skipped;
+  for (const app::ScanTarget& t : targets) {
+    if (t.kind != app::ScanTarget::Kind::kSkipped) continue;
+    absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (", TerminalSafe(t.reason),
+                    ")\n");
+  }
+  app::ScanSet(targets, manifest, source.get(), &report);
+  if (report.files_size() == 0) PrintError("no files to scan under the given paths");
+
+  const FailOn fail_on = opt.fail_on == "dangerous" ? FailOn::kDangerous : FailOn::kSuspicious;
+  std::string out;
+  if (opt.format == "json") {
+    out = ReportToJson(report);
+  } else if (opt.format == "sarif") {
+    out = ReportToSarif(report, rules::Catalogue());
+  } else if (opt.format == "junit") {
+    out = ReportToJunit(report, fail_on);
+  } else {
+    out = skipped + ReportToText(report);
+  }
+  if (opt.format != "text" && !skipped.empty()) {
+    (void)WriteAll(STDERR_FILENO,
+                   skipped);  // never silent, but keep JSON/SARIF/JUnit parseable
+  }
+  if (absl::Status s = WriteOutput(opt.output, out); !s.ok()) {
+    PrintError(absl::StrCat("cannot write the report: ", s.message()));
+    return kExitError;
+  }
+  if (!opt.sarif_output.empty()) {
+    if (absl::Status s = WriteOutput(opt.sarif_output, ReportToSarif(report, rules::Catalogue()));
+        !s.ok()) {
+      PrintError(absl::StrCat("cannot write the SARIF report: ", s.message()));
+      return kExitError;
+    }
+  }
+  return ExitCodeFor(report, fail_on);
+}
+
+std::string ScanFooter() {
+  return absl::StrCat(
+      "Formats (--format):\n"
+      "  text   for people: per file its findings and errors; a summary\n"
+      "  json   the report of docs/report.md (schema ckptscan.report.v1)\n"
+      "  sarif  SARIF 2.1.0 for CI code scanning (GitHub code scanning)\n"
+      "  junit  JUnit XML: a testcase per file, failure for SUSPICIOUS and\n"
+      "         DANGEROUS (as --fail-on says), error for ERROR\n"
+      "\n"
+      "Folders are walked recursively in sorted order. Symlinked folders\n"
+      "are not followed: they are listed as skipped, as are FIFOs, sockets,\n"
+      "devices and what --exclude matches. The format is detected from the\n"
+      "content, never from the file name: pickles, torch archives, numpy,\n"
+      "safetensors (validated strictly) and sharded-checkpoint indexes\n"
+      "(*.index.json), whose every shard must exist beside the index and is\n"
+      "scanned too (a missing shard makes the index ERROR).\n"
+      "\n"
+      "--manifest FILE: every file FILE lists is scanned and its SHA-256\n"
+      "compared; a missing file is ERROR, and so is a digest mismatch\n"
+      "(error code digest_mismatch): it exits 2 (1 if another file has\n"
+      "findings), never 0.\n"
+      "\n"
+      "Sandbox: each file is parsed by a fresh ckptscan-worker in a jail\n"
+      "(seccomp allowlist, rlimits, namespaces where available); only facts\n"
+      "come back, and the rules run here. A worker killed for a forbidden\n"
+      "system call makes the file DANGEROUS (sandbox.violation); a timeout,\n"
+      "crash or limit makes it ERROR. Without seccomp ckptscan refuses to\n"
+      "scan (exit 2) unless --no-sandbox is given (debugging only).\n"
+      "\n"
+      "Limits (--limit NAME=VALUE, repeatable). VALUE is decimal, with an\n"
+      "optional suffix K, M, G or T (2^10, 2^20, 2^30, 2^40):\n",
+      LimitFlagsHelp(), "\n", kExitCodesHelp);
+}
+
+}  // namespace
+
+void AddScanCommand(CLI::App* app, Commands* out) {
+  auto scan_opt = std::make_shared<ScanOptions>();
+  CLI::App* scan = app->add_subcommand("scan", "Scan files and folders; print a report");
+  scan->add_option("PATH", scan_opt->paths, "Files or folders to scan (optional with --manifest)");
+  scan->add_option("--format,-f", scan_opt->format, "Report format: text, json, sarif or junit")
+      ->check(CLI::IsMember({"text", "json", "sarif", "junit"}))
+      ->capture_default_str();
+  scan->add_option("--fail-on", scan_opt->fail_on,
+                   "Least verdict that exits 1: suspicious (SUSPICIOUS or DANGEROUS) or "
+                   "dangerous (DANGEROUS only; SUSPICIOUS then exits 0, or 2 if that file also "
+                   "has an error). ERROR always exits 2")
+      ->check(CLI::IsMember({"suspicious", "dangerous"}))
+      ->capture_default_str();
+  scan->add_option("--exclude", scan_opt->excludes,
+                   "Skip files and folders inside a scanned folder whose path relative to it "
+                   "matches this fnmatch GLOB ('*' also matches '/'); repeatable; listed as "
+                   "skipped")
+      ->type_name("GLOB")
+      ->allow_extra_args(false);
+  scan->add_option("--manifest", scan_opt->manifest,
+                   "Scan every file FILE lists and compare its SHA-256: sha256sum output "
+                   "(HEX  PATH) or a JSON list of {\"path\", \"sha256\"}; paths relative to "
+                   "FILE's folder")
+      ->type_name("FILE");
+  scan->add_option("--output,-o", scan_opt->output, "Write the report to FILE instead of stdout")
+      ->type_name("FILE");
+  scan->add_option("--sarif-output", scan_opt->sarif_output,
+                   "Also write the report as SARIF 2.1.0 to FILE (for CI: text in the log, "
+                   "SARIF for code scanning, from one scan)")
+      ->type_name("FILE");
+  scan->add_option("--rules", scan_opt->rules,
+                   "Rules file (text-format ckptscan.v1.RuleSet) instead of "
+                   "the built-in rules")
+      ->type_name("FILE");
+  scan->add_option("--digest", scan_opt->digest,
+                   "File digest in the report: sha256 (read on a second core while the "
+                   "worker parses) or none (scan time then does not grow with file size)")
+      ->check(CLI::IsMember({"sha256", "none"}))
+      ->capture_default_str();
+  scan->add_option("--limit", scan_opt->limits, "Set a VM limit, e.g. max_opcodes=1000 (see below)")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  AddSandboxFlags(scan, &scan_opt->sandbox);
+  AddServerFlags(scan, &scan_opt->server);
+  scan->footer(ScanFooter());
+  out->push_back({scan, [scan_opt] { return RunScan(*scan_opt); }});
+}
+
+}  // namespace ckptscan::clients
