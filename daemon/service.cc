@@ -138,31 +138,8 @@ absl::Status CheckPathCaller(const Caller& caller) {
       "instead (ckptscan without --by-path)"));
 }
 
-absl::Status CheckUploadName(const std::string& name) {
-  if (name.empty()) return absl::InvalidArgumentError("the upload header needs a name");
-  if (name.size() > kMaxUploadNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the upload name is ", name.size(), " bytes, over ", kMaxUploadNameBytes));
-  }
-  if (name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError("the upload name contains a NUL byte");
-  }
-  return absl::OkStatus();
-}
-
-// An unlinked file in the spool directory (O_TMPFILE: nothing to clean up after a crash).
-absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir) {
-  base::UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("spool file in ", dir));
-  return fd;
-}
-
-// A read-only descriptor for the worker: it gets no way to write the spooled bytes.
-absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
-  const std::string proc = absl::StrCat("/proc/self/fd/", fd);
-  base::UniqueFd ro(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ro.valid()) return absl::ErrnoToStatus(errno, "reopen the spooled upload read-only");
-  return ro;
+SpoolOptions SpoolOptionsOf(const ServiceOptions& o) {
+  return SpoolOptions{o.max_upload_bytes, o.upload_idle_timeout, o.spool_dir};
 }
 
 // Whose upload places and job places (max_uploads_per_caller, max_jobs_per_caller) a call takes:
@@ -171,90 +148,6 @@ absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
 // no identity, as one client can connect from many ports and addresses.
 std::string LimitBucket(const Caller& caller) {
   return caller.authenticated ? caller.name : "anonymous";
-}
-
-// A watch that cancels the call on a stall. The caller gets DEADLINE_EXCEEDED and `message`:
-// the transport sends a server-side cancellation's status as the call's trailers.
-std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
-                                                const std::string& message) {
-  return dog->Start([call = ctx->c_call(), message] {
-    (void)grpc_call_cancel_with_status(call, GRPC_STATUS_DEADLINE_EXCEEDED, message.c_str(),
-                                       nullptr);
-  });
-}
-
-// One blocking stream operation under a watch: cancelled if it takes longer than `limit`.
-template <typename Op>
-bool Watched(StallWatchdog::Watch* watch, absl::Duration limit, Op&& op) {
-  watch->Arm(absl::ToChronoNanoseconds(limit));
-  const bool ok = op();
-  watch->Disarm();
-  return ok;
-}
-
-// Reads an upload: the header first, then data chunks into an unlinked spool file, under the
-// total cap and the daemon's spool budget (`upload`). A read that waits longer than
-// upload_idle_timeout for the caller cancels the call. `Stream` is a ServerReader or a
-// ServerReaderWriter.
-template <typename Stream>
-absl::StatusOr<base::UniqueFd> ReceiveUpload(const ServiceOptions& options,
-                                             grpc::ServerContext* ctx, Stream* stream,
-                                             JobSlots::Upload* upload, StallWatchdog* dog,
-                                             v1::UploadHeader* header) {
-  const std::string stalled = absl::StrCat(
-      "the upload sent nothing for ", absl::FormatDuration(options.upload_idle_timeout),
-      " (the daemon's upload_idle_timeout): the call is cancelled");
-  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(dog, ctx, stalled);
-  v1::UploadChunk chunk;
-  auto read = [&] {
-    return Watched(watch.get(), options.upload_idle_timeout, [&] { return stream->Read(&chunk); });
-  };
-  if (!read()) {
-    if (watch->fired()) return absl::DeadlineExceededError(stalled);
-    return absl::InvalidArgumentError("the upload ended before its header");
-  }
-  if (chunk.kind_case() != v1::UploadChunk::kHeader) {
-    return absl::InvalidArgumentError("the first message of an upload must be its header");
-  }
-  *header = std::move(*chunk.mutable_header());
-  if (absl::Status s = CheckUploadName(header->name()); !s.ok()) return s;
-  if (header->size() > options.max_upload_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the upload declares ", header->size(), " bytes, over the daemon's cap of ",
-                     options.max_upload_bytes, " (max_upload_bytes)"));
-  }
-  absl::StatusOr<base::UniqueFd> fd = SpoolFile(options.spool_dir);
-  if (!fd.ok()) return fd.status();
-  uint64_t total = 0;
-  while (read()) {
-    if (chunk.kind_case() != v1::UploadChunk::kData) {
-      return absl::InvalidArgumentError("only the first message of an upload is a header");
-    }
-    const std::string& data = chunk.data();
-    if (data.size() > kMaxChunkBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("an upload chunk of ", data.size(), " bytes, over ", kMaxChunkBytes));
-    }
-    total += data.size();
-    if (total > options.max_upload_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("the upload is over the daemon's cap of ",
-                                                       options.max_upload_bytes,
-                                                       " bytes (max_upload_bytes)"));
-    }
-    if (header->size() != 0 && total > header->size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the upload runs past the ", header->size(), " bytes its header declares"));
-    }
-    if (absl::Status s = upload->Spool(data.size()); !s.ok()) return s;
-    if (absl::Status s = base::WriteAll(fd->get(), data, "spool upload"); !s.ok()) return s;
-  }
-  if (watch->fired()) return absl::DeadlineExceededError(stalled);
-  if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
-  if (header->size() != 0 && total != header->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",
-                                                   header->size(), " bytes its header declares"));
-  }
-  return ReopenReadOnly(fd->get());
 }
 
 absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method default_method,
@@ -353,31 +246,6 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitOutput(const std::strin
   }
   return std::make_pair(std::move(dir), std::move(name));
 }
-
-// Removes a private job directory and the files a conversion left in it.
-class JobDir {
- public:
-  static absl::StatusOr<JobDir> Create(const std::string& spool) {
-    std::string tmpl = spool + "/job-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("job directory in ", spool));
-    }
-    return JobDir(std::move(tmpl));
-  }
-  JobDir(JobDir&& o) noexcept : dir_(std::move(o.dir_)) { o.dir_.clear(); }
-  ~JobDir() {
-    if (dir_.empty()) return;
-    for (const char* name : {"model.safetensors", "model.safetensors.sig"}) {
-      (void)::unlink(absl::StrCat(dir_, "/", name).c_str());
-    }
-    (void)::rmdir(dir_.c_str());
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  explicit JobDir(std::string dir) : dir_(std::move(dir)) {}
-  std::string dir_;
-};
 
 }  // namespace
 
@@ -673,7 +541,7 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
   if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
-      ReceiveUpload(d_->options(), ctx, reader, &*upload, &d_->watchdog(), &header);
+      ReceiveUpload(SpoolOptionsOf(d_->options()), ctx, reader, &*upload, &d_->watchdog(), &header);
   log.Name(header.name());
   if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
   absl::StatusOr<JobSlots::Ticket> ticket = upload->Admit();
@@ -775,7 +643,7 @@ grpc::Status ScannerService::DoConvertUpload(
   if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
-      ReceiveUpload(d_->options(), ctx, stream, &*upload, &d_->watchdog(), &header);
+      ReceiveUpload(SpoolOptionsOf(d_->options()), ctx, stream, &*upload, &d_->watchdog(), &header);
   log.Name(header.name());
   if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
   pipeline::ConvertRequest convert;
@@ -847,35 +715,12 @@ grpc::Status ScannerService::DoConvertUpload(
     response->set_signature(*std::move(bundle));
     response->set_output_size(output_size);
   }
-  // A caller that stops taking the output would hold its job place and the output files: a
-  // write that waits longer than output_idle_timeout cancels the call (the files go with it).
-  const absl::Duration idle = d_->options().output_idle_timeout;
-  const std::string unread =
-      absl::StrCat("the caller took no output for ", absl::FormatDuration(idle),
-                   " (the daemon's output_idle_timeout): the call is cancelled");
-  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(&d_->watchdog(), ctx, unread);
-  auto write = [&](const v1::ConvertChunk& c) {
-    return Watched(watch.get(), idle, [&] { return stream->Write(c); });
-  };
-  auto write_failed = [&] {
-    return log.Done(watch->fired()
-                        ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, unread)
-                        : grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-  };
-  if (!write(first)) return write_failed();
-  v1::ConvertChunk chunk;
-  std::string* data = chunk.mutable_data();
-  for (uint64_t offset = 0; offset < output_size;) {
-    data->resize(static_cast<size_t>(std::min<uint64_t>(kMaxChunkBytes, output_size - offset)));
-    const ssize_t got =
-        ::pread(output.get(), data->data(), data->size(), static_cast<off_t>(offset));
-    if (got <= 0) {
-      return log.Done(
-          grpc::Status(grpc::StatusCode::INTERNAL, "the converted output could not be read back"));
-    }
-    data->resize(static_cast<size_t>(got));
-    if (!write(chunk)) return write_failed();
-    offset += static_cast<uint64_t>(got);
+  // The caller takes the output within output_idle_timeout per chunk, or the call is cancelled
+  // (the files go with it).
+  if (absl::Status sent = SendConverted(d_->options().output_idle_timeout, &d_->watchdog(), ctx,
+                                        stream, first, output.get(), output_size);
+      !sent.ok()) {
+    return log.Done(ToGrpc(sent));
   }
   return log.Done(grpc::Status::OK);
 }

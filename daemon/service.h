@@ -43,13 +43,11 @@
 #include "daemon/job_slots.h"
 #include "daemon/metrics.h"
 #include "daemon/unix_listener.h"
+#include "daemon/upload.h"
 #include "pipeline/jailed_scan.h"
 #include "rules/rule_set.h"
 
 namespace ckptscan::daemon {
-
-inline constexpr uint64_t kMaxChunkBytes = 1u << 20;  // upload and download chunks
-inline constexpr size_t kMaxUploadNameBytes = 4096;
 
 struct ServiceOptions {
   std::string scanner_version;

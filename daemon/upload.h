@@ -1,0 +1,158 @@
+// Uploads and downloads of ckptscand's streaming RPCs (ScanUpload, ConvertUpload): the bytes a
+// caller sends are spooled to an unlinked file, under the daemon's caps, its spool budget and
+// its idle timeouts; a conversion's output is staged in a private job directory and streamed
+// back the same way. The daemon never parses these bytes: a worker reads them read-only.
+//
+// Thread-safe: every function works on its own call's state.
+#ifndef CKPTSCAN_DAEMON_UPLOAD_H_
+#define CKPTSCAN_DAEMON_UPLOAD_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "ckptscan/v1/scanner.grpc.pb.h"
+#include "core/base/unique_fd.h"
+#include "daemon/job_slots.h"
+
+namespace ckptscan::daemon {
+
+inline constexpr uint64_t kMaxChunkBytes = 1u << 20;  // upload and download chunks
+inline constexpr size_t kMaxUploadNameBytes = 4096;
+
+// What an upload may be and where it goes (from ServiceOptions).
+struct SpoolOptions {
+  uint64_t max_upload_bytes = 0;
+  absl::Duration idle_timeout;
+  std::string spool_dir;
+};
+
+// The name an upload header gives: not empty, at most kMaxUploadNameBytes, no NUL.
+absl::Status CheckUploadName(const std::string& name);
+
+// An unlinked file in the spool directory (O_TMPFILE: nothing to clean up after a crash).
+absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir);
+
+// A read-only descriptor for the worker: it gets no way to write the spooled bytes.
+absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd);
+
+// A watch that cancels the call on a stall. The caller gets DEADLINE_EXCEEDED and `message`:
+// the transport sends a server-side cancellation's status as the call's trailers.
+std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
+                                                const std::string& message);
+
+// One blocking stream operation under a watch: cancelled if it takes longer than `limit`.
+template <typename Op>
+bool Watched(StallWatchdog::Watch* watch, absl::Duration limit, Op&& op) {
+  watch->Arm(absl::ToChronoNanoseconds(limit));
+  const bool ok = op();
+  watch->Disarm();
+  return ok;
+}
+
+// Reads an upload: the header first, then data chunks into an unlinked spool file, under the
+// total cap and the daemon's spool budget (`upload`). A read that waits longer than
+// upload_idle_timeout for the caller cancels the call. `Stream` is a ServerReader or a
+// ServerReaderWriter.
+template <typename Stream>
+absl::StatusOr<base::UniqueFd> ReceiveUpload(const SpoolOptions& options, grpc::ServerContext* ctx,
+                                             Stream* stream, JobSlots::Upload* upload,
+                                             StallWatchdog* dog, v1::UploadHeader* header) {
+  const std::string stalled =
+      absl::StrCat("the upload sent nothing for ", absl::FormatDuration(options.idle_timeout),
+                   " (the daemon's upload_idle_timeout): the call is cancelled");
+  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(dog, ctx, stalled);
+  v1::UploadChunk chunk;
+  auto read = [&] {
+    return Watched(watch.get(), options.idle_timeout, [&] { return stream->Read(&chunk); });
+  };
+  if (!read()) {
+    if (watch->fired()) return absl::DeadlineExceededError(stalled);
+    return absl::InvalidArgumentError("the upload ended before its header");
+  }
+  if (chunk.kind_case() != v1::UploadChunk::kHeader) {
+    return absl::InvalidArgumentError("the first message of an upload must be its header");
+  }
+  *header = std::move(*chunk.mutable_header());
+  if (absl::Status s = CheckUploadName(header->name()); !s.ok()) return s;
+  if (header->size() > options.max_upload_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the upload declares ", header->size(), " bytes, over the daemon's cap of ",
+                     options.max_upload_bytes, " (max_upload_bytes)"));
+  }
+  absl::StatusOr<base::UniqueFd> fd = SpoolFile(options.spool_dir);
+  if (!fd.ok()) return fd.status();
+  uint64_t total = 0;
+  while (read()) {
+    if (chunk.kind_case() != v1::UploadChunk::kData) {
+      return absl::InvalidArgumentError("only the first message of an upload is a header");
+    }
+    const std::string& data = chunk.data();
+    if (data.size() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an upload chunk of ", data.size(), " bytes, over ", kMaxChunkBytes));
+    }
+    total += data.size();
+    if (total > options.max_upload_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("the upload is over the daemon's cap of ",
+                                                       options.max_upload_bytes,
+                                                       " bytes (max_upload_bytes)"));
+    }
+    if (header->size() != 0 && total > header->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the upload runs past the ", header->size(), " bytes its header declares"));
+    }
+    if (absl::Status s = upload->Spool(data.size()); !s.ok()) return s;
+    if (absl::Status s = base::WriteAll(fd->get(), data, "spool upload"); !s.ok()) return s;
+  }
+  if (watch->fired()) return absl::DeadlineExceededError(stalled);
+  if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
+  if (header->size() != 0 && total != header->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",
+                                                   header->size(), " bytes its header declares"));
+  }
+  return ReopenReadOnly(fd->get());
+}
+
+// Removes a private job directory and the files a conversion left in it.
+class JobDir final {
+ public:
+  static absl::StatusOr<JobDir> Create(const std::string& spool) {
+    std::string tmpl = spool + "/job-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("job directory in ", spool));
+    }
+    return JobDir(std::move(tmpl));
+  }
+  JobDir(JobDir&& o) noexcept : dir_(std::move(o.dir_)) { o.dir_.clear(); }
+  ~JobDir() {
+    if (dir_.empty()) return;
+    for (const char* name : {"model.safetensors", "model.safetensors.sig"}) {
+      (void)::unlink(absl::StrCat(dir_, "/", name).c_str());
+    }
+    (void)::rmdir(dir_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  explicit JobDir(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+// Sends `first` (the ConvertResponse), then `size` bytes of `output` in chunks of at most
+// kMaxChunkBytes. A write the caller does not take within `idle` cancels the call:
+// DeadlineExceeded; a caller that went away: Cancelled; an unreadable output: Internal.
+absl::Status SendConverted(absl::Duration idle, StallWatchdog* dog, grpc::ServerContext* ctx,
+                           grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream,
+                           const v1::ConvertChunk& first, int output, uint64_t size);
+
+}  // namespace ckptscan::daemon
+
+#endif  // CKPTSCAN_DAEMON_UPLOAD_H_
