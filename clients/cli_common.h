@@ -20,7 +20,7 @@
 #include "app/verdict.h"
 #include "ckptscan/v1/report.pb.h"
 #include "clients/remote.h"
-#include "core/pickle/vm.h"
+#include "core/pickle/limits.h"
 #include "pipeline/jailed_scan.h"
 #include "rules/rule_set.h"
 

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/pickle/vm.h"
+#include "core/pickle/limits.h"
 
 namespace ckptscan::clients {
 

@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
-#include "core/pickle/vm.h"
+#include "core/pickle/limits.h"
 #include "core/signing/keys.h"
 #include "core/signing/manifest.h"
 #include "daemon/confine.h"

@@ -30,7 +30,7 @@
 #include "ckptscan/v1/report.pb.h"
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/base/unique_fd.h"
-#include "core/pickle/vm.h"
+#include "core/pickle/limits.h"
 #include "pipeline/facts_budget.h"
 #include "pipeline/file_facts.h"
 #include "pipeline/output_file.h"

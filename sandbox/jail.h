@@ -27,32 +27,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sandbox/jail_types.h"
 
 namespace ckptscan::sandbox {
-
-struct JailConfig {
-  uint64_t address_space_bytes = 8ull << 30;  // RLIMIT_AS, the input mapping included
-  uint64_t cpu_seconds = 61;                  // RLIMIT_CPU soft limit (SIGXCPU); hard = soft + 1
-  pid_t parent_pid = 0;  // the spawner's pid; 0 skips the parent check (tests only)
-  bool output = false;   // kOutputFd is handed and writable (conversion)
-  uint64_t output_bytes = 0;  // RLIMIT_FSIZE when `output` (0 otherwise: no file may grow)
-};
-
-// Which layers are in force. Namespaces may be unavailable (containers, hardened sysctls).
-struct JailLayers {
-  bool closed_fds = false;
-  bool die_with_parent = false;
-  bool non_dumpable = false;
-  bool no_new_privs = false;
-  bool user_ns = false;
-  bool net_ns = false;
-  bool ipc_ns = false;
-  bool uts_ns = false;
-  bool mount_ns = false;
-  bool pid_ns = false;
-  bool rlimits = false;
-  bool seccomp = false;
-};
 
 // Unavailable when the parent is gone (the worker exits kExitParentGone); another
 // error when a layer that must hold could not be set up.

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "ckptscan/worker/v1/worker.pb.h"
-#include "core/pickle/vm.h"
-#include "sandbox/jail.h"
+#include "core/pickle/limits.h"
+#include "sandbox/jail_types.h"
 
 namespace ckptscan::sandbox {
 

@@ -36,12 +36,6 @@ EXCEPTIONS = {
                           "the user's cache (scripts/setup.sh --k8s), both outside Bazel's "
                           "declared inputs, and skips (exit 77) where they are absent, for which "
                           "Bazel has no code",
-    # Bazel-only.
-    "ckpt_pickle_vm_header": "core/pickle/vm.h alone, for trusted-side code that includes it "
-                             "(sandbox/job.h, pipeline/jailed_scan.h) without linking the VM; "
-                             "CMake's global include path needs no target for that",
-    "ckpt_jail_header": "sandbox/jail.h alone, for sandbox/job.h (both sides) without linking "
-                        "the jail; CMake's global include path needs no target for that",
 }
 
 CMAKE_COMMANDS = ("add_library", "add_executable", "add_test")
