@@ -33,6 +33,9 @@ EXCEPTIONS = {
                           "the user's cache (scripts/setup.sh --k8s), both outside Bazel's "
                           "declared inputs, and skips (exit 77) where they are absent, for which "
                           "Bazel has no code",
+    "tsan_shim_test": "exists only in the ThreadSanitizer tree (CKPT_TSAN, scripts/ci_tsan.sh): it "
+                      "checks tests/tsan/absl_mutex_tsan.cc, which only that tree links, and "
+                      "needs TSan's exit code; the Bazel build has no TSan configuration",
     # Bazel-only.
     "ckpt_pickle_vm_header": "core/pickle/vm.h alone, for trusted-side code that includes it "
                              "(sandbox/job.h, pipeline/jailed_scan.h) without linking the VM; "
