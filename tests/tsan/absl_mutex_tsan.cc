@@ -10,7 +10,8 @@
 //     releases it;
 //   - a Condition evaluated inside the library (by the thread that unlocks, for a waiter) runs
 //     between an acquire and a release of that mutex, so its reads are ordered like the
-//     critical section they belong to.
+//     critical section they belong to; and the Condition object itself, built by the waiter, is
+//     released by it before the call and acquired by whichever thread evaluates it.
 // Every locking, unlocking and waiting entry point of Mutex and CondVar is covered (Signal needs
 // nothing: the woken thread takes the mutex again); a symbol missing from the library stops the
 // program at its first use, with the name.
@@ -59,6 +60,10 @@ class InLibrary {
   const absl::Mutex* saved_;
 };
 
+// A Condition is built by the waiting thread and may be evaluated by another (the one that
+// unlocks): without a lock between them (LockWhen), the hand-over goes through the library's
+// uninstrumented atomics. The waiter publishes its Condition; Eval acquires it.
+void Publish(const absl::Condition& cond) { __tsan_release(const_cast<absl::Condition*>(&cond)); }
 void Acquire(const absl::Mutex* mu) { __tsan_acquire(const_cast<absl::Mutex*>(mu)); }
 void Release(const absl::Mutex* mu) { __tsan_release(const_cast<absl::Mutex*>(mu)); }
 
@@ -126,12 +131,14 @@ void Mutex::ReaderUnlock() {
 void Mutex::LockWhen(const Condition& cond) {
   static const auto real =
       Real<void (*)(Mutex*, const Condition&)>("5Mutex8LockWhenERKNS0_9ConditionE");
+  Publish(cond);
   LockCall<Mutex*, const Condition&>(this, real, this, cond);
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
   static const auto real =
       Real<void (*)(Mutex*, const Condition&)>("5Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  Publish(cond);
   LockCall<Mutex*, const Condition&>(this, real, this, cond);
 }
 
@@ -139,6 +146,7 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Publish(cond);
   return LockCall<bool, Mutex*, const Condition&, Duration>(this, real, Always, this, cond,
                                                             timeout);
 }
@@ -146,12 +154,14 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Publish(cond);
   return LockCall<bool, Mutex*, const Condition&, Time>(this, real, Always, this, cond, deadline);
 }
 
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Publish(cond);
   return LockCall<bool, Mutex*, const Condition&, Duration>(this, real, Always, this, cond,
                                                             timeout);
 }
@@ -159,6 +169,7 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Publish(cond);
   return LockCall<bool, Mutex*, const Condition&, Time>(this, real, Always, this, cond, deadline);
 }
 
@@ -166,6 +177,7 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 void Mutex::Await(const Condition& cond) {
   static const auto real =
       Real<void (*)(Mutex*, const Condition&)>("5Mutex5AwaitERKNS0_9ConditionE");
+  Publish(cond);
   Release(this);
   LockCall<Mutex*, const Condition&>(this, real, this, cond);
 }
@@ -173,6 +185,7 @@ void Mutex::Await(const Condition& cond) {
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  Publish(cond);
   Release(this);
   return LockCall<bool, Mutex*, const Condition&, Duration>(this, real, Always, this, cond,
                                                             timeout);
@@ -181,6 +194,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   static const auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Publish(cond);
   Release(this);
   return LockCall<bool, Mutex*, const Condition&, Time>(this, real, Always, this, cond, deadline);
 }
@@ -208,6 +222,7 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
 // Evaluated by the library with the mutex logically held, in whichever thread holds it.
 bool Condition::Eval() const {
   static const auto real = Real<bool (*)(const Condition*)>("9Condition4EvalEv", "_ZNK");
+  __tsan_acquire(const_cast<Condition*>(this));
   const Mutex* mu = tls_mutex;
   if (mu != nullptr) Acquire(mu);
   const bool result = real(this);
