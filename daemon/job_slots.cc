@@ -4,11 +4,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace ckptscan::daemon {
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::Admit(const std::string& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return AdmitLocked(caller, /*refuse_if_draining=*/true);
 }
 
@@ -51,7 +52,7 @@ void JobSlots::EndJobLocked(const std::string& caller) {
 }
 
 absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (draining_) {
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
@@ -83,7 +84,7 @@ void JobSlots::EndUploadLocked(const std::string& caller) {
 }
 
 absl::Status JobSlots::Upload::Spool(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(slots_->mu_);
+  absl::MutexLock lock(&slots_->mu_);
   const uint64_t budget = slots_->uploads_.max_spool_bytes;
   if (bytes > budget || slots_->spool_bytes_ > budget - bytes) {
     return absl::ResourceExhaustedError(
@@ -96,25 +97,23 @@ absl::Status JobSlots::Upload::Spool(uint64_t bytes) {
 }
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {
-  std::lock_guard<std::mutex> lock(slots_->mu_);
+  absl::MutexLock lock(&slots_->mu_);
   if (receiving_) {
     receiving_ = false;
     slots_->EndUploadLocked(caller_);
-    slots_->idle_cv_.notify_all();
   }
   return slots_->AdmitLocked(caller_, /*refuse_if_draining=*/false);
 }
 
 JobSlots::Upload::~Upload() {
   if (slots_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(slots_->mu_);
+  absl::MutexLock lock(&slots_->mu_);
   if (receiving_) slots_->EndUploadLocked(caller_);
   slots_->spool_bytes_ -= bytes_;
-  slots_->idle_cv_.notify_all();
 }
 
 absl::Status JobSlots::Ticket::Run(const std::function<bool()>& cancelled) {
-  std::unique_lock<std::mutex> lock(slots_->mu_);
+  absl::MutexLock lock(&slots_->mu_);
   if (slots_->running_ < slots_->max_running_ && slots_->waiters_.empty()) {
     --slots_->queued_;
     ++slots_->running_;
@@ -129,7 +128,7 @@ absl::Status JobSlots::Ticket::Run(const std::function<bool()>& cancelled) {
       std::erase(slots_->waiters_, &me);
       return absl::CancelledError("the caller cancelled while the job was queued");
     }
-    me.cv.wait_for(lock, std::chrono::milliseconds(50));
+    me.cv.WaitWithTimeout(&slots_->mu_, absl::Milliseconds(50));
   }
   running_ = true;
   return absl::OkStatus();
@@ -143,35 +142,37 @@ void JobSlots::ReleaseLocked() {
     --queued_;
     ++running_;
     next->granted = true;
-    next->cv.notify_one();
+    next->cv.Signal();
   }
 }
 
 JobSlots::Ticket::~Ticket() {
   if (slots_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(slots_->mu_);
+  absl::MutexLock lock(&slots_->mu_);
   if (running_) {
     slots_->ReleaseLocked();
   } else {
     --slots_->queued_;
   }
   slots_->EndJobLocked(caller_);
-  slots_->idle_cv_.notify_all();
 }
 
 void JobSlots::Drain() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   draining_ = true;
 }
 
+bool JobSlots::IdleLocked() const { return running_ == 0 && queued_ == 0 && uploading_ == 0; }
+
 bool JobSlots::WaitIdle(int64_t deadline_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_for(lock, std::chrono::milliseconds(deadline_ms),
-                           [this] { return running_ == 0 && queued_ == 0 && uploading_ == 0; });
+  // The condition is re-evaluated whenever mu_ is released: no notification to forget.
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(this, &JobSlots::IdleLocked),
+                              absl::Milliseconds(deadline_ms));
 }
 
 JobSlots::Counts JobSlots::counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return Counts{running_, queued_, refused_, draining_, uploading_, spool_bytes_};
 }
 
@@ -181,22 +182,22 @@ StallWatchdog::StallWatchdog() : thread_([this] { Loop(); }) {}
 
 StallWatchdog::~StallWatchdog() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
   thread_.join();
 }
 
 std::unique_ptr<StallWatchdog::Watch> StallWatchdog::Start(std::function<void()> on_stall) {
   std::unique_ptr<Watch> watch(new Watch(this, std::move(on_stall)));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   watches_.insert(watch.get());
   return watch;
 }
 
 StallWatchdog::Watch::~Watch() {
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   dog_->watches_.erase(this);
 }
 
@@ -204,28 +205,29 @@ void StallWatchdog::Watch::Arm(Clock::duration limit) {
   const Clock::time_point now = Clock::now();
   const Clock::time_point deadline =
       limit >= Clock::time_point::max() - now ? Clock::time_point::max() : now + limit;
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   deadline_ = deadline;
   // The watchdog sleeps until its earliest deadline; wake it when this one comes first.
-  if (deadline < dog_->next_wake_) dog_->cv_.notify_one();
+  if (deadline < dog_->next_wake_) dog_->cv_.Signal();
 }
 
 void StallWatchdog::Watch::Disarm() {
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   deadline_ = Clock::time_point::max();
 }
 
 bool StallWatchdog::Watch::fired() const {
-  std::lock_guard<std::mutex> lock(dog_->mu_);
+  absl::MutexLock lock(&dog_->mu_);
   return fired_;
 }
 
 void StallWatchdog::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (!stop_) {
     const Clock::time_point now = Clock::now();
     Clock::time_point next = Clock::time_point::max();
     for (Watch* w : watches_) {
+      w->dog_->mu_.AssertHeld();  // w->dog_ is this: tells the analysis its fields are ours
       if (w->deadline_ <= now) {
         w->deadline_ = Clock::time_point::max();
         w->fired_ = true;
@@ -236,9 +238,9 @@ void StallWatchdog::Loop() {
     }
     next_wake_ = next;
     if (next == Clock::time_point::max()) {
-      cv_.wait(lock);
+      cv_.Wait(&mu_);
     } else {
-      cv_.wait_until(lock, next);
+      cv_.WaitWithTimeout(&mu_, absl::FromChrono(next - Clock::now()));
     }
   }
 }

@@ -30,19 +30,18 @@
 #define CKPTSCAN_DAEMON_JOB_SLOTS_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ckptscan::daemon {
 
@@ -151,38 +150,43 @@ class JobSlots final {
 
  private:
   struct Waiter {
-    std::condition_variable cv;
-    bool granted = false;
+    absl::CondVar cv;
+    bool granted = false;  // under JobSlots::mu_ (set by the releasing ticket)
   };
   // Frees a running slot and hands it to the oldest waiter, if any. mu_ held.
-  void ReleaseLocked();
+  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED (and counted as refused) when every job place is taken. mu_ held.
-  absl::Status FullLocked();
+  absl::Status FullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED (and counted as refused) when `caller` holds max_jobs_per_caller job
   // places. mu_ held.
-  absl::Status CallerFullLocked(const std::string& caller);
+  absl::Status CallerFullLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A queue place, if one is free (UNAVAILABLE after Drain if `refuse_if_draining`). mu_ held.
-  absl::StatusOr<Ticket> AdmitLocked(const std::string& caller, bool refuse_if_draining);
+  absl::StatusOr<Ticket> AdmitLocked(const std::string& caller, bool refuse_if_draining)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a job place of `caller` back (its running or queued count is the caller's). mu_ held.
-  void EndJobLocked(const std::string& caller);
+  void EndJobLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives an upload place back. mu_ held.
-  void EndUploadLocked(const std::string& caller);
+  void EndUploadLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No job running, queued or uploading (WaitIdle's condition). mu_ held.
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t max_running_;
   const uint32_t max_queued_;
   const UploadLimits uploads_;
   const uint32_t max_jobs_per_caller_;
-  mutable std::mutex mu_;
-  std::condition_variable idle_cv_;  // WaitIdle
-  std::deque<Waiter*> waiters_;      // Run() callers waiting for a slot, oldest first
-  uint32_t running_ = 0;
-  uint32_t queued_ = 0;
-  uint64_t refused_ = 0;
-  bool draining_ = false;
-  std::map<std::string, uint32_t> jobs_by_caller_;  // callers with a job place (running or queued)
-  uint32_t uploading_ = 0;
-  std::map<std::string, uint32_t> uploading_by_caller_;  // callers with an upload in flight
-  uint64_t spool_bytes_ = 0;
+  mutable absl::Mutex mu_;
+  // Run() callers waiting for a slot, oldest first.
+  std::deque<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
+  uint32_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // Callers with a job place (running or queued).
+  std::map<std::string, uint32_t> jobs_by_caller_ ABSL_GUARDED_BY(mu_);
+  uint32_t uploading_ ABSL_GUARDED_BY(mu_) = 0;
+  // Callers with an upload in flight.
+  std::map<std::string, uint32_t> uploading_by_caller_ ABSL_GUARDED_BY(mu_);
+  uint64_t spool_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Cancels calls that stop making progress (issue 18): a stream read that waits too long for the
@@ -220,8 +224,8 @@ class StallWatchdog final {
         : dog_(dog), on_stall_(std::move(on_stall)) {}
     StallWatchdog* dog_;
     std::function<void()> on_stall_;
-    Clock::time_point deadline_ = Clock::time_point::max();  // dog_->mu_
-    bool fired_ = false;                                     // dog_->mu_
+    Clock::time_point deadline_ ABSL_GUARDED_BY(dog_->mu_) = Clock::time_point::max();
+    bool fired_ ABSL_GUARDED_BY(dog_->mu_) = false;
   };
 
   std::unique_ptr<Watch> Start(std::function<void()> on_stall);
@@ -229,11 +233,12 @@ class StallWatchdog final {
  private:
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<Watch*> watches_;
-  Clock::time_point next_wake_ = Clock::time_point::max();  // when Loop wakes up next
-  bool stop_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // Loop's wake-up: a nearer deadline or stop_
+  std::set<Watch*> watches_ ABSL_GUARDED_BY(mu_);
+  // When Loop wakes up next.
+  Clock::time_point next_wake_ ABSL_GUARDED_BY(mu_) = Clock::time_point::max();
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started once the rest exists
 };
 

@@ -1,11 +1,11 @@
 #include "daemon/job_slots.h"
 
 #include <atomic>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace ckptscan::daemon {
@@ -54,15 +54,15 @@ TEST(JobSlotsTest, SlotsGoToWaitersInArrivalOrder) {
   JobSlots slots(1, 8);
   absl::StatusOr<JobSlots::Ticket> busy = slots.Admit("uid:1");
   ASSERT_TRUE(busy.ok() && busy->Run(nullptr).ok());
-  std::mutex mu;
-  std::vector<int> order;
+  absl::Mutex mu;
+  std::vector<int> order;  // under mu while the threads run
   std::vector<std::thread> threads;
   for (int i = 0; i < 5; ++i) {
     threads.emplace_back([&, i] {
       absl::StatusOr<JobSlots::Ticket> t = slots.Admit("uid:1");
       ASSERT_TRUE(t.ok());
       ASSERT_TRUE(t->Run(nullptr).ok());
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       order.push_back(i);
     });
     // Each waiter is queued before the next arrives.

@@ -132,7 +132,7 @@ void Metrics::Converted(uint64_t bytes) { converted_.Increment(static_cast<doubl
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const JobSlots::Counts counts = slots_->counts();
     queued_.Set(counts.queued);
     running_.Set(counts.running);

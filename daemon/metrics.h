@@ -21,10 +21,10 @@
 #define CKPTSCAN_DAEMON_METRICS_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/job_slots.h"
 #include "prometheus/collectable.h"
@@ -62,14 +62,16 @@ class Metrics final : public prometheus::Collectable {
   prometheus::Family<prometheus::Counter>& jobs_;
   prometheus::Family<prometheus::Histogram>& phases_;
   prometheus::Family<prometheus::Counter>& exits_;
-  prometheus::Gauge& queued_;
-  prometheus::Gauge& running_;
-  prometheus::Counter& refused_;
-  prometheus::Gauge& uploading_;
-  prometheus::Gauge& spool_bytes_;
+  // Family::Add and every metric's own updates are thread-safe; mu_ orders Collect's copies
+  // of the job counts, and refused_'s read-then-increment catch-up, between collectors.
+  mutable absl::Mutex mu_;
+  prometheus::Gauge& queued_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge& running_ ABSL_GUARDED_BY(mu_);
+  prometheus::Counter& refused_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge& uploading_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge& spool_bytes_ ABSL_GUARDED_BY(mu_);
   prometheus::Counter& scanned_;
   prometheus::Counter& converted_;
-  mutable std::mutex mu_;  // Family::Add is thread-safe; this orders refused_'s catch-up
 };
 
 // The reason label of a worker's fate.

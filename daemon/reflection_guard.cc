@@ -4,7 +4,6 @@
 #include <grpcpp/support/interceptor.h>
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "daemon/log.h"
@@ -64,10 +63,9 @@ ReflectionGuard::ReflectionGuard(ReflectionLimits limits)
 
 ReflectionGuard::~ReflectionGuard() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    absl::MutexLock lock(&mu_);
+    stop_ = true;  // Reap's condition: re-evaluated when mu_ is released
   }
-  stop_cv_.notify_all();
   reaper_.join();
 }
 
@@ -79,27 +77,27 @@ ReflectionGuard::Factories() {
 }
 
 size_t ReflectionGuard::open_streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return streams_.size();
 }
 
 bool ReflectionGuard::Admit(const void* key, grpc::ServerContextBase* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (streams_.size() >= limits_.max_streams) return false;
   streams_.emplace(key, Stream{ctx, absl::Now()});
   return true;
 }
 
 void ReflectionGuard::Forget(const void* key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   streams_.erase(key);
 }
 
 void ReflectionGuard::Reap() {
-  const auto period = std::chrono::milliseconds(
+  const absl::Duration period = absl::Milliseconds(
       std::clamp<int64_t>(absl::ToInt64Milliseconds(limits_.max_stream_age) / 4, 10, 1000));
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_cv_.wait_for(lock, period, [this] { return stop_; })) {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
     const absl::Time now = absl::Now();
     for (auto& [key, stream] : streams_) {
       if (stream.cancelled || now - stream.start < limits_.max_stream_age) continue;

@@ -19,15 +19,14 @@
 
 #include <grpcpp/support/server_interceptor.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace ckptscan::daemon {
@@ -58,9 +57,9 @@ class ReflectionGuard final {
   class Interceptor;
 
   // Registers a stream; false when the cap is reached (the stream is to be cancelled).
-  bool Admit(const void* key, grpc::ServerContextBase* ctx);
-  void Forget(const void* key);
-  void Reap();
+  bool Admit(const void* key, grpc::ServerContextBase* ctx) ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const void* key) ABSL_LOCKS_EXCLUDED(mu_);
+  void Reap() ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stream {
     grpc::ServerContextBase* ctx;
@@ -69,10 +68,9 @@ class ReflectionGuard final {
   };
 
   const ReflectionLimits limits_;
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::map<const void*, Stream> streams_;
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;  // Reap awaits it
+  std::map<const void*, Stream> streams_ ABSL_GUARDED_BY(mu_);
   std::thread reaper_;
 };
 

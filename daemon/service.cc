@@ -264,7 +264,7 @@ absl::StatusOr<std::unique_ptr<RulesHolder>> RulesHolder::Load(const std::string
 }
 
 std::shared_ptr<const rules::RuleSet> RulesHolder::Get() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return rules_;
 }
 
@@ -278,14 +278,14 @@ absl::StatusOr<RulesHolder::Reloaded> RulesHolder::Reload() {
     if (!loaded.ok()) return loaded.status();
     fresh = *std::move(loaded);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Reloaded r{rules_->version(), fresh->version()};
   rules_ = std::move(fresh);
   return r;
 }
 
 void Stats::Record(const v1::FileReport& file) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++done_[file.verdict()];
   for (const v1::Finding& f : file.findings()) {
     if (f.rule_id() == "sandbox.violation") ++failures_["violation"];
@@ -301,12 +301,12 @@ void Stats::Record(const v1::FileReport& file) {
 }
 
 void Stats::SetJailLayers(std::string layers) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   jail_layers_ = std::move(layers);
 }
 
 void Stats::Fill(v1::StatusResponse* out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [verdict, count] : done_) {
     v1::VerdictCount* c = out->add_jobs_done();
     c->set_verdict(static_cast<v1::Verdict>(verdict));

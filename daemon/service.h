@@ -27,13 +27,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "core/pickle/limits.h"
@@ -92,8 +92,8 @@ class RulesHolder final {
   RulesHolder(std::string path, std::shared_ptr<const rules::RuleSet> rules)
       : path_(std::move(path)), rules_(std::move(rules)) {}
   const std::string path_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const rules::RuleSet> rules_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const rules::RuleSet> rules_ ABSL_GUARDED_BY(mu_);
 };
 
 // Who is calling: "uid:N" on the unix socket, "cert:NAME" with a verified client certificate,
@@ -115,10 +115,10 @@ class Stats final {
   void Fill(v1::StatusResponse* out) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<int, uint64_t> done_;              // by v1::Verdict
-  std::map<std::string, uint64_t> failures_;  // by kind
-  std::string jail_layers_;
+  mutable absl::Mutex mu_;
+  std::map<int, uint64_t> done_ ABSL_GUARDED_BY(mu_);              // by v1::Verdict
+  std::map<std::string, uint64_t> failures_ ABSL_GUARDED_BY(mu_);  // by kind
+  std::string jail_layers_ ABSL_GUARDED_BY(mu_);
 };
 
 // The state both services share.

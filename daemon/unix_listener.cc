@@ -113,7 +113,7 @@ void UnixListener::Start(grpc::Server* server) {
 
 void UnixListener::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
   }
@@ -164,7 +164,7 @@ void UnixListener::Loop(grpc::Server* server) {
           {
             // Recorded before gRPC sees the descriptor: a number is reused only after gRPC
             // closed the previous connection on it, so the entry is always this connection's.
-            std::lock_guard<std::mutex> lock(mu_);
+            absl::MutexLock lock(&mu_);
             peers_[p.fd.get()] = Handed{p.cred, p.inode};
           }
           grpc::AddInsecureChannelFromFd(server, p.fd.release());
@@ -240,7 +240,7 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
       mine += uid == cred.uid ? delta : 0;
     };
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       total += peers_.size();
       for (const auto& [unused, handed] : peers_) count(handed.cred.uid, 1);
     }
@@ -275,7 +275,7 @@ void UnixListener::Accept(std::vector<Pending>* pending) {
 }
 
 size_t UnixListener::SweepHanded() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = peers_.begin(); it != peers_.end();) {
     struct stat st;
     const bool alive =
@@ -293,7 +293,7 @@ void UnixListener::LogCounts() {
   }
   size_t handed = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     handed = peers_.size();
   }
   LogLine("unix_connections", "warning")
@@ -319,7 +319,7 @@ std::optional<PeerCred> UnixListener::PeerOf(std::string_view peer) const {
   int fd = -1;
   if (!absl::SimpleAtoi(absl::string_view(peer.data() + 3, peer.size() - 3), &fd))
     return std::nullopt;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const auto it = peers_.find(fd);
   if (it == peers_.end()) return std::nullopt;
   return it->second.cred;

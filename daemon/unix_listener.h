@@ -35,7 +35,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,6 +43,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/base/unique_fd.h"
 
@@ -116,7 +116,7 @@ class UnixListener final {
   void Loop(grpc::Server* server);
   void Accept(std::vector<Pending>* pending);
   // Forgets the handed connections gRPC has closed; returns how many remain.
-  size_t SweepHanded();
+  size_t SweepHanded() ABSL_LOCKS_EXCLUDED(mu_);
   // Logs the refusals and silent closes counted since the last line, at most once a second.
   void LogCounts();
 
@@ -126,9 +126,9 @@ class UnixListener final {
   base::UniqueFd socket_;
   base::UniqueFd wake_;  // eventfd: Stop() wakes the loop
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::map<int, Handed> peers_;
-  bool stopped_ = false;
+  mutable absl::Mutex mu_;
+  std::map<int, Handed> peers_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Loop thread only: counts since the last "unix_connections" log line.
   uint64_t refused_ = 0;
   uint64_t silent_closed_ = 0;

@@ -3,7 +3,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -36,10 +35,10 @@ void FactsBudget::Reservation::Release() {
 
 void FactsBudget::Return(uint64_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     in_use_ -= bytes;
   }
-  freed_.notify_all();
+  freed_.SignalAll();
   // The facts this reserved are freed by now (a reservation outlives them); without a trim
   // glibc keeps most of a big decode resident (its chunks sit below the mmap threshold).
   if (bytes >= kTrimBytes) ::malloc_trim(0);
@@ -53,7 +52,7 @@ absl::StatusOr<FactsBudget::Reservation> FactsBudget::Reserve(
         " bytes of the daemon's memory; the budget for all jobs is ", total_, " (facts_memory)"));
   }
   const absl::Time start = absl::Now();
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (total_ - in_use_ < bytes) {
     if (cancelled && cancelled()) {
       return absl::CancelledError("the job was cancelled while waiting for decode memory");
@@ -66,7 +65,7 @@ absl::StatusOr<FactsBudget::Reservation> FactsBudget::Reserve(
           absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1)))));
     }
     const absl::Duration wait = std::min(deadline - now, absl::Milliseconds(50));
-    freed_.wait_for(lock, absl::ToChronoMilliseconds(wait) + std::chrono::milliseconds(1));
+    freed_.WaitWithTimeout(&mu_, wait + absl::Milliseconds(1));
   }
   in_use_ += bytes;
   peak_ = std::max(peak_, in_use_);
@@ -74,12 +73,12 @@ absl::StatusOr<FactsBudget::Reservation> FactsBudget::Reserve(
 }
 
 uint64_t FactsBudget::in_use() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return in_use_;
 }
 
 uint64_t FactsBudget::peak() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return peak_;
 }
 

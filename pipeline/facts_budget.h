@@ -20,12 +20,11 @@
 #ifndef CKPTSCAN_PIPELINE_FACTS_BUDGET_H_
 #define CKPTSCAN_PIPELINE_FACTS_BUDGET_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace ckptscan::pipeline {
@@ -79,13 +78,13 @@ class FactsBudget final {
   uint64_t peak() const;
 
  private:
-  void Return(uint64_t bytes);
+  void Return(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t total_;
-  mutable std::mutex mu_;
-  std::condition_variable freed_;
-  uint64_t in_use_ = 0;
-  uint64_t peak_ = 0;
+  mutable absl::Mutex mu_;
+  absl::CondVar freed_;  // Return gave bytes back
+  uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptscan::pipeline

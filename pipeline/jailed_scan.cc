@@ -6,16 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/base/status_macros.h"
 #include "core/convert/convert.h"
 #include "pipeline/facts_codec.h"
@@ -374,25 +373,23 @@ class WritebackKicker {
   explicit WritebackKicker(int fd) : fd_(fd), thread_([this] { Run(); }) {}
   ~WritebackKicker() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
+      absl::MutexLock lock(&mu_);
+      done_ = true;  // Run's condition: re-evaluated when mu_ is released
     }
-    cv_.notify_one();
     thread_.join();
   }
 
  private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; })) {
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Milliseconds(100))) {
       (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
     }
   }
 
   const int fd_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

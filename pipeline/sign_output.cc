@@ -36,7 +36,7 @@ void ShardWork::Work() {
     const uint64_t start = starts_[i];
     const uint64_t len = std::min(shard_size_, size_ - start);
     absl::StatusOr<std::string> hex = Sha256HexOfRange(fd_, start, len);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!hex.ok()) {
       if (status_.ok()) status_ = hex.status();
       continue;
@@ -46,7 +46,7 @@ void ShardWork::Work() {
 }
 
 absl::StatusOr<ShardDigests> ShardWork::Result() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   return std::move(digests_);
 }

@@ -23,12 +23,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/signing/keys.h"
@@ -75,9 +75,9 @@ class ShardWork final {
   const uint64_t shard_size_;
   std::vector<uint64_t> starts_;
   std::atomic<size_t> next_{0};
-  std::mutex mu_;
-  ShardDigests digests_;
-  absl::Status status_;
+  absl::Mutex mu_;
+  ShardDigests digests_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 // The bundle for the single-file model on `fd` (`size` bytes), named `model_name` in the

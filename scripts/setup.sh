@@ -9,7 +9,8 @@
 #                             Bazel build (docs/bazel.md; scripts/bazel.sh). Not needed for CMake.
 #   scripts/setup.sh --hardening
 #                             also clang-14 and its sanitizer/libFuzzer runtimes, for the sanitizer
-#                             suite and the fuzz targets (scripts/ci_hardening.sh; docs/security.md)
+#                             suite, the fuzz targets and TSan (scripts/ci_hardening.sh,
+#                             scripts/ci_tsan.sh; docs/security.md)
 #   scripts/setup.sh --k8s    also Node.js + npm, and npm's kubernetes-models and js-yaml installed
 #                             into ${CKPT_K8S_TOOLS:-~/.cache/ckptscan/k8s-tools}: the Kubernetes
 #                             schema check of deploy/kubernetes (k8s_manifests_test). Optional.
