@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/pickle/graph_check.h"
 #include "core/torch/tensors.h"
@@ -693,10 +694,11 @@ absl::StatusOr<DecodedResult> Decode(std::string_view payload, std::string* owne
   const uint64_t values = wire_count.values + ListItemValues(wire_count.items);
   const uint64_t max_values = std::min(limits.max_values, sandbox::kMaxFrameValues);
   if (values > max_values) {
-    return absl::ResourceExhaustedError(
+    return base::LimitError(
         absl::StrCat("result frame holds ", values, " values (", wire_count.values,
                      " elements and ", wire_count.items, " list items, ", kListItemsPerValue,
-                     " to a value); the limit is ", max_values, " (max_frame_values)"));
+                     " to a value); the limit is ", max_values, " (max_frame_values)"),
+        "max_frame_values", max_values);
   }
   if (limits.admit) {
     if (absl::Status s = limits.admit(payload.size(), values); !s.ok()) return s;

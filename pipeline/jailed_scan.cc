@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/convert/convert.h"
 #include "pipeline/facts_codec.h"
@@ -120,7 +121,8 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   if (absl::IsResourceExhausted(decoded.status()) || absl::IsCancelled(decoded.status())) {
     const bool cancelled = absl::IsCancelled(decoded.status());
     run.result.outcome = cancelled ? sandbox::Outcome::kCancelled : sandbox::Outcome::kLimit;
-    run.result.limit_name = cancelled ? "" : refused_by;
+    const std::optional<base::LimitHit> hit = base::LimitOf(decoded.status());
+    run.result.limit_name = cancelled ? "" : hit ? hit->name : refused_by;
     run.result.message = std::string(decoded.status().message());
     return run;
   }
@@ -273,8 +275,11 @@ absl::StatusOr<PinOrReport> PinForJob(base::UniqueFd fd, uint64_t size,
   report.mutable_tensors()->set_count(0);
   report.mutable_tensors()->set_bytes(0);
   v1::ScanError e = Error(v1::ERROR_CODE_LIMIT, std::string(pin.status().message()));
-  e.set_limit_name(kMaxSealedCopyBytesName);
-  e.set_limit_value(options.max_sealed_copy_bytes);
+  const base::LimitHit hit =
+      base::LimitOf(pin.status())
+          .value_or(base::LimitHit{kMaxSealedCopyBytesName, options.max_sealed_copy_bytes});
+  e.set_limit_name(hit.name);
+  e.set_limit_value(hit.value);
   *report.add_errors() = std::move(e);
   report.set_verdict(v1::VERDICT_ERROR);
   return out;
