@@ -21,9 +21,9 @@ void FoldVerdict(v1::Report* report) {
   report->set_verdict(worst);
 }
 
-void AddError(v1::FileReport* file, std::string_view code, std::string message) {
+void AddError(v1::FileReport* file, v1::ErrorCode code, std::string message) {
   v1::ScanError* e = file->add_errors();
-  e->set_code(std::string(code));
+  e->set_code(code);
   e->set_message(std::move(message));
   file->set_verdict(rules::WorseVerdict(file->verdict(), v1::VERDICT_ERROR));
 }

@@ -22,7 +22,7 @@ v1::Report NewReport(std::string_view scanner_version, std::string_view rules_ve
 void FoldVerdict(v1::Report* report);
 
 // Adds an error to `file` and makes its verdict at least ERROR (findings keep a worse one).
-void AddError(v1::FileReport* file, std::string_view code, std::string message);
+void AddError(v1::FileReport* file, v1::ErrorCode code, std::string message);
 
 }  // namespace ckptscan::app
 

@@ -55,7 +55,7 @@ Json FindingJson(const v1::Finding& f) {
 
 Json ErrorJson(const v1::ScanError& e) {
   Json j;
-  j["code"] = e.code();
+  j["code"] = ErrorCodeName(e.code());
   j["message"] = e.message();
   j["location"] = LocationJson(e.location());
   if (!e.limit_name().empty()) {
@@ -283,7 +283,8 @@ Json RuleDescriptor(std::string_view id, absl::Span<const rules::RuleInfo> catal
 // A scan error's SARIF rule: its own for a manifest digest mismatch, else
 // scan.error.
 std::string ErrorRuleId(const v1::ScanError& e) {
-  return std::string(e.code() == kDigestMismatchCode ? kDigestMismatchRuleId : kScanErrorRuleId);
+  return std::string(e.code() == v1::ERROR_CODE_DIGEST_MISMATCH ? kDigestMismatchRuleId
+                                                                : kScanErrorRuleId);
 }
 
 // ---------------------------------------------------------------- JUnit
@@ -338,7 +339,7 @@ std::string JunitDetails(const v1::FileReport& f) {
     out += "\n";
   }
   for (const v1::ScanError& e : f.errors()) {
-    absl::StrAppend(&out, "error ", e.code());
+    absl::StrAppend(&out, "error ", ErrorCodeName(e.code()));
     if (e.has_location()) absl::StrAppend(&out, " ", WhereText(e.location()));
     absl::StrAppend(&out, ": ", e.message(), "\n");
   }
@@ -391,7 +392,7 @@ std::string FileReportToText(const v1::FileReport& f) {
     if (!x.call().empty()) absl::StrAppend(&out, "      call: ", TerminalSafe(x.call()), "\n");
   }
   for (const v1::ScanError& e : f.errors()) {
-    absl::StrAppend(&out, "  error ", TerminalSafe(e.code()));
+    absl::StrAppend(&out, "  error ", ErrorCodeName(e.code()));
     if (e.has_location()) absl::StrAppend(&out, " at ", LocationText(e.location()));
     absl::StrAppend(&out, ": ", TerminalSafe(e.message()));
     if (!e.limit_name().empty()) {
@@ -485,7 +486,7 @@ std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::Rule
     }
     for (const v1::ScanError& e : f.errors()) {
       const v1::Location* l = e.has_location() ? &e.location() : nullptr;
-      std::string text = absl::StrCat("scan error (", e.code(), "): ", e.message());
+      std::string text = absl::StrCat("scan error (", ErrorCodeName(e.code()), "): ", e.message());
       if (l != nullptr) absl::StrAppend(&text, " ", WhereText(*l));
       if (!e.limit_name().empty()) {
         absl::StrAppend(&text, " [limit ", e.limit_name(), "=", e.limit_value(), "]");
@@ -499,11 +500,11 @@ std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::Rule
       r["locations"] = Json::array({SarifLocation(f)});
       // The error code stands in for the global.
       r["partialFingerprints"] =
-          Json{{kFingerprintKey, Fingerprint(rule_id, f.path(), l ? l->member() : "", e.code(),
-                                             l ? l->offset() : 0)}};
+          Json{{kFingerprintKey, Fingerprint(rule_id, f.path(), l ? l->member() : "",
+                                             ErrorCodeName(e.code()), l ? l->offset() : 0)}};
       Json props;
       props["verdict"] = "ERROR";
-      props["code"] = e.code();
+      props["code"] = ErrorCodeName(e.code());
       props["member"] = l ? l->member() : "";
       props["offset"] = l ? l->offset() : 0;
       if (!e.limit_name().empty()) {

@@ -28,9 +28,8 @@ inline constexpr std::string_view kReportSchema = "ckptscan.report.v1";
 inline constexpr std::string_view kFingerprintKey = "ckptscanFinding/v1";
 // The SARIF rule id of results that are scan errors rather than findings.
 inline constexpr std::string_view kScanErrorRuleId = "scan.error";
-// scan --manifest: the error code of a file whose SHA-256 is not the one the
-// manifest lists, and its SARIF rule id.
-inline constexpr std::string_view kDigestMismatchCode = "digest_mismatch";
+// scan --manifest: the SARIF rule id of a file whose SHA-256 is not the one the manifest
+// lists (error code digest_mismatch).
 inline constexpr std::string_view kDigestMismatchRuleId = "manifest.digest_mismatch";
 
 // Pretty-printed (2-space indent) JSON with a trailing newline; keys in

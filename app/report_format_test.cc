@@ -41,7 +41,7 @@ v1::Finding ShellFinding(uint64_t offset) {
 
 v1::ScanError LimitError() {
   v1::ScanError e;
-  e.set_code("limit");
+  e.set_code(v1::ERROR_CODE_LIMIT);
   e.set_message("too many opcodes");
   e.mutable_location()->set_offset(90);
   e.mutable_location()->set_opcode("MARK");
@@ -180,7 +180,7 @@ TEST(ReportJsonTest, LocationAddsPickleIndexAndNestedDepthOnlyWhenNonZero) {
 TEST(ReportJsonTest, LimitFieldsAppearOnlyOnLimitErrors) {
   v1::Report r = SampleReport();
   v1::ScanError* e = r.mutable_files(0)->add_errors();
-  e->set_code("malformed");
+  e->set_code(v1::ERROR_CODE_MALFORMED);
   e->set_message("truncated");
   const Json j = Json::parse(ReportToJson(r));
   EXPECT_THAT(Keys(j["files"][0]["errors"][1]), ElementsAre("code", "message", "location"));
@@ -336,7 +336,7 @@ TEST(ReportSarifTest, EveryResultIsOnLineOneWithWhereInTextAndProperties) {
   v1::FileReport* f = r.mutable_files(0);
   f->mutable_findings(0)->mutable_location()->set_member("archive/data.pkl");
   v1::ScanError* unsupported = f->add_errors();  // no location at all
-  unsupported->set_code("unsupported");
+  unsupported->set_code(v1::ERROR_CODE_UNSUPPORTED);
   unsupported->set_message("gzip");
   const Json results = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0]["results"];
   ASSERT_EQ(results.size(), 3u);
@@ -355,7 +355,7 @@ TEST(ReportSarifTest, EveryResultIsOnLineOneWithWhereInTextAndProperties) {
 TEST(ReportSarifTest, DigestMismatchHasItsOwnRule) {
   v1::Report r = SampleReport();
   v1::ScanError* e = r.mutable_files(1)->add_errors();
-  e->set_code(std::string(kDigestMismatchCode));
+  e->set_code(v1::ERROR_CODE_DIGEST_MISMATCH);
   e->set_message("sha256 a is not the b the manifest lists");
   const Json run = Json::parse(ReportToSarif(r, TestCatalogue()))["runs"][0];
   std::set<std::string> ids;

@@ -45,7 +45,7 @@ class SetScanner {
         const std::string path = dir + shard;
         absl::StatusOr<FileId> id = source_->Find(path);
         if (!id.ok()) {
-          AddError(report_->mutable_files(i), kMissingShardCode,
+          AddError(report_->mutable_files(i), v1::ERROR_CODE_MISSING_SHARD,
                    absl::StrCat("shard \"", TerminalSafe(shard), "\" named by the index's ",
                                 "weight_map is ",
                                 absl::IsNotFound(id.status()) ? "missing" : "unreadable", ": ",
@@ -97,7 +97,7 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
     }
     file->set_expected_sha256(entry.sha256);
     if (!file->sha256().empty() && file->sha256() != entry.sha256) {
-      AddError(file, kDigestMismatchCode,
+      AddError(file, v1::ERROR_CODE_DIGEST_MISMATCH,
                absl::StrCat("sha256 ", file->sha256(), " is not the ", entry.sha256,
                             " the manifest lists: the file was changed or replaced"));
     }

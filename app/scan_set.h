@@ -26,8 +26,6 @@
 
 namespace ckptscan::app {
 
-inline constexpr std::string_view kMissingShardCode = "missing_shard";
-
 // A file's identity (device, inode), to scan each file once.
 struct FileId {
   uint64_t dev = 0;

@@ -1,5 +1,7 @@
 #include "app/verdict.h"
 
+#include <cctype>
+
 namespace ckptscan::app {
 
 std::string_view VerdictName(v1::Verdict verdict) {
@@ -32,6 +34,28 @@ std::string_view SeverityName(v1::Severity severity) {
     default:
       return "UNSPECIFIED";
   }
+}
+
+namespace {
+constexpr std::string_view kErrorCodePrefix = "ERROR_CODE_";
+}  // namespace
+
+std::string ErrorCodeName(v1::ErrorCode code) {
+  if (code == v1::ERROR_CODE_UNSPECIFIED || !v1::ErrorCode_IsValid(code)) return "unspecified";
+  std::string name = v1::ErrorCode_Name(code).substr(kErrorCodePrefix.size());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::optional<v1::ErrorCode> ParseErrorCode(std::string_view name) {
+  std::string full(kErrorCodePrefix);
+  for (char c : name) {
+    if (std::isupper(static_cast<unsigned char>(c))) return std::nullopt;
+    full += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  v1::ErrorCode code;
+  if (!v1::ErrorCode_Parse(full, &code) || code == v1::ERROR_CODE_UNSPECIFIED) return std::nullopt;
+  return code;
 }
 
 int ExitCodeFor(v1::Verdict verdict) {

@@ -5,6 +5,8 @@
 #ifndef CKPTSCAN_APP_VERDICT_H_
 #define CKPTSCAN_APP_VERDICT_H_
 
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "ckptscan/v1/report.pb.h"
@@ -20,6 +22,13 @@ inline constexpr int kExitUsage = 64;    // bad command line or rules file (syse
 std::string_view VerdictName(v1::Verdict verdict);
 // "INFO", "LOW", "MEDIUM", "HIGH", "CRITICAL"; "UNSPECIFIED" for anything else.
 std::string_view SeverityName(v1::Severity severity);
+// A report error code's name in reports: the lowercase of its enum name after "ERROR_CODE_"
+// (ERROR_CODE_MISSING_SHARD -> "missing_shard"); "unspecified" for 0 or an unknown value.
+// The proto enum is the only table: clients/python/ckptscan_client/report.py derives the
+// same names from it.
+std::string ErrorCodeName(v1::ErrorCode code);
+// The code ErrorCodeName names; nullopt for any other text (and for "unspecified").
+std::optional<v1::ErrorCode> ParseErrorCode(std::string_view name);
 // SAFE 0, SUSPICIOUS and DANGEROUS 1, ERROR 2. An unspecified or unknown
 // verdict is 2: what could not be judged is never reported as safe.
 int ExitCodeFor(v1::Verdict verdict);

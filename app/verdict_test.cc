@@ -1,6 +1,9 @@
 #include "app/verdict.h"
 
 #include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -18,6 +21,33 @@ TEST(ExitCodeTest, SafeIsZeroFindingsAreOneErrorIsTwo) {
 TEST(ExitCodeTest, UnspecifiedOrUnknownVerdictIsNeverSafe) {
   EXPECT_EQ(ExitCodeFor(v1::VERDICT_UNSPECIFIED), 2);
   EXPECT_EQ(ExitCodeFor(static_cast<v1::Verdict>(99)), 2);
+}
+
+// The names docs/report.md documents and users' scripts match, each one both ways.
+TEST(ErrorCodeNameTest, EveryCodeKeepsItsDocumentedSpelling) {
+  const std::pair<v1::ErrorCode, const char*> names[] = {
+      {v1::ERROR_CODE_MALFORMED, "malformed"},
+      {v1::ERROR_CODE_UNSUPPORTED, "unsupported"},
+      {v1::ERROR_CODE_LIMIT, "limit"},
+      {v1::ERROR_CODE_IO, "io"},
+      {v1::ERROR_CODE_INTERNAL, "internal"},
+      {v1::ERROR_CODE_TIMEOUT, "timeout"},
+      {v1::ERROR_CODE_SANDBOX, "sandbox"},
+      {v1::ERROR_CODE_CANCELLED, "cancelled"},
+      {v1::ERROR_CODE_MISSING_SHARD, "missing_shard"},
+      {v1::ERROR_CODE_DIGEST_MISMATCH, "digest_mismatch"},
+      {v1::ERROR_CODE_SERVER, "server"},
+  };
+  ASSERT_EQ(std::size(names), static_cast<size_t>(v1::ErrorCode_MAX));  // every code listed
+  for (const auto& [code, name] : names) {
+    EXPECT_EQ(ErrorCodeName(code), name);
+    EXPECT_EQ(ParseErrorCode(name), code) << name;
+  }
+  EXPECT_EQ(ErrorCodeName(v1::ERROR_CODE_UNSPECIFIED), "unspecified");
+  EXPECT_EQ(ErrorCodeName(static_cast<v1::ErrorCode>(99)), "unspecified");
+  for (const char* bad : {"unspecified", "LIMIT", "Limit", "", "limit ", "error_code_limit"}) {
+    EXPECT_EQ(ParseErrorCode(bad), std::nullopt) << bad;
+  }
 }
 
 v1::Report ReportOf(std::initializer_list<v1::Verdict> verdicts) {
@@ -41,7 +71,7 @@ TEST(FailOnTest, ErrorBesideSuspiciousStillExitsTwoWithFailOnDangerous) {
 TEST(FailOnTest, SuspiciousFileWithAnErrorIsNeverAPass) {
   // A suspicious global, then a parse error: the rest of the stream was never judged.
   v1::Report r = ReportOf({v1::VERDICT_SUSPICIOUS});
-  r.mutable_files(0)->add_errors()->set_code("malformed");
+  r.mutable_files(0)->add_errors()->set_code(v1::ERROR_CODE_MALFORMED);
   EXPECT_EQ(ExitCodeFor(r, FailOn::kSuspicious), 1);
   EXPECT_EQ(ExitCodeFor(r, FailOn::kDangerous), 2);
   // Without the error it passes under --fail-on dangerous, as documented.

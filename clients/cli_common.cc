@@ -201,7 +201,7 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
 v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status) {
   v1::FileReport f;
   f.set_path(path);
-  app::AddError(&f, "server", std::string(status.message()));
+  app::AddError(&f, v1::ERROR_CODE_SERVER, std::string(status.message()));
   return f;
 }
 

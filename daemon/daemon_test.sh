@@ -211,6 +211,18 @@ left=$(find "$tmp/main/state/spool" -mindepth 1 | wc -l)
 [[ $left -eq 0 ]] && pass "no spool file left" || fail "spool" "$left entries left"
 run "status counts the failure" 0 "$bin" admin status --server "$main_sock" &&
   contains out.txt "sandbox 1" && pass "status counts the killed worker (worker failures: sandbox 1)"
+if run "status as JSON" 0 "$bin" admin status --server "$main_sock" -f json; then
+  /usr/bin/python3 -c 'import json, sys
+s = json.load(open("out.txt"))
+done = {d["verdict"]: d["count"] for d in s["jobs_done"]}
+fails = {f["kind"]: f["count"] for f in s["worker_failures"]}
+ints = [s[k] for k in ("uptime_seconds", "jobs_refused", "max_running")] + list(done.values())
+assert all(type(n) is int for n in ints), ints
+assert done.get("DANGEROUS", 0) >= 1 and fails.get("sandbox") == 1, (done, fails)
+assert all(not v.startswith("VERDICT_") for v in done), done' 2>err.txt &&
+    pass "status JSON: verdicts spelled as in reports (DANGEROUS), counts as JSON numbers" ||
+    fail "status JSON" "$(tail -1 err.txt): $(head -c 300 out.txt)"
+fi
 
 # --- metrics: the Prometheus text, linted by promtool, from the port and from Admin ----------
 run "admin metrics" 0 "$bin" admin metrics --server "$main_sock" && cp out.txt admin_metrics.txt
@@ -219,9 +231,10 @@ sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv
   "$metrics_port" >port_metrics.txt
 for m in admin_metrics.txt port_metrics.txt; do
   if grep -q 'ckptscand_worker_exits_total{reason="signaled"} 1' "$m" &&
+     grep -qE 'ckptscand_requests_total\{code="OK",rpc="ScanUpload"\} [1-9]' "$m" &&
      grep -qE 'ckptscand_jobs_total\{verdict="DANGEROUS"\} [1-9]' "$m" &&
      grep -q 'ckptscand_phase_duration_seconds_count{phase="parse"}' "$m"; then
-    pass "metrics ($m): the killed worker, the dangerous files and phase times are counted"
+    pass "metrics ($m): the killed worker, OK uploads by code name, the dangerous files and phase times are counted"
   else
     fail "metrics $m" "$(grep -E 'worker_exits|jobs_total' "$m" | head -12)"
   fi

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "prometheus/text_serializer.h"
 
 namespace ckptscan::daemon {
@@ -15,6 +16,12 @@ const prometheus::Histogram::BucketBoundaries& Buckets() {
 }
 
 }  // namespace
+
+std::string StatusCodeName(int code) {
+  // gRPC's status codes are absl's, number for number (grpc::StatusCode, absl::StatusCode).
+  std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? std::to_string(code) : name;
+}
 
 std::string_view ExitReason(sandbox::Outcome outcome) {
   switch (outcome) {
@@ -110,7 +117,7 @@ Metrics::Metrics(const JobSlots* slots)
 }
 
 void Metrics::Request(std::string_view rpc, int code, absl::Duration elapsed) {
-  requests_.Add({{"rpc", std::string(rpc)}, {"code", std::to_string(code)}}).Increment();
+  requests_.Add({{"rpc", std::string(rpc)}, {"code", StatusCodeName(code)}}).Increment();
   latency_.Add({{"rpc", std::string(rpc)}}, Buckets()).Observe(absl::ToDoubleSeconds(elapsed));
 }
 

@@ -3,7 +3,7 @@
 // (--metrics-port; bound to loopback unless --metrics-address says otherwise) and the same text
 // from Admin.Metrics.
 //
-//   ckptscand_requests_total{rpc,code}            calls by RPC and gRPC status code
+//   ckptscand_requests_total{rpc,code}            calls by RPC and gRPC status code name
 //   ckptscand_request_duration_seconds{rpc}       latency histogram per RPC
 //   ckptscand_jobs_total{verdict}                 files judged, by verdict
 //   ckptscand_phase_duration_seconds{phase}       queue, spawn, parse, convert, sign
@@ -76,6 +76,10 @@ class Metrics final : public prometheus::Collectable {
 
 // The reason label of a worker's fate.
 std::string_view ExitReason(sandbox::Outcome outcome);
+
+// The code label of a gRPC status code: its name ("OK", "RESOURCE_EXHAUSTED"), or the
+// number for a code gRPC does not define.
+std::string StatusCodeName(int code);
 
 }  // namespace ckptscan::daemon
 

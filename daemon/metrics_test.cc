@@ -29,6 +29,8 @@ TEST(MetricsTest, CountsWhatHappened) {
   ASSERT_TRUE(queued.ok());
   EXPECT_FALSE(slots.Admit("uid:1").ok());  // refused
   m.Request("ScanUpload", 0, absl::Milliseconds(3));
+  m.Request("ScanUpload", 8, absl::Milliseconds(1));  // RESOURCE_EXHAUSTED
+  m.Request("ScanPath", 99, absl::Milliseconds(1));   // no such code: its number
   m.Job("DANGEROUS");
   sandbox::Result violation;
   violation.outcome = sandbox::Outcome::kViolation;
@@ -37,13 +39,15 @@ TEST(MetricsTest, CountsWhatHappened) {
   m.Scanned(1000);
   const std::string text = m.Text();
   for (const char* line :
-       {"ckptscand_requests_total{code=\"0\",rpc=\"ScanUpload\"} 1",
-        "ckptscand_request_duration_seconds_bucket{rpc=\"ScanUpload\",le=\"0.005\"} 1",
+       {"ckptscand_requests_total{code=\"OK\",rpc=\"ScanUpload\"} 1",
+        "ckptscand_requests_total{code=\"RESOURCE_EXHAUSTED\",rpc=\"ScanUpload\"} 1",
+        "ckptscand_requests_total{code=\"99\",rpc=\"ScanPath\"} 1",
+        "ckptscand_request_duration_seconds_bucket{rpc=\"ScanUpload\",le=\"0.005\"} 2",
         "ckptscand_jobs_total{verdict=\"DANGEROUS\"} 1",
         "ckptscand_worker_exits_total{reason=\"violation\"} 1",
-        "ckptscand_phase_duration_seconds_count{phase=\"parse\"} 1",
-        "ckptscand_jobs_running 1", "ckptscand_jobs_queued 1",
-        "ckptscand_jobs_refused_total 1", "ckptscand_bytes_scanned_total 1000"}) {
+        "ckptscand_phase_duration_seconds_count{phase=\"parse\"} 1", "ckptscand_jobs_running 1",
+        "ckptscand_jobs_queued 1", "ckptscand_jobs_refused_total 1",
+        "ckptscand_bytes_scanned_total 1000"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
 }

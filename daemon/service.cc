@@ -291,11 +291,12 @@ void Stats::Record(const v1::FileReport& file) {
     if (f.rule_id() == "sandbox.violation") ++failures_["violation"];
   }
   for (const v1::ScanError& e : file.errors()) {
-    if (e.code() == "timeout" || e.code() == "sandbox" || e.code() == "cancelled" ||
-        (e.code() == "limit" &&
+    if (e.code() == v1::ERROR_CODE_TIMEOUT || e.code() == v1::ERROR_CODE_SANDBOX ||
+        e.code() == v1::ERROR_CODE_CANCELLED ||
+        (e.code() == v1::ERROR_CODE_LIMIT &&
          (e.limit_name() == "worker_memory" || e.limit_name() == "max_frame_bytes" ||
           e.limit_name() == "file_size"))) {
-      ++failures_[e.code()];
+      ++failures_[app::ErrorCodeName(e.code())];
     }
   }
 }

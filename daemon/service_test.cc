@@ -174,7 +174,7 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Scanner::Stub> stub_;
 };
 
-int Count(const v1::FileReport& f, std::string_view code) {
+int Count(const v1::FileReport& f, v1::ErrorCode code) {
   int n = 0;
   for (const v1::ScanError& e : f.errors()) n += e.code() == code;
   return n;
@@ -197,7 +197,7 @@ TEST_F(ServiceTest, ScanPathOfAnIndexWithAShardMissingIsErrorLikeTheCli) {
   const v1::Report report = ScanPath(index);
   ASSERT_EQ(report.files_size(), 2) << report.DebugString();
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
-  EXPECT_EQ(Count(report.files(0), app::kMissingShardCode), 1);
+  EXPECT_EQ(Count(report.files(0), v1::ERROR_CODE_MISSING_SHARD), 1);
   EXPECT_EQ(report.SerializeAsString(), LocalScan(index).SerializeAsString());
 }
 
@@ -206,7 +206,7 @@ TEST_F(ServiceTest, SingleFileJudgesTheIndexAlone) {
   const v1::Report report = ScanPath(root_ + "/partial/" + kIndex, /*single_file=*/true);
   ASSERT_EQ(report.files_size(), 1);
   EXPECT_EQ(report.files(0).format(), "hf-index");
-  EXPECT_EQ(Count(report.files(0), app::kMissingShardCode), 0);
+  EXPECT_EQ(Count(report.files(0), v1::ERROR_CODE_MISSING_SHARD), 0);
 }
 
 TEST_F(ServiceTest, AnUploadedIndexCannotVouchForItsShards) {
@@ -214,7 +214,7 @@ TEST_F(ServiceTest, AnUploadedIndexCannotVouchForItsShards) {
   const v1::Report report = ScanUpload(kIndex, ReadFile(root_ + "/complete/" + kIndex));
   ASSERT_EQ(report.files_size(), 1);
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
-  EXPECT_EQ(Count(report.files(0), app::kMissingShardCode), 2);
+  EXPECT_EQ(Count(report.files(0), v1::ERROR_CODE_MISSING_SHARD), 2);
   EXPECT_NE(report.files(0).errors(0).message().find("not in the upload"), std::string::npos)
       << report.files(0).errors(0).message();
 }

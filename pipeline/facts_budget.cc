@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/limit_status.h"
 
 namespace ckptscan::pipeline {
 
@@ -47,9 +48,11 @@ void FactsBudget::Return(uint64_t bytes) {
 absl::StatusOr<FactsBudget::Reservation> FactsBudget::Reserve(
     uint64_t bytes, absl::Time deadline, const std::function<bool()>& cancelled) {
   if (bytes > total_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "decoding this result needs an estimated ", bytes,
-        " bytes of the daemon's memory; the budget for all jobs is ", total_, " (facts_memory)"));
+    return base::LimitError(
+        absl::StrCat("decoding this result needs an estimated ", bytes,
+                     " bytes of the daemon's memory; the budget for all jobs is ", total_,
+                     " (facts_memory)"),
+        "facts_memory", total_);
   }
   const absl::Time start = absl::Now();
   absl::MutexLock lock(&mu_);
@@ -59,10 +62,12 @@ absl::StatusOr<FactsBudget::Reservation> FactsBudget::Reserve(
     }
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "decoding this result needs an estimated ", bytes, " bytes; other jobs held ", in_use_,
-          " of the ", total_, "-byte budget (facts_memory) for ",
-          absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1)))));
+      return base::LimitError(
+          absl::StrCat("decoding this result needs an estimated ", bytes,
+                       " bytes; other jobs held ", in_use_, " of the ", total_,
+                       "-byte budget (facts_memory) for ",
+                       absl::FormatDuration(absl::Trunc(now - start, absl::Milliseconds(1)))),
+          "facts_memory", total_);
     }
     const absl::Duration wait = std::min(deadline - now, absl::Milliseconds(50));
     freed_.WaitWithTimeout(&mu_, wait + absl::Milliseconds(1));

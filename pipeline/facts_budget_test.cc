@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "core/base/limit_status.h"
 
 namespace ckptscan::pipeline {
 namespace {
@@ -26,6 +27,8 @@ TEST(FactsBudgetTest, MoreThanTheWholeBudgetFailsAtOnceNamingTheLimit) {
   absl::StatusOr<FactsBudget::Reservation> r = budget.Reserve(1001, Soon(), nullptr);
   EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "facts_memory")) << r.status();
+  EXPECT_EQ(base::LimitOf(r.status()).value_or(base::LimitHit{}).name, "facts_memory");
+  EXPECT_EQ(base::LimitOf(r.status()).value_or(base::LimitHit{}).value, 1000u);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_EQ(budget.in_use(), 0u);
 }

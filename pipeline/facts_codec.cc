@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/pickle/graph_check.h"
 #include "core/torch/tensors.h"
@@ -89,7 +90,7 @@ void EncodeGraph(const pickle::Graph& g, wv1::Graph* out) {
 }
 
 void EncodeScanError(const v1::ScanError& e, wv1::ScanError* out) {
-  out->set_code(e.code());
+  out->set_code(static_cast<uint32_t>(e.code()));
   out->set_message(e.message());
   if (e.has_location()) {
     wv1::Location* l = out->mutable_location();
@@ -263,9 +264,21 @@ absl::Status DecodeStream(const wv1::StreamFacts& p, size_t member, pickle::Stre
   return absl::OkStatus();
 }
 
-v1::ScanError DecodeScanError(const wv1::ScanError& p) {
+// The codes a worker's reader produces (torch::ContainerError / StatusError, ToScanError).
+// The others are the trusted side's to give (a timeout, a sandbox failure, a cancelled scan,
+// a digest mismatch): a worker that claims one is refused, as is a number the enum lacks.
+bool WorkerErrorCode(uint32_t code) {
+  return code == v1::ERROR_CODE_MALFORMED || code == v1::ERROR_CODE_UNSUPPORTED ||
+         code == v1::ERROR_CODE_LIMIT;
+}
+
+absl::StatusOr<v1::ScanError> DecodeScanError(const wv1::ScanError& p, size_t index) {
+  if (!WorkerErrorCode(p.code())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("error ", index, ": code ", p.code(), " is not an error code a worker gives"));
+  }
   v1::ScanError e;
-  e.set_code(p.code());
+  e.set_code(static_cast<v1::ErrorCode>(p.code()));
   e.set_message(p.message());
   if (p.has_location()) {
     v1::Location* l = e.mutable_location();
@@ -642,7 +655,11 @@ absl::StatusOr<FileFacts> DecodeFacts(const worker::v1::FileFacts& in) {
   FileFacts facts;
   facts.format = in.format();
   facts.errors.reserve(static_cast<size_t>(in.errors_size()));
-  for (const wv1::ScanError& e : in.errors()) facts.errors.push_back(DecodeScanError(e));
+  for (int i = 0; i < in.errors_size(); ++i) {
+    absl::StatusOr<v1::ScanError> e = DecodeScanError(in.errors(i), static_cast<size_t>(i));
+    if (!e.ok()) return e.status();
+    facts.errors.push_back(*std::move(e));
+  }
   facts.members.resize(static_cast<size_t>(in.members_size()));
   for (int i = 0; i < in.members_size(); ++i) {
     MemberFacts& m = facts.members[static_cast<size_t>(i)];
@@ -677,10 +694,11 @@ absl::StatusOr<DecodedResult> Decode(std::string_view payload, std::string* owne
   const uint64_t values = wire_count.values + ListItemValues(wire_count.items);
   const uint64_t max_values = std::min(limits.max_values, sandbox::kMaxFrameValues);
   if (values > max_values) {
-    return absl::ResourceExhaustedError(
+    return base::LimitError(
         absl::StrCat("result frame holds ", values, " values (", wire_count.values,
                      " elements and ", wire_count.items, " list items, ", kListItemsPerValue,
-                     " to a value); the limit is ", max_values, " (max_frame_values)"));
+                     " to a value); the limit is ", max_values, " (max_frame_values)"),
+        "max_frame_values", max_values);
   }
   if (limits.admit) {
     if (absl::Status s = limits.admit(payload.size(), values); !s.ok()) return s;

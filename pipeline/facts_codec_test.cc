@@ -29,7 +29,7 @@ FileFacts EveryFieldFacts() {
   FileFacts f;
   f.format = "pickle";
   v1::ScanError e;
-  e.set_code("limit");
+  e.set_code(v1::ERROR_CODE_LIMIT);
   e.set_message("too many \xff bytes");  // not UTF-8: bytes travel as they are
   e.mutable_location()->set_member("archive/data.pkl");
   e.mutable_location()->set_offset(77);
@@ -311,7 +311,7 @@ TEST(FactsCodecTest, SafetensorsFactsCrossTheJailAndAreJudged) {
   const v1::FileReport bad = JudgeFacts(back->facts, *rules);
   EXPECT_EQ(bad.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(bad.errors_size(), 1);
-  EXPECT_EQ(bad.errors(0).code(), "malformed");
+  EXPECT_EQ(bad.errors(0).code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_TRUE(absl::StartsWith(bad.errors(0).message(), "safetensors: "))
       << bad.errors(0).message();
 }
@@ -444,6 +444,28 @@ TEST(FactsCodecTest, OpcodeThatIsNotAByte) {
 TEST(FactsCodecTest, UnknownVmErrorCode) {
   ExpectRejected(DecodeEdited([](wv1::StreamFacts* s) { s->mutable_stream_error()->set_code(4); }),
                  "is not a VmError::Code");
+}
+
+// A hostile worker's error code: a number the enum lacks, none, or a code only the trusted
+// side gives (a worker that says "cancelled" or "digest_mismatch" is lying).
+TEST(FactsCodecTest, ErrorCodeAWorkerDoesNotGiveIsRejected) {
+  for (uint32_t code : {uint32_t{v1::ERROR_CODE_UNSPECIFIED}, uint32_t{v1::ERROR_CODE_CANCELLED},
+                        uint32_t{v1::ERROR_CODE_DIGEST_MISMATCH}, uint32_t{v1::ERROR_CODE_SANDBOX},
+                        uint32_t{v1::ERROR_CODE_IO}, 12u, 0xffffffffu}) {
+    wv1::Result r;
+    EncodeFacts(EveryFieldFacts(), r.mutable_facts());
+    r.mutable_facts()->mutable_errors(0)->set_code(code);
+    ExpectRejected(DecodeResult(r.SerializeAsString()).status(),
+                   absl::StrCat("error 0: code ", code, " is not an error code a worker gives"));
+  }
+  for (v1::ErrorCode code :
+       {v1::ERROR_CODE_MALFORMED, v1::ERROR_CODE_UNSUPPORTED, v1::ERROR_CODE_LIMIT}) {
+    FileFacts facts = EveryFieldFacts();
+    facts.errors[0].set_code(code);
+    absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->facts.errors[0].code(), code);
+  }
 }
 
 TEST(FactsCodecTest, RootOutOfRange) {

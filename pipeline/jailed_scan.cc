@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/convert/convert.h"
 #include "pipeline/facts_codec.h"
@@ -48,9 +49,9 @@ bool JailComplete(const worker::v1::JailLayers& l) {
          l.rlimits() && l.seccomp();
 }
 
-v1::ScanError Error(std::string code, std::string message) {
+v1::ScanError Error(v1::ErrorCode code, std::string message) {
   v1::ScanError e;
-  e.set_code(std::move(code));
+  e.set_code(code);
   e.set_message(std::move(message));
   return e;
 }
@@ -119,7 +120,8 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   if (absl::IsResourceExhausted(decoded.status()) || absl::IsCancelled(decoded.status())) {
     const bool cancelled = absl::IsCancelled(decoded.status());
     run.result.outcome = cancelled ? sandbox::Outcome::kCancelled : sandbox::Outcome::kLimit;
-    run.result.limit_name = cancelled ? "" : refused_by;
+    const std::optional<base::LimitHit> hit = base::LimitOf(decoded.status());
+    run.result.limit_name = cancelled ? "" : hit ? hit->name : refused_by;
     run.result.message = std::string(decoded.status().message());
     return run;
   }
@@ -183,13 +185,13 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
       return report;
     }
     case Outcome::kTimeout:
-      *report.add_errors() = Error("timeout", run.result.message);
+      *report.add_errors() = Error(v1::ERROR_CODE_TIMEOUT, run.result.message);
       break;
     case Outcome::kCancelled:
-      *report.add_errors() = Error("cancelled", run.result.message);
+      *report.add_errors() = Error(v1::ERROR_CODE_CANCELLED, run.result.message);
       break;
     case Outcome::kLimit: {
-      v1::ScanError e = Error("limit", run.result.message);
+      v1::ScanError e = Error(v1::ERROR_CODE_LIMIT, run.result.message);
       e.set_limit_name(run.result.limit_name);
       if (run.result.limit_name == "worker_memory") e.set_limit_value(options.worker_memory);
       if (run.result.limit_name == "max_frame_bytes") e.set_limit_value(options.max_frame_bytes);
@@ -202,7 +204,7 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
     }
     default:
       *report.add_errors() = Error(
-          "sandbox",
+          v1::ERROR_CODE_SANDBOX,
           absl::StrCat(run.result.message, " [", sandbox::OutcomeName(run.result.outcome), "]"));
       break;
   }
@@ -243,9 +245,9 @@ void CheckInputUnchanged(int watch, const struct stat& before, v1::FileReport* r
   } else {
     return;
   }
-  *report->add_errors() =
-      Error("io", absl::StrCat("the file changed while it was being scanned: ", what,
-                               "; the verdict and the digest may be of different contents"));
+  *report->add_errors() = Error(
+      v1::ERROR_CODE_IO, absl::StrCat("the file changed while it was being scanned: ", what,
+                                      "; the verdict and the digest may be of different contents"));
   report->set_verdict(rules::WorseVerdict(report->verdict(), v1::VERDICT_ERROR));
 }
 
@@ -271,9 +273,12 @@ absl::StatusOr<PinOrReport> PinForJob(base::UniqueFd fd, uint64_t size,
   v1::FileReport& report = out.report.emplace();
   report.mutable_tensors()->set_count(0);
   report.mutable_tensors()->set_bytes(0);
-  v1::ScanError e = Error("limit", std::string(pin.status().message()));
-  e.set_limit_name(kMaxSealedCopyBytesName);
-  e.set_limit_value(options.max_sealed_copy_bytes);
+  v1::ScanError e = Error(v1::ERROR_CODE_LIMIT, std::string(pin.status().message()));
+  const base::LimitHit hit =
+      base::LimitOf(pin.status())
+          .value_or(base::LimitHit{kMaxSealedCopyBytesName, options.max_sealed_copy_bytes});
+  e.set_limit_name(hit.name);
+  e.set_limit_value(hit.value);
   *report.add_errors() = std::move(e);
   report.set_verdict(v1::VERDICT_ERROR);
   return out;
@@ -304,11 +309,12 @@ bool CheckPinned(PinnedInput& pin, const JailedRun& run, v1::FileReport* report)
   if (held.ok()) return true;
   if (run.result.outcome == sandbox::Outcome::kCancelled) {
     auto* errors = report->mutable_errors();
-    errors->erase(std::remove_if(errors->begin(), errors->end(),
-                                 [](const v1::ScanError& e) { return e.code() == "cancelled"; }),
-                  errors->end());
+    errors->erase(
+        std::remove_if(errors->begin(), errors->end(),
+                       [](const v1::ScanError& e) { return e.code() == v1::ERROR_CODE_CANCELLED; }),
+        errors->end());
   }
-  *report->add_errors() = Error("io", std::string(held.message()));
+  *report->add_errors() = Error(v1::ERROR_CODE_IO, std::string(held.message()));
   report->set_verdict(rules::WorseVerdict(report->verdict(), v1::VERDICT_ERROR));
   return false;
 }

@@ -15,22 +15,22 @@ namespace {
 
 v1::ScanError MalformedError(std::string message) {
   v1::ScanError e;
-  e.set_code("malformed");
+  e.set_code(v1::ERROR_CODE_MALFORMED);
   e.set_message(std::move(message));
   return e;
 }
 
-const char* VmErrorCode(pickle::VmError::Code code) {
+v1::ErrorCode VmErrorCode(pickle::VmError::Code code) {
   switch (code) {
     case pickle::VmError::Code::kMalformed:
-      return "malformed";
+      return v1::ERROR_CODE_MALFORMED;
     case pickle::VmError::Code::kLimit:
-      return "limit";
+      return v1::ERROR_CODE_LIMIT;
     case pickle::VmError::Code::kUnsupported:
     case pickle::VmError::Code::kStricter:
-      return "unsupported";
+      return v1::ERROR_CODE_UNSUPPORTED;
   }
-  return "malformed";
+  return v1::ERROR_CODE_MALFORMED;
 }
 
 }  // namespace
@@ -73,19 +73,17 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
       globals += p.graph.globals.size();
       // Another loader's reading that its loader would also stop at this point: that
       // loader fails to load the file here, which is no error of the file.
-      const bool loader_stops = m.alternative && p.error.has_value() &&
-                                pickle::AlternativeStopIsClean(m.stream, i);
+      const bool loader_stops =
+          m.alternative && p.error.has_value() && pickle::AlternativeStopIsClean(m.stream, i);
       if (p.error.has_value() && !loader_stops) {
-        *report.add_errors() =
-            ToScanError(*p.error, m.member, static_cast<uint32_t>(i), p.depth);
+        *report.add_errors() = ToScanError(*p.error, m.member, static_cast<uint32_t>(i), p.depth);
       } else if (p.depth == 0) {
         complete_top_level = true;
       }
     }
     if (m.stream.stream_error.has_value() &&
         !(m.alternative && pickle::LoaderStopsToo(*m.stream.stream_error))) {
-      *report.add_errors() =
-          ToScanError(*m.stream.stream_error, m.member, 0, 0);
+      *report.add_errors() = ToScanError(*m.stream.stream_error, m.member, 0, 0);
     }
     if (!complete_top_level && report.errors_size() == errors_before && !m.alternative) {
       v1::ScanError e = MalformedError("no complete pickle in the stream");
@@ -96,10 +94,9 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     // Calls are rendered by the VM's own summariser, as `ckptscan disasm` shows
     // them.
     rules::Evaluation eval =
-        rules.Evaluate(m.stream, m.member,
-                       [](const pickle::Graph& g, const pickle::CallSite& c) {
-                         return pickle::SummarizeCall(g, c);
-                       });
+        rules.Evaluate(m.stream, m.member, [](const pickle::Graph& g, const pickle::CallSite& c) {
+          return pickle::SummarizeCall(g, c);
+        });
     verdict = rules::WorseVerdict(verdict, eval.verdict);
     for (v1::Finding& f : eval.findings) {
       verdict = rules::WorseVerdict(verdict, f.verdict());
@@ -115,7 +112,7 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     f.set_rule_id(info != nullptr ? id : "container.unexpected_member");
     f.set_category("container");
     f.set_severity(info != nullptr ? info->severity : v1::SEVERITY_MEDIUM);
-    f.set_verdict(!a.must_flag ? v1::VERDICT_SAFE
+    f.set_verdict(!a.must_flag      ? v1::VERDICT_SAFE
                   : info != nullptr ? info->verdict
                                     : v1::VERDICT_SUSPICIOUS);
     if (!a.must_flag) f.set_severity(v1::SEVERITY_INFO);
@@ -132,18 +129,15 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
       !valid_safetensors && report.errors_size() == 0) {
     v1::ScanError e;
-    e.set_code("internal");
+    e.set_code(v1::ERROR_CODE_INTERNAL);
     e.set_message("nothing was scanned");
     *report.add_errors() = std::move(e);
   }
-  if (report.errors_size() > 0)
-    verdict = rules::WorseVerdict(verdict, v1::VERDICT_ERROR);
+  if (report.errors_size() > 0) verdict = rules::WorseVerdict(verdict, v1::VERDICT_ERROR);
 
   report.set_verdict(verdict);
-  report.set_pickles(
-      static_cast<uint32_t>(std::min<uint64_t>(pickles, UINT32_MAX)));
-  report.set_globals(
-      static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
+  report.set_pickles(static_cast<uint32_t>(std::min<uint64_t>(pickles, UINT32_MAX)));
+  report.set_globals(static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
   uint64_t tensor_bytes = 0;
   for (const torch::StorageData& d : facts.storage_data) tensor_bytes += d.nbytes;
   std::vector<uint32_t> users(facts.storages.size(), 0);
@@ -178,13 +172,13 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   return report;
 }
 
-v1::FileReport UnreadableFileReport(const std::string& path,
-                                    const absl::Status& status) {
+v1::FileReport UnreadableFileReport(const std::string& path, const absl::Status& status) {
   v1::FileReport report;
   report.set_path(path);
   report.set_verdict(v1::VERDICT_ERROR);
   v1::ScanError* e = report.add_errors();
-  e->set_code(status.code() == absl::StatusCode::kInternal ? "internal" : "io");
+  e->set_code(status.code() == absl::StatusCode::kInternal ? v1::ERROR_CODE_INTERNAL
+                                                           : v1::ERROR_CODE_IO);
   e->set_message(std::string(status.message()));
   report.mutable_tensors();
   return report;

@@ -21,18 +21,15 @@ using ::testing::HasSubstr;
 
 using std::string_view_literals::operator""sv;
 
-constexpr std::string_view kSafe = "\x80\x02}q\x00."sv;  // {} (protocol 2)
-constexpr std::string_view kEvil =
-    "cposix\nsystem\n(S'id'\ntR."sv;  // posix.system('id')
+constexpr std::string_view kSafe = "\x80\x02}q\x00."sv;              // {} (protocol 2)
+constexpr std::string_view kEvil = "cposix\nsystem\n(S'id'\ntR."sv;  // posix.system('id')
 
 const rules::RuleSet& DefaultRules() {
-  static const std::shared_ptr<const rules::RuleSet> rules =
-      rules::RuleSet::Default();
+  static const std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
   return *rules;
 }
 
-v1::FileReport Judge(std::string_view bytes,
-                     const pickle::Limits& limits = {}) {
+v1::FileReport Judge(std::string_view bytes, const pickle::Limits& limits = {}) {
   return JudgeFacts(ExtractFacts(bytes, limits), DefaultRules());
 }
 
@@ -59,7 +56,7 @@ TEST(ExtractFactsTest, EmptyFileIsAnErrorNotAPickle) {
   const FileFacts f = ExtractFacts("", {});
   EXPECT_EQ(f.format, "empty");
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_TRUE(f.members.empty());
 }
 
@@ -67,7 +64,7 @@ TEST(ExtractFactsTest, ZipMagicWithoutAnArchiveIsMalformed) {
   const FileFacts f = ExtractFacts(std::string("PK\x03\x04", 4) + "rest", {});
   EXPECT_EQ(f.format, "zip");
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_THAT(f.errors[0].message(), HasSubstr("zip:"));
   EXPECT_TRUE(f.members.empty());
 }
@@ -86,9 +83,8 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
     const FileFacts f = ExtractFacts(c.bytes, {});
     EXPECT_EQ(f.format, c.format);
     ASSERT_EQ(f.errors.size(), 1u) << c.format;
-    EXPECT_EQ(f.errors[0].code(), "unsupported") << c.format;
-    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR)
-        << c.format;
+    EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED) << c.format;
+    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR) << c.format;
   }
 }
 
@@ -109,9 +105,8 @@ TEST(ExtractFactsTest, TruncatedJoblibCompressedStreamsAreErrors) {
     const FileFacts f = ExtractFacts(c.bytes, {});
     EXPECT_EQ(f.format, c.format);
     ASSERT_FALSE(f.errors.empty()) << c.format;
-    EXPECT_EQ(f.errors[0].code(), "malformed") << c.format;
-    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR)
-        << c.format;
+    EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED) << c.format;
+    EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR) << c.format;
   }
 }
 
@@ -162,7 +157,7 @@ TEST(JudgeFactsTest, TruncatedPickleIsError) {
   const v1::FileReport r = Judge(kSafe.substr(0, kSafe.size() - 1));
   EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(r.errors_size(), 1);
-  EXPECT_EQ(r.errors(0).code(), "malformed");
+  EXPECT_EQ(r.errors(0).code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_EQ(r.errors(0).location().offset(), kSafe.size() - 1);
 }
 
@@ -172,7 +167,7 @@ TEST(JudgeFactsTest, FindingsWinOverALaterParseErrorAndBothAreReported) {
   EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
   EXPECT_GT(r.findings_size(), 0);
   ASSERT_EQ(r.errors_size(), 1);
-  EXPECT_EQ(r.errors(0).code(), "malformed");
+  EXPECT_EQ(r.errors(0).code(), v1::ERROR_CODE_MALFORMED);
 }
 
 TEST(JudgeFactsTest, DangerousSecondPickleIsFound) {
@@ -190,7 +185,7 @@ TEST(JudgeFactsTest, LimitErrorCarriesNameValueOffsetAndOpcodeName) {
   const v1::FileReport r = Judge(kEvil, limits);
   ASSERT_EQ(r.errors_size(), 1);
   const v1::ScanError& e = r.errors(0);
-  EXPECT_EQ(e.code(), "limit");
+  EXPECT_EQ(e.code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(e.limit_name(), "max_opcodes");
   EXPECT_EQ(e.limit_value(), 2u);
   EXPECT_EQ(e.location().offset(), 15u);  // the third opcode, STRING
@@ -206,15 +201,14 @@ TEST(JudgeFactsTest, StreamLevelLimitIsAnError) {
   const v1::FileReport r = Judge(kSafe, limits);
   EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
   ASSERT_GE(r.errors_size(), 1);
-  EXPECT_EQ(r.errors(0).code(), "limit");
+  EXPECT_EQ(r.errors(0).code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(r.errors(0).limit_name(), "max_total_bytes");
 }
 
 TEST(JudgeFactsTest, FactsWithNoCompletePickleAreNeverSafe) {
   FileFacts facts;
   facts.format = "pickle";
-  facts.members
-      .emplace_back();  // a stream in which the VM found nothing at all
+  facts.members.emplace_back();  // a stream in which the VM found nothing at all
   const v1::FileReport r = JudgeFacts(facts, DefaultRules());
   EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(r.errors_size(), 1);
@@ -250,7 +244,7 @@ TEST(JudgeFactsTest, AnotherLoadersReadingThatStopsOnALimitIsNeverSafe) {
   EXPECT_EQ(r.format(), "safetensors");
   EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(r.errors_size(), 1);
-  EXPECT_EQ(r.errors(0).code(), "limit");
+  EXPECT_EQ(r.errors(0).code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(r.errors(0).limit_name(), "max_mark_depth");
   EXPECT_EQ(r.errors(0).location().member(), "(as pickle)");
 }
@@ -293,7 +287,7 @@ TEST(JudgeFactsTest, OnlyStopsTheLoaderSharesEndAnAlternativeReading) {
     bool alternative;
     v1::Verdict want;
   } cases[] = {
-      {Code::kMalformed, 0x00, true, v1::VERDICT_SAFE},   // _pickle.c fails there too
+      {Code::kMalformed, 0x00, true, v1::VERDICT_SAFE},  // _pickle.c fails there too
       {Code::kUnsupported, pickle::NEXT_BUFFER, true, v1::VERDICT_SAFE},
       {Code::kStricter, pickle::BINUNICODE, true, v1::VERDICT_ERROR},  // CPython reads on
       {Code::kLimit, pickle::INT, true, v1::VERDICT_ERROR},
@@ -306,9 +300,9 @@ TEST(JudgeFactsTest, OnlyStopsTheLoaderSharesEndAnAlternativeReading) {
   for (const Case& c : cases) {
     const v1::FileReport r =
         JudgeFacts(OneStoppedPickle(c.code, c.opcode, c.alternative), DefaultRules());
-    EXPECT_EQ(r.verdict(), c.want) << "code " << static_cast<int>(c.code) << " opcode "
-                                   << static_cast<int>(c.opcode) << " alternative "
-                                   << c.alternative;
+    EXPECT_EQ(r.verdict(), c.want)
+        << "code " << static_cast<int>(c.code) << " opcode " << static_cast<int>(c.opcode)
+        << " alternative " << c.alternative;
   }
 }
 
@@ -320,7 +314,7 @@ TEST(ToScanErrorTest, MapsEveryField) {
   vm.opcode = pickle::NEXT_BUFFER;
   vm.has_opcode = true;
   v1::ScanError e = ToScanError(vm, "archive/data.pkl", 3, 1);
-  EXPECT_EQ(e.code(), "unsupported");
+  EXPECT_EQ(e.code(), v1::ERROR_CODE_UNSUPPORTED);
   EXPECT_EQ(e.message(), "NEXT_BUFFER without buffers");
   EXPECT_EQ(e.location().member(), "archive/data.pkl");
   EXPECT_EQ(e.location().offset(), 77u);
@@ -335,7 +329,7 @@ TEST(ToScanErrorTest, MapsEveryField) {
   vm.has_opcode = false;
   vm.opcode = pickle::STOP;
   EXPECT_EQ(ToScanError(vm, "", 0, 0).location().opcode(), "");
-  EXPECT_EQ(ToScanError(vm, "", 0, 0).code(), "malformed");
+  EXPECT_EQ(ToScanError(vm, "", 0, 0).code(), v1::ERROR_CODE_MALFORMED);
 }
 
 // ---------------------------------------------------------------- files
@@ -353,11 +347,9 @@ class ScanFileTest : public testing::Test {
   }
   std::string Write(const std::string& name, std::string_view bytes) {
     const std::string path = dir_ + "/" + name;
-    const int fd =
-        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     EXPECT_GE(fd, 0);
-    EXPECT_EQ(::write(fd, bytes.data(), bytes.size()),
-              static_cast<ssize_t>(bytes.size()));
+    EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
     ::close(fd);
     return path;
   }
@@ -366,24 +358,20 @@ class ScanFileTest : public testing::Test {
 
 TEST_F(ScanFileTest, ReportsPathSizeAndSha256OfTheWholeFile) {
   const std::string path = Write("safe.bin", "N.");
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(path, DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(path, DefaultRules(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->path(), path);
   EXPECT_EQ(r->size(), 2u);
-  EXPECT_EQ(r->sha256(),
-            "8b1663da576e3578fd9e93e64081f24282af0bc3e08b3d3c8e288c26741faa4d");
+  EXPECT_EQ(r->sha256(), "8b1663da576e3578fd9e93e64081f24282af0bc3e08b3d3c8e288c26741faa4d");
   EXPECT_EQ(r->verdict(), v1::VERDICT_SAFE);
 }
 
 TEST_F(ScanFileTest, EmptyFileIsErrorWithTheEmptyDigest) {
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(Write("empty.pt", ""), DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(Write("empty.pt", ""), DefaultRules(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
   EXPECT_EQ(r->size(), 0u);
-  EXPECT_EQ(r->sha256(),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(r->sha256(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
 TEST_F(ScanFileTest, FormatComesFromContentNotExtension) {
@@ -391,8 +379,7 @@ TEST_F(ScanFileTest, FormatComesFromContentNotExtension) {
       ScanFileInProcess(Write("model.zip", kSafe), DefaultRules(), {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->format(), "pickle");
-  r = ScanFileInProcess(Write("model.pkl", std::string("PK\x03\x04", 4)),
-                        DefaultRules(), {});
+  r = ScanFileInProcess(Write("model.pkl", std::string("PK\x03\x04", 4)), DefaultRules(), {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->format(), "zip");
   EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
@@ -402,22 +389,19 @@ TEST_F(ScanFileTest, ExplicitSymlinkIsFollowed) {
   const std::string target = Write("real.pkl", kEvil);
   const std::string link = dir_ + "/link.pkl";
   ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(link, DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(link, DefaultRules(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->path(), link);
   EXPECT_EQ(r->verdict(), v1::VERDICT_DANGEROUS);
 }
 
 TEST_F(ScanFileTest, MissingFileIsNotFound) {
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(dir_ + "/nope", DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(dir_ + "/nope", DefaultRules(), {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ScanFileTest, DirectoryIsRefused) {
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(dir_, DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(dir_, DefaultRules(), {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("directory"));
 }
@@ -425,22 +409,20 @@ TEST_F(ScanFileTest, DirectoryIsRefused) {
 TEST_F(ScanFileTest, FifoIsRefusedWithoutWaitingForAWriter) {
   const std::string fifo = dir_ + "/pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  absl::StatusOr<v1::FileReport> r =
-      ScanFileInProcess(fifo, DefaultRules(), {});
+  absl::StatusOr<v1::FileReport> r = ScanFileInProcess(fifo, DefaultRules(), {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(UnreadableFileReportTest, IsAnErrorEntryWithAnIoError) {
-  const v1::FileReport r = UnreadableFileReport(
-      "x.pkl", absl::PermissionDeniedError("open x.pkl: denied"));
+  const v1::FileReport r =
+      UnreadableFileReport("x.pkl", absl::PermissionDeniedError("open x.pkl: denied"));
   EXPECT_EQ(r.path(), "x.pkl");
   EXPECT_EQ(r.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(r.errors_size(), 1);
-  EXPECT_EQ(r.errors(0).code(), "io");
+  EXPECT_EQ(r.errors(0).code(), v1::ERROR_CODE_IO);
   EXPECT_EQ(r.errors(0).message(), "open x.pkl: denied");
-  EXPECT_EQ(
-      UnreadableFileReport("y", absl::InternalError("boom")).errors(0).code(),
-      "internal");
+  EXPECT_EQ(UnreadableFileReport("y", absl::InternalError("boom")).errors(0).code(),
+            v1::ERROR_CODE_INTERNAL);
 }
 
 TEST(ScanFileInProcessTest, TensorSummaryCountsTiedAndUnsupportedTensors) {

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/limit_status.h"
 
 namespace ckptscan::pipeline {
 namespace {
@@ -133,12 +134,14 @@ absl::StatusOr<PinnedInput> PinnedInput::Pin(base::UniqueFd fd, uint64_t size,
   std::string why;
   if (TakeLease(fd.get(), &why)) return PinnedInput(std::move(fd), Kind::kLease, "");
   if (size > max_copy_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the file (", size, " bytes) could not be pinned with a read lease (", why,
-        ") and is over the limit for a private sealed copy, ", max_copy_bytes, " bytes (",
-        kMaxSealedCopyBytesName,
-        "; raise it with --max-sealed-copy-bytes, or let the scanner lease the file: run it as "
-        "the file's owner or with CAP_LEASE, and close the file's writers)"));
+    return base::LimitError(
+        absl::StrCat(
+            "the file (", size, " bytes) could not be pinned with a read lease (", why,
+            ") and is over the limit for a private sealed copy, ", max_copy_bytes, " bytes (",
+            kMaxSealedCopyBytesName,
+            "; raise it with --max-sealed-copy-bytes, or let the scanner lease the file: run it as "
+            "the file's owner or with CAP_LEASE, and close the file's writers)"),
+        kMaxSealedCopyBytesName, max_copy_bytes);
   }
   base::UniqueFd mem(::memfd_create("ckptscan-input", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!mem.valid()) return absl::ErrnoToStatus(errno, "memfd_create for a sealed copy");

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/base/limit_status.h"
 #include "gtest/gtest.h"
 
 namespace ckptscan::pipeline {
@@ -154,6 +155,10 @@ TEST(PinnedInputTest, AFileOverTheCopyLimitThatCannotBeLeasedIsRefusedByName) {
   const std::string m(pin.status().message());
   EXPECT_NE(m.find("max_sealed_copy_bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("--max-sealed-copy-bytes"), std::string::npos) << m;
+  const std::optional<base::LimitHit> hit = base::LimitOf(pin.status());
+  ASSERT_TRUE(hit.has_value()) << pin.status();
+  EXPECT_EQ(hit->name, "max_sealed_copy_bytes");
+  EXPECT_EQ(hit->value, 8191u);
   EXPECT_NE(m.find("8192 bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("8191 bytes"), std::string::npos) << m;
   // At the limit it is copied.

@@ -157,7 +157,7 @@ TEST(JailTest, DeadlineKillsASpinningWorkerAndReportsTimeout) {
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(report.errors_size(), 1);
-  EXPECT_EQ(report.errors(0).code(), "timeout");
+  EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_TIMEOUT);
 }
 
 TEST(JailTest, CpuLimitStopsASpinningWorkerBeforeTheWallDeadline) {
@@ -181,7 +181,7 @@ TEST(JailTest, AllocatingPastTheAddressSpaceLimitFailsCleanlyAsALimit) {
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(report.errors_size(), 1);
-  EXPECT_EQ(report.errors(0).code(), "limit");
+  EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(report.errors(0).limit_name(), "worker_memory");
 }
 
@@ -209,7 +209,7 @@ TEST(JailTest, WorkerCrashIsSignaledAndTheTrustedSideCarriesOn) {
   EXPECT_EQ(run.result.signal, SIGSEGV);
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
-  EXPECT_EQ(report.errors(0).code(), "sandbox");
+  EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_SANDBOX);
 }
 
 TEST(JailTest, NonZeroExitIsFailed) {
@@ -248,7 +248,7 @@ TEST_P(BadFrameTest, IsBadFrameAndTheFileIsError) {
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(report.errors_size(), 1);
-  EXPECT_EQ(report.errors(0).code(), "sandbox");
+  EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_SANDBOX);
 }
 
 INSTANTIATE_TEST_SUITE_P(Jail, BadFrameTest,
@@ -274,7 +274,7 @@ TEST(JailTest, AFrameOverTheLimitIsErrorNamingMaxFrameBytes) {
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(report.errors_size(), 1);
-  EXPECT_EQ(report.errors(0).code(), "limit");
+  EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(report.errors(0).limit_name(), "max_frame_bytes");
   EXPECT_EQ(report.errors(0).limit_value(), options.max_frame_bytes);
 }

@@ -153,7 +153,7 @@ JailOptions RewriteAfterParse(const std::string& path, std::function<void()> rew
 
 const rules::RuleSet& Rules() { return *rules::RuleSet::Default(); }
 
-bool HasError(const v1::FileReport& r, std::string_view code, std::string_view text) {
+bool HasError(const v1::FileReport& r, v1::ErrorCode code, std::string_view text) {
   for (const v1::ScanError& e : r.errors()) {
     if (e.code() == code && e.message().find(text) != std::string::npos) return true;
   }
@@ -249,7 +249,8 @@ TEST(PinnedScanTest, AWriterOpeningALeasedFileAfterTheParseMakesTheScanError) {
   EXPECT_EQ(pin, "lease");
   EXPECT_FALSE(opened_before_hook_done) << "the lease did not hold the writer";
   EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR) << r->DebugString();
-  EXPECT_TRUE(HasError(*r, "io", "opened for writing during the scan")) << r->DebugString();
+  EXPECT_TRUE(HasError(*r, v1::ERROR_CODE_IO, "opened for writing during the scan"))
+      << r->DebugString();
   EXPECT_TRUE(r->sha256().empty()) << "a digest of bytes that may have changed";
   ::unlink(path.c_str());
 }
@@ -293,8 +294,10 @@ TEST(PinnedScanTest, ALeaseBrokenWhileTheWorkerRunsStopsItAsAnIoError) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(pin, "lease");
   EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR) << r->DebugString();
-  EXPECT_TRUE(HasError(*r, "io", "opened for writing during the scan")) << r->DebugString();
-  for (const v1::ScanError& e : r->errors()) EXPECT_NE(e.code(), "cancelled") << e.message();
+  EXPECT_TRUE(HasError(*r, v1::ERROR_CODE_IO, "opened for writing during the scan"))
+      << r->DebugString();
+  for (const v1::ScanError& e : r->errors())
+    EXPECT_NE(e.code(), v1::ERROR_CODE_CANCELLED) << e.message();
   ::unlink(path.c_str());
 }
 
@@ -310,7 +313,7 @@ TEST(PinnedScanTest, AFileOverTheCopyLimitThatCannotBeLeasedIsALimitError) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
   ASSERT_EQ(r->errors_size(), 1) << r->DebugString();
-  EXPECT_EQ(r->errors(0).code(), "limit");
+  EXPECT_EQ(r->errors(0).code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(r->errors(0).limit_name(), "max_sealed_copy_bytes");
   EXPECT_EQ(r->errors(0).limit_value(), 4096u);
   EXPECT_NE(r->errors(0).message().find("--max-sealed-copy-bytes"), std::string::npos);
@@ -418,7 +421,7 @@ TEST(PinnedConvertTest, AWriterOpeningALeasedInputAfterTheParseMeansNoOutput) {
   EXPECT_EQ(open_errno, EWOULDBLOCK);
   EXPECT_FALSE(c->status.ok());
   EXPECT_EQ(c->report.verdict(), v1::VERDICT_ERROR);
-  EXPECT_TRUE(HasError(c->report, "io", "opened for writing during the scan"));
+  EXPECT_TRUE(HasError(c->report, v1::ERROR_CODE_IO, "opened for writing during the scan"));
   EXPECT_FALSE(c->report.has_conversion());
   EXPECT_NE(::access(request.output.c_str(), F_OK), 0);
   ::unlink(path.c_str());

@@ -513,8 +513,8 @@ class ReportToDictTest(unittest.TestCase):
         f = report.files.add(path="p", size=2**63 + 5, verdict=pb.VERDICT_SUSPICIOUS)
         f.findings.add(rule_id="r", severity=pb.SEVERITY_HIGH, verdict=pb.VERDICT_SUSPICIOUS,
                        location=pb.Location(offset=2**40, pickle_index=2))
-        f.errors.add(code="limit", limit_name="max_opcodes", limit_value=7)
-        f.errors.add(code="malformed")
+        f.errors.add(code=pb.ERROR_CODE_LIMIT, limit_name="max_opcodes", limit_value=7)
+        f.errors.add(code=pb.ERROR_CODE_MISSING_SHARD)
         f.conversion.output = "o"
         f.conversion.signature = "o.sig"
         f.conversion.not_written.add(path="epoch", type="int")
@@ -530,6 +530,8 @@ class ReportToDictTest(unittest.TestCase):
         self.assertEqual(fd["findings"][0]["severity"], "HIGH")
         self.assertEqual(fd["findings"][0]["location"],
                          {"member": "", "offset": 2**40, "opcode": "", "pickle_index": 2})
+        self.assertEqual(fd["errors"][0]["code"], "limit")
+        self.assertEqual(fd["errors"][1]["code"], "missing_shard")
         self.assertEqual(fd["errors"][0]["limit_name"], "max_opcodes")
         self.assertEqual(fd["errors"][0]["limit_value"], 7)
         self.assertNotIn("limit_name", fd["errors"][1])
@@ -544,10 +546,17 @@ class ReportToDictTest(unittest.TestCase):
         pb = _stubs.load().report_pb2
         report = pb.Report()
         report.files.add().verdict = 42
+        report.files[0].errors.add().code = 42
+        report.files[0].errors.add()
         d = report_to_dict(report)
         self.assertEqual((d["verdict"], d["files"][0]["verdict"]), ("UNSPECIFIED", "UNSPECIFIED"))
+        self.assertEqual([e["code"] for e in d["files"][0]["errors"]],
+                         ["unspecified", "unspecified"])
         self.assertEqual(ckptscan_client.severity_name(pb.SEVERITY_CRITICAL), "CRITICAL")
         self.assertEqual(ckptscan_client.verdict_name("VERDICT_DANGEROUS"), "DANGEROUS")
+        self.assertEqual(ckptscan_client.error_code_name(pb.ERROR_CODE_DIGEST_MISMATCH),
+                         "digest_mismatch")
+        self.assertEqual(ckptscan_client.error_code_name("ERROR_CODE_IO"), "io")
 
     def test_only_reports(self):
         with self.assertRaises(TypeError):

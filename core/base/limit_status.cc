@@ -32,12 +32,11 @@ std::optional<LimitHit> LimitOf(const absl::Status& status) {
   return hit;
 }
 
-std::string_view ErrorCodeOf(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kResourceExhausted: return "limit";
-    case absl::StatusCode::kUnimplemented: return "unsupported";
-    default: return "malformed";
-  }
+absl::Status Reworded(const absl::Status& status, std::string_view message) {
+  absl::Status out(status.code(), AbslView(message));
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 }  // namespace ckptscan::base

@@ -24,9 +24,9 @@ absl::Status LimitError(std::string_view message, std::string_view limit, uint64
 // The limit a status from LimitError names; nullopt for any other status.
 std::optional<LimitHit> LimitOf(const absl::Status& status);
 
-// A report error code for a failed status: "limit" (ResourceExhausted), "unsupported"
-// (Unimplemented) or "malformed" (anything else).
-std::string_view ErrorCodeOf(const absl::Status& status);
+// `status` with its message replaced by `message`: the same code and payloads, so that a
+// limit it names (LimitError) survives a caller that adds context to the message.
+absl::Status Reworded(const absl::Status& status, std::string_view message);
 
 }  // namespace ckptscan::base
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/pickle/literals.h"
 #include "core/pickle/opcodes.h"
@@ -124,9 +126,9 @@ class Machine final {
       e.offset = op_offset_;
       e.opcode = op_;
       e.has_opcode = have_op_;
-      if (e.code == VmError::Code::kLimit) {
-        e.limit_name = limit_name_;
-        e.limit_value = limit_value_;
+      if (std::optional<base::LimitHit> hit = base::LimitOf(st)) {
+        e.limit_name = std::move(hit->name);
+        e.limit_value = hit->value;
       }
       out_.error = std::move(e);
     }
@@ -212,11 +214,8 @@ class Machine final {
       " (joblib.load reads on here; ckptscan does not follow it)";
   static constexpr const char kReadsAcross[] =
       " (CPython 3.11 reads across frames; ckptscan does not follow it)";
-  absl::Status Limit(const char* name, uint64_t value) {
-    limit_name_ = name;
-    limit_value_ = value;
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("limit %s (%d) exceeded", name, value));
+  static absl::Status Limit(const char* name, uint64_t value) {
+    return base::LimitError(absl::StrFormat("limit %s (%d) exceeded", name, value), name, value);
   }
   absl::Status Underflow() const {
     return Malformed(marks_.empty() ? "unpickling stack underflow" : "unexpected MARK found");
@@ -1453,8 +1452,6 @@ class Machine final {
   bool have_op_ = false;
   std::string arg_;
   std::string note_;
-  const char* limit_name_ = "";
-  uint64_t limit_value_ = 0;
 };
 
 bool HasContent(const PickleFacts& p) {

@@ -16,9 +16,10 @@
 #include "core/base/checked.h"
 #include "core/base/escape.h"
 #include "core/base/json_cursor.h"
+#include "core/base/json_text.h"
+#include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
-#include "core/base/json_text.h"
 #include "core/safetensors/text.h"
 #include "nlohmann/json.hpp"
 
@@ -48,9 +49,11 @@ absl::Status TensorMalformed(std::string_view name, uint64_t offset, std::string
 
 absl::Status OverLimit(std::string_view what, std::string_view field, uint64_t value, uint64_t max,
                        uint64_t offset) {
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "safetensors: %s %d is over the limit %d (ValidatorLimits::%s; at byte offset %d)",
-      AbslView(what), value, max, AbslView(field), offset));
+  return base::LimitError(
+      absl::StrFormat(
+          "safetensors: %s %d is over the limit %d (ValidatorLimits::%s; at byte offset %d)",
+          AbslView(what), value, max, AbslView(field), offset),
+      field, max);
 }
 
 std::string ShapeString(const std::vector<uint64_t>& shape) {
@@ -475,10 +478,11 @@ absl::StatusOr<Layout> ValidateHeader(std::string_view prefix, uint64_t file_siz
   CKPT_ASSIGN_OR_RETURN(const uint64_t n, reader.ReadU64LE());
   // Rule 2, limit first as the reference does, then the file size.
   if (n > limits.max_header_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "safetensors: header length %d is over the limit %d (ValidatorLimits::max_header_bytes; "
-        "file is %d bytes; at byte offset 0)",
-        n, limits.max_header_bytes, file_size));
+    return base::LimitError(
+        absl::StrFormat("safetensors: header length %d is over the limit %d "
+                        "(ValidatorLimits::max_header_bytes; file is %d bytes; at byte offset 0)",
+                        n, limits.max_header_bytes, file_size),
+        "max_header_bytes", limits.max_header_bytes);
   }
   if (n > file_size - kLengthBytes) {
     return Malformed(

@@ -1,9 +1,11 @@
 #include "core/safetensors/validator.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/base/limit_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,11 +56,20 @@ TEST(ValidatorTest, HugeHeaderLengthIsOverTheLimit) {
                  absl::StatusCode::kResourceExhausted);
 }
 
+// The limit a status names (base::LimitError), as a report's limit_name / limit_value.
+void ExpectLimit(const absl::Status& s, std::string_view name, uint64_t value) {
+  std::optional<base::LimitHit> hit = base::LimitOf(s);
+  ASSERT_TRUE(hit.has_value()) << s;
+  EXPECT_EQ(hit->name, name);
+  EXPECT_EQ(hit->value, value);
+}
+
 TEST(ValidatorTest, HeaderLimitIsConfigurable) {
   ValidatorLimits limits;
   limits.max_header_bytes = 4;
   absl::Status s = Check(File("{}      "), limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  ExpectLimit(s, "max_header_bytes", 4);
 }
 
 // ---- Adversarial: header text ---------------------------------------------------------------
@@ -252,6 +263,7 @@ TEST(ValidatorTest, TensorCountOverLimit) {
                          limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("max_tensors"));
+  ExpectLimit(s, "max_tensors", 1);
 }
 
 TEST(ValidatorTest, SubByteTensorNotWholeBytes) {

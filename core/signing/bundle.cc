@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/signing/encoding.h"
 #include "core/signing/statement.h"
@@ -32,8 +33,6 @@ constexpr std::string_view kDoc = "bundle";
 std::string Esc(std::string_view s) {
   return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
 }
-
-
 
 struct MdCtxFree {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
@@ -293,9 +292,10 @@ absl::StatusOr<ParsedBundle> ParseBundle(const Json& b, const Limits& limits) {
           "%s: verificationMaterial.x509CertificateChain.certificates is empty", AbslView(kDoc)));
     }
     if ((*certs)->size() > limits.max_certificates) {
-      return absl::ResourceExhaustedError(
+      return base::LimitError(
           absl::StrFormat("%s: %d certificates in the chain, over Limits::max_certificates (%d)",
-                          AbslView(kDoc), (*certs)->size(), limits.max_certificates));
+                          AbslView(kDoc), (*certs)->size(), limits.max_certificates),
+          "max_certificates", limits.max_certificates);
     }
     out.method = BundleMethod::kCertificate;
     out.chain = *certs;
@@ -319,9 +319,11 @@ absl::StatusOr<ParsedBundle> ParseBundle(const Json& b, const Limits& limits) {
       RequiredString(**env, "payload", kDoc, "dsseEnvelope.payload");
   if (!payload_b64.ok()) return payload_b64.status();
   if ((*payload_b64)->size() / 4 * 3 > limits.max_payload_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: dsseEnvelope.payload decodes to about %d bytes, over Limits::max_payload_bytes (%d)",
-        AbslView(kDoc), (*payload_b64)->size() / 4 * 3, limits.max_payload_bytes));
+    return base::LimitError(
+        absl::StrFormat("%s: dsseEnvelope.payload decodes to about %d bytes, over "
+                        "Limits::max_payload_bytes (%d)",
+                        AbslView(kDoc), (*payload_b64)->size() / 4 * 3, limits.max_payload_bytes),
+        "max_payload_bytes", limits.max_payload_bytes);
   }
   absl::StatusOr<std::string> payload = Base64Decode(**payload_b64, "bundle: dsseEnvelope.payload");
   if (!payload.ok()) return payload.status();
@@ -334,9 +336,10 @@ absl::StatusOr<ParsedBundle> ParseBundle(const Json& b, const Limits& limits) {
         absl::StrFormat("%s: dsseEnvelope.signatures is empty", AbslView(kDoc)));
   }
   if ((*sigs)->size() > limits.max_signatures) {
-    return absl::ResourceExhaustedError(
+    return base::LimitError(
         absl::StrFormat("%s: %d DSSE signatures, over Limits::max_signatures (%d)", AbslView(kDoc),
-                        (*sigs)->size(), limits.max_signatures));
+                        (*sigs)->size(), limits.max_signatures),
+        "max_signatures", limits.max_signatures);
   }
   for (size_t i = 0; i < (*sigs)->size(); ++i) {
     const Json& s = (**sigs)[i];
@@ -590,8 +593,8 @@ absl::StatusOr<Trust> Trust::CaCertificateFiles(const std::vector<std::string>& 
   }
   absl::StatusOr<Trust> t = CaCertificates(all, time);
   if (!t.ok() && !paths.empty()) {
-    return absl::Status(t.status().code(), absl::StrCat(t.status().message(), " (in ", paths[0],
-                                                        paths.size() > 1 ? " ..." : "", ")"));
+    return base::Reworded(t.status(), absl::StrCat(t.status().message(), " (in ", paths[0],
+                                                   paths.size() > 1 ? " ..." : "", ")"));
   }
   return t;
 }
@@ -599,9 +602,9 @@ absl::StatusOr<Trust> Trust::CaCertificateFiles(const std::vector<std::string>& 
 absl::StatusOr<VerifiedBundle> VerifyBundle(std::string_view bundle_json, const Trust& trust,
                                             const Limits& limits) {
   if (bundle_json.size() > limits.max_bundle_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("bundle: %d bytes, over Limits::max_bundle_bytes (%d)", bundle_json.size(),
-                        limits.max_bundle_bytes));
+    return base::LimitError(absl::StrFormat("bundle: %d bytes, over Limits::max_bundle_bytes (%d)",
+                                            bundle_json.size(), limits.max_bundle_bytes),
+                            "max_bundle_bytes", limits.max_bundle_bytes);
   }
   absl::StatusOr<Json> doc = ParseStrictJson(bundle_json, kDoc, limits);
   if (!doc.ok()) return doc.status();

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/base/limit_status.h"
 #include "core/signing/encoding.h"
 #include "core/signing/statement.h"
 #include "core/signing/strict_json.h"
@@ -284,11 +285,14 @@ TEST_F(OmsSignedModelTest, DuplicateKeysDeepNestingAndSizeLimits) {
   absl::Status s = VerifyBundle(deep, *trust_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("Limits::max_json_depth"));
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).name, "max_json_depth") << s;
   Limits small;
   small.max_bundle_bytes = 100;
   s = VerifyBundle(bundle_, *trust_, small).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("Limits::max_bundle_bytes"));
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).name, "max_bundle_bytes") << s;
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).value, 100u) << s;
   small = Limits{};
   small.max_payload_bytes = 100;
   EXPECT_THAT(VerifyBundle(bundle_, *trust_, small).status().message(),

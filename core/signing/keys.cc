@@ -17,6 +17,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
 #include "core/signing/encoding.h"
@@ -182,9 +183,10 @@ absl::StatusOr<PrivateKey> PrivateKey::LoadFile(const std::string& path, const L
         path, st.st_mode & 07777, path));
   }
   if (static_cast<uint64_t>(st.st_size) > limits.max_pem_bytes) {
-    return absl::ResourceExhaustedError(
+    return base::LimitError(
         absl::StrFormat("private key file %s is %d bytes, over Limits::max_pem_bytes (%d)", path,
-                        st.st_size, limits.max_pem_bytes));
+                        st.st_size, limits.max_pem_bytes),
+        "max_pem_bytes", limits.max_pem_bytes);
   }
   std::string pem(static_cast<size_t>(st.st_size), '\0');
   absl::Cleanup wipe = [&pem] { OPENSSL_cleanse(pem.data(), pem.size()); };
@@ -303,8 +305,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_by
     return absl::InvalidArgumentError(absl::StrFormat("%s is not a regular file", path));
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s is %d bytes, over Limits::%s (%d)", path, st.st_size, AbslView(limit_name), max_bytes));
+    return base::LimitError(absl::StrFormat("%s is %d bytes, over Limits::%s (%d)", path,
+                                            st.st_size, AbslView(limit_name), max_bytes),
+                            limit_name, max_bytes);
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;

@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/base/checked.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/base/unique_fd.h"
 #include "core/signing/strict_json.h"
@@ -167,9 +168,11 @@ absl::Status Enumerate(int root_fd, const std::string& root_path,
       }
       if (S_ISDIR(st.st_mode)) {
         if (dir.depth + 1 > limits.max_directory_depth) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "directory \"%s\" is nested deeper than %d (Limits::max_directory_depth)",
-              AbslView(Esc(rel)), limits.max_directory_depth));
+          return base::LimitError(
+              absl::StrFormat(
+                  "directory \"%s\" is nested deeper than %d (Limits::max_directory_depth)",
+                  AbslView(Esc(rel)), limits.max_directory_depth),
+              "max_directory_depth", limits.max_directory_depth);
         }
         base::UniqueFd sub(::openat(::dirfd(d.get()), name.c_str(),
                                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -185,8 +188,9 @@ absl::Status Enumerate(int root_fd, const std::string& root_path,
                             AbslView(Esc(rel))));
       }
       if (files->size() >= limits.max_files) {
-        return absl::ResourceExhaustedError(
-            absl::StrFormat("model has more than %d files (Limits::max_files)", limits.max_files));
+        return base::LimitError(
+            absl::StrFormat("model has more than %d files (Limits::max_files)", limits.max_files),
+            "max_files", limits.max_files);
       }
       files->push_back(FileEntry{std::move(rel), static_cast<uint64_t>(st.st_size)});
     }
@@ -334,9 +338,9 @@ absl::Status CheckRelativePath(std::string_view path, std::string_view what, con
   };
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(AbslView(what), " is empty"));
   if (path.size() > limits.max_name_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s is %d bytes long, over Limits::max_name_bytes (%d)", AbslView(what),
-                        path.size(), limits.max_name_bytes));
+    return base::LimitError(absl::StrFormat("%s is %d bytes long, over Limits::max_name_bytes (%d)",
+                                            AbslView(what), path.size(), limits.max_name_bytes),
+                            "max_name_bytes", limits.max_name_bytes);
   }
   if (path == ".") return absl::OkStatus();
   if (!IsValidUtf8(path)) return bad("is not valid UTF-8");
@@ -381,9 +385,9 @@ absl::Status ValidateManifest(const Manifest& m, const Limits& limits) {
     return absl::InvalidArgumentError("shard_size must be positive");
   }
   if (s.ignore_paths.size() > limits.max_ignore_paths) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%d ignore paths, over Limits::max_ignore_paths (%d)",
-                        s.ignore_paths.size(), limits.max_ignore_paths));
+    return base::LimitError(absl::StrFormat("%d ignore paths, over Limits::max_ignore_paths (%d)",
+                                            s.ignore_paths.size(), limits.max_ignore_paths),
+                            "max_ignore_paths", limits.max_ignore_paths);
   }
   for (const std::string& p : s.ignore_paths) {
     if (p == ".") {
@@ -392,8 +396,9 @@ absl::Status ValidateManifest(const Manifest& m, const Limits& limits) {
     if (absl::Status st = CheckRelativePath(p, "ignore path", limits); !st.ok()) return st;
   }
   if (m.resources.size() > limits.max_resources) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%d resources, over Limits::max_resources (%d)", m.resources.size(), limits.max_resources));
+    return base::LimitError(absl::StrFormat("%d resources, over Limits::max_resources (%d)",
+                                            m.resources.size(), limits.max_resources),
+                            "max_resources", limits.max_resources);
   }
   std::set<std::string_view> seen;
   for (const Resource& r : m.resources) {
@@ -480,9 +485,9 @@ absl::StatusOr<Manifest> StartManifest(std::string model_name, const HashOptions
     return absl::InvalidArgumentError("shard_size must be positive");
   }
   if (ignores.size() > limits.max_ignore_paths) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%d ignore paths, over Limits::max_ignore_paths (%d)", ignores.size(),
-                        limits.max_ignore_paths));
+    return base::LimitError(absl::StrFormat("%d ignore paths, over Limits::max_ignore_paths (%d)",
+                                            ignores.size(), limits.max_ignore_paths),
+                            "max_ignore_paths", limits.max_ignore_paths);
   }
   for (const std::string& p : ignores) {
     if (p == "." || p.empty()) {
@@ -513,9 +518,10 @@ absl::StatusOr<Manifest> HashFiles(Manifest m, int root_fd, const std::string& s
   for (const FileEntry& f : files) {
     const uint64_t n = shards ? (f.size / shard + (f.size % shard != 0 ? 1 : 0)) : 1;
     if (!base::CheckedAdd(count, n, &count) || count > limits.max_resources) {
-      return absl::ResourceExhaustedError(
+      return base::LimitError(
           absl::StrFormat("the model would need more than %d resources (Limits::max_resources)%s",
-                          limits.max_resources, shards ? "; use a larger shard size" : ""));
+                          limits.max_resources, shards ? "; use a larger shard size" : ""),
+          "max_resources", limits.max_resources);
     }
   }
   items.reserve(static_cast<size_t>(count));

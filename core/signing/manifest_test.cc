@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/limit_status.h"
 #include "core/signing/encoding.h"
 #include "core/signing/test_util.h"
 #include "gmock/gmock.h"
@@ -146,6 +147,8 @@ TEST(OmsHashModelTest, LimitsStopEnumerationAndShardExplosion) {
   absl::Status s = HashModel(d.path(), opts).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("Limits::max_files"));
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).name, "max_files") << s;
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).value, 4u) << s;
 
   HashOptions shards;
   shards.serialization.method = Method::kShards;
@@ -154,6 +157,7 @@ TEST(OmsHashModelTest, LimitsStopEnumerationAndShardExplosion) {
   s = HashModel(d.path(), shards).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("Limits::max_resources"));
+  EXPECT_EQ(base::LimitOf(s).value_or(base::LimitHit{}).name, "max_resources") << s;
 
   ScratchDir deep;
   std::string rel = "d";
@@ -187,6 +191,8 @@ TEST(OmsPathTest, CanonicalRelativePaths) {
   Limits small;
   small.max_name_bytes = 3;
   EXPECT_EQ(CheckRelativePath("abcd", "name", small).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(base::LimitOf(CheckRelativePath("abcd", "name", small)).value_or(base::LimitHit{}).name,
+            "max_name_bytes");
 }
 
 TEST(OmsPathTest, ShardNamesSplitAtTheLastTwoColons) {

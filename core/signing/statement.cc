@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/signing/encoding.h"
 #include "core/signing/strict_json.h"
@@ -21,7 +22,6 @@ constexpr std::string_view kDoc = "statement";
 std::string Esc(std::string_view s) {
   return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
 }
-
 
 absl::Status Bad(std::string_view path, std::string_view why) {
   return absl::InvalidArgumentError(
@@ -201,10 +201,11 @@ absl::StatusOr<Manifest> ParseStatement(std::string_view payload, const Limits& 
       return WrongType(kDoc, "predicate.serialization.ignore_paths", "an array", *ignore);
     }
     if (ignore->size() > limits.max_ignore_paths) {
-      return absl::ResourceExhaustedError(
+      return base::LimitError(
           absl::StrFormat("%s: predicate.serialization.ignore_paths has %d entries, over "
                           "Limits::max_ignore_paths (%d)",
-                          AbslView(kDoc), ignore->size(), limits.max_ignore_paths));
+                          AbslView(kDoc), ignore->size(), limits.max_ignore_paths),
+          "max_ignore_paths", limits.max_ignore_paths);
     }
     for (size_t i = 0; i < ignore->size(); ++i) {
       const Json& p = (*ignore)[i];
@@ -225,9 +226,10 @@ absl::StatusOr<Manifest> ParseStatement(std::string_view payload, const Limits& 
       RequiredArray(**predicate, "resources", kDoc, "predicate.resources");
   if (!resources.ok()) return resources.status();
   if ((*resources)->size() > limits.max_resources) {
-    return absl::ResourceExhaustedError(
+    return base::LimitError(
         absl::StrFormat("%s: predicate.resources has %d entries, over Limits::max_resources (%d)",
-                        AbslView(kDoc), (*resources)->size(), limits.max_resources));
+                        AbslView(kDoc), (*resources)->size(), limits.max_resources),
+        "max_resources", limits.max_resources);
   }
   const bool shards = m.serialization.method == Method::kShards;
   const std::string shard_algorithm = ShardAlgorithm(m.serialization.shard_size);
@@ -252,7 +254,7 @@ absl::StatusOr<Manifest> ParseStatement(std::string_view payload, const Limits& 
     m.resources.push_back(Resource{**rname, **digest});
   }
   if (absl::Status s = ValidateManifest(m, limits); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(AbslView(kDoc), ": ", s.message()));
+    return base::Reworded(s, absl::StrCat(AbslView(kDoc), ": ", s.message()));
   }
   absl::StatusOr<Sha256Digest> root = RootDigest(m.resources);
   if (!root.ok()) return root.status();

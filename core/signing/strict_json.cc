@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/escape.h"
 #include "core/base/json_cursor.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 
 namespace ckptscan::signing {
@@ -82,9 +83,11 @@ class DomBuilder final : public nlohmann::json_sax<Json> {
 
   bool Count() {
     if (++values_ > limits_.max_json_values) {
-      return Fail(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s: more than %d JSON values (Limits::max_json_values; at byte offset %d)",
-          AbslView(what_), limits_.max_json_values, Pos())));
+      return Fail(base::LimitError(
+          absl::StrFormat(
+              "%s: more than %d JSON values (Limits::max_json_values; at byte offset %d)",
+              AbslView(what_), limits_.max_json_values, Pos()),
+          "max_json_values", limits_.max_json_values));
     }
     return true;
   }
@@ -114,9 +117,11 @@ class DomBuilder final : public nlohmann::json_sax<Json> {
   bool Open(Json container) {
     if (!Count()) return false;
     if (stack_.size() >= limits_.max_json_depth) {
-      return Fail(absl::ResourceExhaustedError(absl::StrFormat(
-          "%s: JSON nested deeper than %d (Limits::max_json_depth; at byte offset %d)",
-          AbslView(what_), limits_.max_json_depth, Pos())));
+      return Fail(base::LimitError(
+          absl::StrFormat(
+              "%s: JSON nested deeper than %d (Limits::max_json_depth; at byte offset %d)",
+              AbslView(what_), limits_.max_json_depth, Pos()),
+          "max_json_depth", limits_.max_json_depth));
     }
     stack_.push_back(Place(std::move(container)));
     return true;
@@ -164,7 +169,6 @@ absl::StatusOr<Json> ParseStrictJson(std::string_view text, std::string_view wha
   }
   return builder.TakeRoot();
 }
-
 
 std::string JsonTypeName(const Json& v) {
   switch (v.type()) {

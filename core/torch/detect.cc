@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/checked.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/compress/decompress.h"
 #include "core/safetensors/validator.h"
@@ -100,7 +101,7 @@ class Reader {
   void File(std::string_view data) {
     if (data.empty()) {
       out_->format = "empty";
-      Error("malformed", "empty file: there is nothing to verify", "", 0);
+      Error(v1::ERROR_CODE_MALFORMED, "empty file: there is nothing to verify", "", 0);
       return;
     }
     if (data.substr(0, 4) == kZipMagic) {
@@ -117,7 +118,7 @@ class Reader {
     if (compress::IsJoblibCompat(data)) {
       // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
       out_->format = "joblib-compat";
-      Error("unsupported",
+      Error(v1::ERROR_CODE_UNSUPPORTED,
             "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
             "compatibility loader, is not scanned",
             "", 0);
@@ -127,7 +128,7 @@ class Reader {
     for (const Magic& m : kMagics) {
       if (data.substr(0, m.bytes.size()) == m.bytes) {
         out_->format = std::string(m.format);
-        Error("unsupported",
+        Error(v1::ERROR_CODE_UNSUPPORTED,
               absl::StrCat(base::AbslView(m.format), ": ", base::AbslView(m.message)), "", 0);
         return;
       }
@@ -353,7 +354,7 @@ class Reader {
     }
   }
 
-  void Error(std::string_view code, std::string message, std::string_view member, uint64_t offset) {
+  void Error(v1::ErrorCode code, std::string message, std::string_view member, uint64_t offset) {
     out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
   }
   void Error(const absl::Status& status, std::string message, std::string_view member,
@@ -377,7 +378,7 @@ class Reader {
         Error(ar.status(), std::string(ar.status().message()), "", 0);
       } else {
         for (const ContainerAnomaly& a : ar->anomalies) out_->anomalies.push_back(a);
-        Error("unsupported",
+        Error(v1::ERROR_CODE_UNSUPPORTED,
               "tar: an archive that is not a torch checkpoint (no storages, tensors or pickle "
               "member)",
               "", 0);
@@ -467,8 +468,8 @@ class Reader {
     if (format == "torch-zip" || format == "torchscript") {
       absl::StatusOr<uint64_t> version = ar->Version();
       if (!version.ok()) {
-        Error("malformed", absl::StrCat("torch archive: ", version.status().message()), outer,
-              base);
+        Error(v1::ERROR_CODE_MALFORMED, absl::StrCat("torch archive: ", version.status().message()),
+              outer, base);
       }
       if (const zip::Entry* bo = ar->LocateRecord("byteorder")) {
         absl::StatusOr<zip::Member> m = ar->Read(*bo);
@@ -479,7 +480,7 @@ class Reader {
       }
     }
     if (format == "zip" && top) {
-      Error("unsupported",
+      Error(v1::ERROR_CODE_UNSUPPORTED,
             torch_refused.ok()
                 ? std::string("a zip archive that is not a torch checkpoint (no <folder>/data.pkl) "
                               "nor an .npz")
@@ -503,12 +504,12 @@ class Reader {
         if (!mf.stream.pickles.empty() && !mf.stream.pickles[0].error && top) {
           tensors = ExtractTensors(mf.stream.pickles[0]);
           for (const std::string& p : tensors.problems) {
-            Error("malformed", p, mf.member, 0);
+            Error(v1::ERROR_CODE_MALFORMED, p, mf.member, 0);
           }
         }
         if (!m->complete()) {
-          Error("malformed", "data.pkl: torch would read uninitialised bytes past its end",
-                mf.member, 0);
+          Error(v1::ERROR_CODE_MALFORMED,
+                "data.pkl: torch would read uninitialised bytes past its end", mf.member, 0);
         }
         out_->members.push_back(std::move(mf));
       }
@@ -545,8 +546,9 @@ class Reader {
       std::string_view bytes = m->bytes();
       if (bytes.substr(0, 4) == kZipMagic) {
         if (depth + 1 > options_.max_container_depth) {
-          Error("limit", "an archive nested deeper than max_container_depth", name,
-                base + e.data_offset);
+          constexpr std::string_view kDeep = "an archive nested deeper than max_container_depth";
+          Error(base::LimitError(kDeep, "max_container_depth", options_.max_container_depth),
+                std::string(kDeep), name, base + e.data_offset);
         } else {
           Anomaly("nested_archive", name, base + e.data_offset, "a zip archive inside the archive");
           Zip(bytes, name, base + e.data_offset, depth + 1, false);
@@ -558,7 +560,8 @@ class Reader {
         if (IsNpy(bytes)) {
           ReadNpy(bytes, name, tensor, base + e.data_offset, e.method == 0, vm_, out_);
         } else {
-          Error("malformed", "an .npz member that is not an .npy", name, base + e.data_offset);
+          Error(v1::ERROR_CODE_MALFORMED, "an .npz member that is not an .npy", name,
+                base + e.data_offset);
         }
         continue;
       }
@@ -653,7 +656,7 @@ class Reader {
       std::string where =
           MemberName(outer, absl::StrCat(base::AbslView(ar.prefix()), "/", base::AbslView(record)));
       if (e == nullptr) {
-        Error("malformed",
+        Error(v1::ERROR_CODE_MALFORMED,
               absl::StrFormat("storage '%s' has no record %s", base::AbslView(s.key),
                               base::AbslView(where)),
               MemberName(outer, "data.pkl"), s.pid_offset);
@@ -664,7 +667,7 @@ class Reader {
       uint64_t nbytes;
       if (!base::CheckedMul(s.numel, element, &nbytes) || nbytes != e->uncompressed_size) {
         Error(
-            "malformed",
+            v1::ERROR_CODE_MALFORMED,
             absl::StrFormat("storage '%s': %d elements of %d bytes, but its record holds %d bytes",
                             base::AbslView(s.key), s.numel, element, e->uncompressed_size),
             MemberName(outer, e->name), base + e->data_offset);
@@ -676,7 +679,7 @@ class Reader {
       // tests/fuzz/extract_fuzz.cc).
       const uint64_t in_archive = e->method == 0 ? nbytes : e->compressed_size;
       if (!e->local_header_ok || !base::RangeWithin(e->data_offset, in_archive, archive_size)) {
-        Error("malformed",
+        Error(v1::ERROR_CODE_MALFORMED,
               absl::StrFormat("storage '%s': torch cannot read its record %s (local header "
                               "unreadable or data past the end)",
                               base::AbslView(s.key), base::AbslView(where)),
@@ -690,7 +693,8 @@ class Reader {
       if (x.storage < 0) continue;
       absl::Status b = CheckBounds(x, t.storages[static_cast<size_t>(x.storage)].numel);
       if (!b.ok())
-        Error("malformed", std::string(b.message()), MemberName(outer, "data.pkl"), x.offset);
+        Error(v1::ERROR_CODE_MALFORMED, std::string(b.message()), MemberName(outer, "data.pkl"),
+              x.offset);
     }
   }
 

@@ -15,24 +15,35 @@ absl::Status CheckShardFileName(std::string_view name) {
                      name.find('/') == std::string_view::npos &&
                      name.find('\0') == std::string_view::npos;
   if (plain) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "shard file name \"", base::AbslView(base::Escaped(name)),
-      "\" is not a plain file name in the index's directory"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("shard file name \"", base::AbslView(base::Escaped(name)),
+                   "\" is not a plain file name in the index's directory"));
 }
 
-v1::ScanError ContainerError(std::string_view code, std::string message, std::string_view member,
+v1::ScanError ContainerError(v1::ErrorCode code, std::string message, std::string_view member,
                              uint64_t offset) {
   v1::ScanError e;
-  e.set_code(std::string(code));
+  e.set_code(code);
   e.set_message(std::move(message));
   e.mutable_location()->set_member(std::string(member));
   e.mutable_location()->set_offset(offset);
   return e;
 }
 
-v1::ScanError StatusError(const absl::Status& status, std::string message,
-                          std::string_view member, uint64_t offset) {
-  v1::ScanError e = ContainerError(base::ErrorCodeOf(status), std::move(message), member, offset);
+v1::ErrorCode ErrorCodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kResourceExhausted:
+      return v1::ERROR_CODE_LIMIT;
+    case absl::StatusCode::kUnimplemented:
+      return v1::ERROR_CODE_UNSUPPORTED;
+    default:
+      return v1::ERROR_CODE_MALFORMED;
+  }
+}
+
+v1::ScanError StatusError(const absl::Status& status, std::string message, std::string_view member,
+                          uint64_t offset) {
+  v1::ScanError e = ContainerError(ErrorCodeOf(status), std::move(message), member, offset);
   if (std::optional<base::LimitHit> hit = base::LimitOf(status)) {
     e.set_limit_name(hit->name);
     e.set_limit_value(hit->value);

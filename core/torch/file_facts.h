@@ -33,7 +33,7 @@ struct MemberFacts {
 // Something about the container that the real loader reads differently from a naive reader,
 // or that has no business being there (container.* findings on the trusted side).
 struct ContainerAnomaly {
-  std::string kind;     // stable id, e.g. "duplicate_member" (rule id: container.<kind>)
+  std::string kind;  // stable id, e.g. "duplicate_member" (rule id: container.<kind>)
   std::string member;
   uint64_t offset = 0;  // byte offset in the file
   std::string message;
@@ -46,7 +46,7 @@ struct StorageData {
   std::string member;   // zip member, or "" (legacy: the file itself)
   uint64_t offset = 0;  // absolute byte offset of the first byte
   uint64_t nbytes = 0;
-  bool stored = true;   // false: compressed in the container (not mappable)
+  bool stored = true;  // false: compressed in the container (not mappable)
 };
 
 // A sharded checkpoint's index (format "hf-index", core/torch/hf_index.h).
@@ -88,18 +88,21 @@ struct FileFacts {
   std::vector<StorageData> storage_data;  // parallel to `storages`
   // Values beside the tensors (torch formats), which a conversion does not write.
   OtherValues other_values;
-  ShardIndex shard_index;  // format "hf-index" only
+  ShardIndex shard_index;        // format "hf-index" only
   SafetensorsFacts safetensors;  // format "safetensors" only
 };
 
-// A report error found while reading a container ("malformed", "unsupported", "limit").
-v1::ScanError ContainerError(std::string_view code, std::string message, std::string_view member,
+// A report error found while reading a container (malformed, unsupported). A limit is a
+// StatusError of a base::LimitError, so that it names the limit.
+v1::ScanError ContainerError(v1::ErrorCode code, std::string message, std::string_view member,
                              uint64_t offset);
-// The same for a failed status: its code from the status (base::ErrorCodeOf: "limit" for
-// ResourceExhausted), and the limit's name and value when the status names one
-// (base::LimitError).
-v1::ScanError StatusError(const absl::Status& status, std::string message,
-                          std::string_view member, uint64_t offset);
+// A report error code for a failed status: LIMIT (ResourceExhausted), UNSUPPORTED
+// (Unimplemented) or MALFORMED (anything else).
+v1::ErrorCode ErrorCodeOf(const absl::Status& status);
+// The same for a failed status: its code from ErrorCodeOf, and the limit's name and value
+// when the status names one (base::LimitError).
+v1::ScanError StatusError(const absl::Status& status, std::string message, std::string_view member,
+                          uint64_t offset);
 
 }  // namespace ckptscan::torch
 

@@ -251,7 +251,7 @@ TEST(TarTest, PaxHeaderIsRefused) {
       PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) { h[156] = 'x'; });
   FileFacts f = ReadFile(data, pickle::Vm());
   ASSERT_FALSE(f.errors.empty());
-  EXPECT_EQ(f.errors[0].code(), "unsupported");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
 }
 
 TEST(TarTest, SymlinkMemberIsRefused) {
@@ -259,7 +259,7 @@ TEST(TarTest, SymlinkMemberIsRefused) {
       PatchHeader(Read(kDir / "tar_state_dict.pt"), 1024, [](char* h) { h[156] = '2'; });
   FileFacts f = ReadFile(data, pickle::Vm());
   ASSERT_FALSE(f.errors.empty());
-  EXPECT_EQ(f.errors[0].code(), "unsupported");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
 }
 
 TEST(TarTest, BadChecksumAfterTheFirstMemberEndsTheArchive) {
@@ -299,7 +299,7 @@ TEST(TarTest, TarWithoutTorchMembersIsRefused) {
   FileFacts f = ReadFile(data, pickle::Vm());
   EXPECT_EQ(f.format, "tar");
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "unsupported");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
 }
 
 TEST(TarTest, TensorPastItsStorageIsAnError) {
@@ -389,7 +389,7 @@ TEST(SafetensorsDetectTest, DataOffsetsPastTheBufferIsMalformedWithTheOffset) {
   EXPECT_EQ(f.format, "safetensors");
   EXPECT_FALSE(f.safetensors.valid);
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "malformed");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_NE(f.errors[0].message().find("byte offset"), std::string::npos) << f.errors[0].message();
 }
 
@@ -398,7 +398,9 @@ TEST(SafetensorsDetectTest, HeaderOverTheValidatorLimitIsALimitError) {
       ReadFile(Safetensors(200'000'000, kOneTensor, ""), pickle::Vm(pickle::Limits{}));
   EXPECT_EQ(f.format, "safetensors");
   ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), "limit");
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_LIMIT);
+  EXPECT_EQ(f.errors[0].limit_name(), "max_header_bytes");
+  EXPECT_EQ(f.errors[0].limit_value(), 100'000'000u);  // ValidatorLimits::max_header_bytes
 }
 
 TEST(SafetensorsDetectTest, LengthWhoseLowByteIsABraceIsNotTakenForJson) {
@@ -449,6 +451,45 @@ std::string StoredZip(const std::string& name, const std::string& payload, uint3
   zip += "PK\x05\x06";
   u16(0), u16(0), u16(1), u16(1), u32(cd_size), u32(base + cd), u16(0);
   return zip;
+}
+
+// The one limit error of `f`: its code and the limit it names (limit_name, limit_value).
+void ExpectLimitError(const FileFacts& f, std::string_view name, uint64_t value) {
+  const v1::ScanError* limit = nullptr;
+  for (const v1::ScanError& e : f.errors) {
+    if (e.code() == v1::ERROR_CODE_LIMIT) limit = &e;
+  }
+  ASSERT_NE(limit, nullptr) << (f.errors.empty() ? "no error" : f.errors[0].message());
+  EXPECT_EQ(limit->limit_name(), name) << limit->message();
+  EXPECT_EQ(limit->limit_value(), value) << limit->message();
+}
+
+TEST(LimitErrorsTest, TarRecordsAndMembersNameTheirLimit) {
+  const std::string data = Read(kDir / "tar_state_dict.pt");
+  ReadOptions records;
+  records.tar.max_records = 0;
+  ExpectLimitError(ReadFile(data, pickle::Vm(), records), "max_records", 0);
+  ReadOptions members;
+  members.tar.max_members = 1;
+  ExpectLimitError(ReadFile(data, pickle::Vm(), members), "max_members", 1);
+}
+
+TEST(LimitErrorsTest, NpyHeaderOverTheCapNamesItsLimit) {
+  std::string npy("\x93NUMPY\x02\x00", 8);
+  const uint32_t len = (1u << 20) + 1;
+  for (int i = 0; i < 4; ++i) npy.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  npy += "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+  const FileFacts f = ReadFile(npy, pickle::Vm());
+  EXPECT_EQ(f.format, "npy");
+  ExpectLimitError(f, "max_npy_header_bytes", 1u << 20);
+}
+
+TEST(LimitErrorsTest, NestedArchiveOverTheDepthNamesItsLimit) {
+  const std::string inner = StoredZip("x.pkl", "N.", 0);
+  const std::string outer = StoredZip("a.zip", inner, 0);
+  ReadOptions flat;
+  flat.max_container_depth = 0;
+  ExpectLimitError(ReadFile(outer, pickle::Vm(), flat), "max_container_depth", 0);
 }
 
 TEST(SafetensorsDetectTest, ZipInTheTensorDataIsAPolyglot) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/escape.h"
 #include "core/base/json_cursor.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "nlohmann/json.hpp"
 
@@ -53,8 +54,7 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
   bool string(string_t& s) override {
     if (state_ != State::kMapValue) return Scalar("a string");
     if (absl::Status ok = CheckShardFileName(s); !ok.ok()) {
-      return Fail(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)),
-                               "\"]: ", ok.message()));
+      return Fail(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)), "\"]: ", ok.message()));
     }
     index_->weight_map.emplace_back(std::move(pending_), s);
     state_ = State::kMapKey;
@@ -63,10 +63,19 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
 
   bool start_object(std::size_t) override {
     switch (state_) {
-      case State::kTop: state_ = State::kTopKey; keys_.emplace_back(); return true;
-      case State::kMapStart: state_ = State::kMapKey; return true;
-      case State::kMetaStart: state_ = State::kMetaKey; keys_.emplace_back(); return true;
-      default: return Open(/*object=*/true, "an object");
+      case State::kTop:
+        state_ = State::kTopKey;
+        keys_.emplace_back();
+        return true;
+      case State::kMapStart:
+        state_ = State::kMapKey;
+        return true;
+      case State::kMetaStart:
+        state_ = State::kMetaKey;
+        keys_.emplace_back();
+        return true;
+      default:
+        return Open(/*object=*/true, "an object");
     }
   }
   bool start_array(std::size_t) override { return Open(/*object=*/false, "an array"); }
@@ -96,11 +105,13 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
         if (!names_.insert(k).second) return Fail(Dup("weight_map", k));
         if (names_.size() > limits_.max_entries) {
           return Limit(absl::StrCat("weight_map has more than ", limits_.max_entries,
-                                    " entries (IndexLimits::max_entries)"));
+                                    " entries (IndexLimits::max_entries)"),
+                       "max_entries", limits_.max_entries);
         }
         if (k.size() > limits_.max_name_bytes) {
           return Limit(absl::StrCat("a weight_map name of ", k.size(), " bytes is over ",
-                                    limits_.max_name_bytes, " (IndexLimits::max_name_bytes)"));
+                                    limits_.max_name_bytes, " (IndexLimits::max_name_bytes)"),
+                       "max_name_bytes", limits_.max_name_bytes);
         }
         pending_ = std::move(k);
         state_ = State::kMapValue;
@@ -116,11 +127,21 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
 
   bool end_object() override {
     switch (state_) {
-      case State::kTopKey: keys_.pop_back(); state_ = State::kDone; return true;
-      case State::kMapKey: state_ = State::kTopKey; return true;
-      case State::kMetaKey: keys_.pop_back(); state_ = State::kTopKey; return true;
-      case State::kSkip: return Close();
-      default: return Fail("unexpected end of object");
+      case State::kTopKey:
+        keys_.pop_back();
+        state_ = State::kDone;
+        return true;
+      case State::kMapKey:
+        state_ = State::kTopKey;
+        return true;
+      case State::kMetaKey:
+        keys_.pop_back();
+        state_ = State::kTopKey;
+        return true;
+      case State::kSkip:
+        return Close();
+      default:
+        return Fail("unexpected end of object");
     }
   }
   bool end_array() override {
@@ -131,14 +152,23 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
     error_offset_ = position > 0 ? position - 1 : 0;
-    status_ = absl::InvalidArgumentError(
-        absl::StrCat("not valid JSON: ", AbslView(Esc(ex.what()))));
+    status_ =
+        absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", AbslView(Esc(ex.what()))));
     return false;
   }
 
  private:
   enum class State {
-    kTop, kTopKey, kMapStart, kMapKey, kMapValue, kMetaStart, kMetaKey, kTotalSize, kSkip, kDone,
+    kTop,
+    kTopKey,
+    kMapStart,
+    kMapKey,
+    kMapValue,
+    kMetaStart,
+    kMetaKey,
+    kTotalSize,
+    kSkip,
+    kDone,
   };
   struct Skipped {
     bool object;
@@ -152,14 +182,14 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
     status_ = absl::InvalidArgumentError(std::string(what));
     return false;
   }
-  bool Limit(std::string_view what) {
+  bool Limit(std::string_view what, std::string_view limit, uint64_t value) {
     error_offset_ = Pos();
-    status_ = absl::ResourceExhaustedError(std::string(what));
+    status_ = base::LimitError(what, limit, value);
     return false;
   }
   static std::string Dup(std::string_view where, std::string_view k) {
-    return absl::StrCat("duplicate key \"", AbslView(Esc(k)), "\"",
-                        where.empty() ? "" : " in ", AbslView(where));
+    return absl::StrCat("duplicate key \"", AbslView(Esc(k)), "\"", where.empty() ? "" : " in ",
+                        AbslView(where));
   }
 
   void Skip(State back) {
@@ -193,7 +223,8 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
     if (state_ != State::kSkip) return Scalar(what);
     if (skip_.size() >= limits_.max_depth) {
       return Limit(absl::StrCat("values nested deeper than ", limits_.max_depth,
-                                " (IndexLimits::max_depth)"));
+                                " (IndexLimits::max_depth)"),
+                   "max_depth", limits_.max_depth);
     }
     skip_.push_back(Skipped{object, {}});
     return true;
@@ -231,14 +262,10 @@ bool LooksLikeJson(std::string_view data) {
 void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts* out) {
   out->format = "json";
   if (data.size() > limits.max_bytes) {
-    v1::ScanError e = ContainerError(
-        "limit",
-        absl::StrCat("a JSON file of ", data.size(), " bytes is over ", limits.max_bytes,
-                     " (IndexLimits::max_bytes)"),
-        "", 0);
-    e.set_limit_name("max_index_bytes");
-    e.set_limit_value(limits.max_bytes);
-    out->errors.push_back(std::move(e));
+    const std::string what = absl::StrCat("a JSON file of ", data.size(), " bytes is over ",
+                                          limits.max_bytes, " (IndexLimits::max_bytes)");
+    out->errors.push_back(
+        StatusError(base::LimitError(what, "max_index_bytes", limits.max_bytes), what, "", 0));
     return;
   }
   ShardIndex index;
@@ -250,16 +277,18 @@ void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts*
                                   /*ignore_comments=*/false);
   if (!ok) {
     const absl::Status& s = handler.status();
-    out->errors.push_back(StatusError(
-        s, absl::StrCat("JSON index: ", s.ok() ? absl::string_view("the parser stopped") : s.message()),
-        "", handler.error_offset()));
+    out->errors.push_back(
+        StatusError(s,
+                    absl::StrCat("JSON index: ",
+                                 s.ok() ? absl::string_view("the parser stopped") : s.message()),
+                    "", handler.error_offset()));
     return;
   }
   if (!handler.saw_weight_map()) {
     out->errors.push_back(ContainerError(
-        "unsupported",
-        "a JSON file without \"weight_map\": not a sharded checkpoint index, nothing to verify",
-        "", 0));
+        v1::ERROR_CODE_UNSUPPORTED,
+        "a JSON file without \"weight_map\": not a sharded checkpoint index, nothing to verify", "",
+        0));
     return;
   }
   out->format = "hf-index";

@@ -19,7 +19,7 @@ FileFacts Read(std::string_view json, const IndexLimits& limits = {}) {
 }
 
 // The only error, its code, and whether its message mentions `text`.
-void ExpectError(const FileFacts& f, std::string_view code, std::string_view text) {
+void ExpectError(const FileFacts& f, v1::ErrorCode code, std::string_view text) {
   ASSERT_EQ(f.errors.size(), 1u) << f.format;
   EXPECT_EQ(f.errors[0].code(), code) << f.errors[0].message();
   EXPECT_TRUE(absl::StrContains(f.errors[0].message(), base::AbslView(text)))
@@ -45,10 +45,10 @@ TEST(HfIndexTest, TheTransformersFixtureIsRead) {
 }
 
 TEST(HfIndexTest, ExtraMembersAreSkippedWhateverTheirShape) {
-  const FileFacts f = Read(
-      R"( {"metadata": {"total_size": 8, "format": ["pt", {"x": null}]}, "extra": [1, [2]],)"
-      R"( "weight_map": {"a": "s.bin"}} )"
-      "\n");
+  const FileFacts f =
+      Read(R"( {"metadata": {"total_size": 8, "format": ["pt", {"x": null}]}, "extra": [1, [2]],)"
+           R"( "weight_map": {"a": "s.bin"}} )"
+           "\n");
   EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
   EXPECT_EQ(f.shard_index.weight_map.size(), 1u);
 }
@@ -60,70 +60,84 @@ TEST(HfIndexTest, ATotalSizeThatIsNotACountIsNotRead) {
 }
 
 TEST(HfIndexTest, DuplicateKeysAreErrorsAtEveryLevel) {
-  ExpectError(Read(R"({"weight_map": {}, "weight_map": {}})"), "malformed", "duplicate key");
-  ExpectError(Read(R"({"weight_map": {"a": "s.bin", "a": "t.bin"}})"), "malformed",
+  ExpectError(Read(R"({"weight_map": {}, "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
+              "duplicate key");
+  ExpectError(Read(R"({"weight_map": {"a": "s.bin", "a": "t.bin"}})"), v1::ERROR_CODE_MALFORMED,
               "duplicate key \"a\" in weight_map");
-  ExpectError(Read(R"({"metadata": {"k": 1, "k": 2}, "weight_map": {}})"), "malformed",
+  ExpectError(Read(R"({"metadata": {"k": 1, "k": 2}, "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
               "in metadata");
-  ExpectError(Read(R"({"x": [{"k": 1, "k": 2}], "weight_map": {}})"), "malformed",
+  ExpectError(Read(R"({"x": [{"k": 1, "k": 2}], "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
               "in a nested object");
 }
 
 TEST(HfIndexTest, ShardFileNamesMustStayInTheIndexDirectory) {
   for (const char* bad : {"../x.bin", "/etc/passwd", "sub/x.bin", "..", "."}) {
-    ExpectError(Read(absl::StrCat(R"({"weight_map": {"w": ")", bad, R"("}})")), "malformed",
-                "not a plain file name");
+    ExpectError(Read(absl::StrCat(R"({"weight_map": {"w": ")", bad, R"("}})")),
+                v1::ERROR_CODE_MALFORMED, "not a plain file name");
   }
-  ExpectError(Read(R"({"weight_map": {"w": "a\u0000b"}})"), "malformed", "not a plain file");
+  ExpectError(Read(R"({"weight_map": {"w": "a\u0000b"}})"), v1::ERROR_CODE_MALFORMED,
+              "not a plain file");
 }
 
 TEST(HfIndexTest, WrongTypesAreErrors) {
-  ExpectError(Read(R"({"weight_map": {"w": 3}})"), "malformed", "must be a file name");
-  ExpectError(Read(R"({"weight_map": {"w": ["a"]}})"), "malformed", "must be a file name");
-  ExpectError(Read(R"({"weight_map": ["a"]})"), "malformed", "weight_map must be an object");
-  ExpectError(Read(R"({"metadata": 3, "weight_map": {}})"), "malformed",
+  ExpectError(Read(R"({"weight_map": {"w": 3}})"), v1::ERROR_CODE_MALFORMED, "must be a file name");
+  ExpectError(Read(R"({"weight_map": {"w": ["a"]}})"), v1::ERROR_CODE_MALFORMED,
+              "must be a file name");
+  ExpectError(Read(R"({"weight_map": ["a"]})"), v1::ERROR_CODE_MALFORMED,
+              "weight_map must be an object");
+  ExpectError(Read(R"({"metadata": 3, "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
               "metadata must be an object");
 }
 
 TEST(HfIndexTest, OnlyStrictJsonIsAccepted) {
   const FileFacts trailing = Read(R"({"weight_map": {}} x)");
-  ExpectError(trailing, "malformed", "not valid JSON");
+  ExpectError(trailing, v1::ERROR_CODE_MALFORMED, "not valid JSON");
   EXPECT_EQ(trailing.errors[0].location().offset(), 19u);
-  ExpectError(Read(R"({"weight_map": {}, /* c */ })"), "malformed", "not valid JSON");
-  ExpectError(Read(R"({"weight_map": {},})"), "malformed", "not valid JSON");
-  ExpectError(Read("{\"weight_map\": {\"\xff\": \"a\"}}"), "malformed", "not valid JSON");
-  ExpectError(Read(R"({"weight_map": {})"), "malformed", "not valid JSON");
+  ExpectError(Read(R"({"weight_map": {}, /* c */ })"), v1::ERROR_CODE_MALFORMED, "not valid JSON");
+  ExpectError(Read(R"({"weight_map": {},})"), v1::ERROR_CODE_MALFORMED, "not valid JSON");
+  ExpectError(Read("{\"weight_map\": {\"\xff\": \"a\"}}"), v1::ERROR_CODE_MALFORMED,
+              "not valid JSON");
+  ExpectError(Read(R"({"weight_map": {})"), v1::ERROR_CODE_MALFORMED, "not valid JSON");
 }
 
 TEST(HfIndexTest, JsonWithoutAWeightMapIsUnsupported) {
   const FileFacts f = Read(R"({"architectures": ["Bert"]})");
   EXPECT_EQ(f.format, "json");
-  ExpectError(f, "unsupported", "not a sharded checkpoint index");
+  ExpectError(f, v1::ERROR_CODE_UNSUPPORTED, "not a sharded checkpoint index");
+}
+
+// The only error is a limit error naming `name` = `value` (limit_name / limit_value).
+void ExpectLimit(const FileFacts& f, std::string_view text, std::string_view name, uint64_t value) {
+  ExpectError(f, v1::ERROR_CODE_LIMIT, text);
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].limit_name(), name);
+  EXPECT_EQ(f.errors[0].limit_value(), value);
 }
 
 TEST(HfIndexTest, LimitsAreNamed) {
   IndexLimits small;
   small.max_entries = 2;
-  ExpectError(Read(R"({"weight_map": {"a": "s", "b": "s", "c": "s"}})", small), "limit",
-              "IndexLimits::max_entries");
+  ExpectLimit(Read(R"({"weight_map": {"a": "s", "b": "s", "c": "s"}})", small),
+              "IndexLimits::max_entries", "max_entries", 2);
   small = IndexLimits{};
   small.max_name_bytes = 3;
-  ExpectError(Read(R"({"weight_map": {"abcd": "s"}})", small), "limit", "max_name_bytes");
+  ExpectLimit(Read(R"({"weight_map": {"abcd": "s"}})", small), "max_name_bytes", "max_name_bytes",
+              3);
   small = IndexLimits{};
   small.max_depth = 3;
-  ExpectError(Read(R"({"x": [[[[1]]]], "weight_map": {}})", small), "limit", "max_depth");
+  ExpectLimit(Read(R"({"x": [[[[1]]]], "weight_map": {}})", small), "max_depth", "max_depth", 3);
   small = IndexLimits{};
   small.max_bytes = 10;
-  ExpectError(Read(R"({"weight_map": {}})", small), "limit", "max_bytes");
+  ExpectLimit(Read(R"({"weight_map": {}})", small), "max_bytes", "max_index_bytes", 10);
 }
 
 TEST(HfIndexTest, DeepNestingCostsNoStack) {
-  std::string deep = R"({"x": )" + std::string(100000, '[') + std::string(100000, ']') +
-                     R"(, "weight_map": {}})";
+  std::string deep =
+      R"({"x": )" + std::string(100000, '[') + std::string(100000, ']') + R"(, "weight_map": {}})";
   IndexLimits unlimited;
   unlimited.max_depth = 200000;
   EXPECT_TRUE(Read(deep, unlimited).errors.empty());
-  ExpectError(Read(deep), "limit", "max_depth");
+  ExpectError(Read(deep), v1::ERROR_CODE_LIMIT, "max_depth");
 }
 
 TEST(HfIndexTest, OnlyAnObjectLooksLikeJson) {

@@ -49,13 +49,14 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
     if (p.error) break;  // the VM error is reported with the pickle
     pos = p.end;
     if (i == 1 && !IsPlainInt(p, kProtocolVersion)) {
-      out->errors.push_back(ContainerError(
-          "unsupported", "legacy checkpoint: the protocol version is not 1001", "", p.start));
+      out->errors.push_back(ContainerError(v1::ERROR_CODE_UNSUPPORTED,
+                                           "legacy checkpoint: the protocol version is not 1001",
+                                           "", p.start));
       break;
     }
     if (i == 2 && (Root(p) == nullptr || Root(p)->kind != Kind::kDict)) {
-      out->errors.push_back(
-          ContainerError("malformed", "legacy checkpoint: sys_info is not a dict", "", p.start));
+      out->errors.push_back(ContainerError(
+          v1::ERROR_CODE_MALFORMED, "legacy checkpoint: sys_info is not a dict", "", p.start));
       break;
     }
   }
@@ -64,7 +65,8 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
   if (m.stream.pickles.size() >= 4 && !m.stream.pickles[3].error) {
     TensorExtraction t = ExtractTensors(m.stream.pickles[3]);
     for (const std::string& problem : t.problems) {
-      out->errors.push_back(ContainerError("malformed", problem, "", m.stream.pickles[3].start));
+      out->errors.push_back(
+          ContainerError(v1::ERROR_CODE_MALFORMED, problem, "", m.stream.pickles[3].start));
     }
     out->tensors = std::move(t.tensors);
     out->other_values = std::move(t.other_values);
@@ -73,11 +75,11 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
   out->storage_data.assign(out->storages.size(), StorageData{});
   if (!complete) {
     if (m.stream.pickles.size() < 5 && !m.stream.pickles.back().error && out->errors.empty()) {
-      out->errors.push_back(ContainerError(
-          "malformed",
-          absl::StrFormat("legacy checkpoint ends before its %s pickle",
-                          kPickleNames[m.stream.pickles.size()]),
-          "", pos));
+      out->errors.push_back(
+          ContainerError(v1::ERROR_CODE_MALFORMED,
+                         absl::StrFormat("legacy checkpoint ends before its %s pickle",
+                                         kPickleNames[m.stream.pickles.size()]),
+                         "", pos));
     }
     out->members.push_back(std::move(m));
     return;
@@ -100,8 +102,8 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
   }
   if (!keys_ok) {
     out->errors.push_back(ContainerError(
-        "malformed", "legacy checkpoint: the storage key list is not a list of str", "",
-        keys.start));
+        v1::ERROR_CODE_MALFORMED, "legacy checkpoint: the storage key list is not a list of str",
+        "", keys.start));
     out->members.push_back(std::move(m));
     return;
   }
@@ -114,31 +116,31 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
     }
     const uint64_t at = r.offset();
     if (index == out->storages.size()) {
-      out->errors.push_back(ContainerError(
-          "malformed",
-          absl::StrFormat("storage key '%s' is listed but no tensor refers to it",
-                          base::AbslView(key)),
-          "", at));
+      out->errors.push_back(
+          ContainerError(v1::ERROR_CODE_MALFORMED,
+                         absl::StrFormat("storage key '%s' is listed but no tensor refers to it",
+                                         base::AbslView(key)),
+                         "", at));
       break;
     }
     if (filled[index]) {
       out->errors.push_back(ContainerError(
-          "malformed", absl::StrFormat("storage key '%s' is listed twice", base::AbslView(key)),
-          "", at));
+          v1::ERROR_CODE_MALFORMED,
+          absl::StrFormat("storage key '%s' is listed twice", base::AbslView(key)), "", at));
       break;
     }
     const StorageRef& s = out->storages[index];
     absl::StatusOr<uint64_t> numel = r.ReadU64LE();
     if (!numel.ok()) {
-      out->errors.push_back(ContainerError("malformed",
-                                           absl::StrFormat("storage '%s': %s", base::AbslView(key),
-                                                           numel.status().message()),
-                                           "", at));
+      out->errors.push_back(ContainerError(
+          v1::ERROR_CODE_MALFORMED,
+          absl::StrFormat("storage '%s': %s", base::AbslView(key), numel.status().message()), "",
+          at));
       break;
     }
     if (*numel != s.numel) {
       out->errors.push_back(ContainerError(
-          "malformed",
+          v1::ERROR_CODE_MALFORMED,
           absl::StrFormat("storage '%s' has wrong size: %d elements recorded, %d expected",
                           base::AbslView(key), *numel, s.numel),
           "", at));
@@ -148,7 +150,7 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
     const uint64_t element = s.untyped ? 1 : s.dtype->size;
     if (!base::CheckedMul(*numel, element, &nbytes) || nbytes > r.remaining()) {
       out->errors.push_back(ContainerError(
-          "malformed",
+          v1::ERROR_CODE_MALFORMED,
           absl::StrFormat("storage '%s' needs %d elements of %d bytes; the file has %d left",
                           base::AbslView(key), *numel, element, r.remaining()),
           "", at));
@@ -160,11 +162,10 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
   }
   for (size_t s = 0; s < out->storages.size(); ++s) {
     if (!filled[s] && out->errors.empty()) {
-      out->errors.push_back(ContainerError(
-          "malformed",
-          absl::StrFormat("storage '%s' has no data in the file",
-                          base::AbslView(out->storages[s].key)),
-          "", out->storages[s].pid_offset));
+      out->errors.push_back(ContainerError(v1::ERROR_CODE_MALFORMED,
+                                           absl::StrFormat("storage '%s' has no data in the file",
+                                                           base::AbslView(out->storages[s].key)),
+                                           "", out->storages[s].pid_offset));
     }
   }
   for (const TensorFact& t : out->tensors) {
@@ -172,7 +173,7 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
     absl::Status b = CheckBounds(t, out->storages[static_cast<size_t>(t.storage)].numel);
     if (!b.ok()) {
       out->errors.push_back(
-          ContainerError("malformed", std::string(b.message()), "", t.offset));
+          ContainerError(v1::ERROR_CODE_MALFORMED, std::string(b.message()), "", t.offset));
     }
   }
   if (out->errors.empty() && r.remaining() > 0) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
+#include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/base/strings.h"
 
@@ -147,16 +148,15 @@ const DTypeInfo* DTypeFromDescr(std::string_view descr, bool* big_endian) {
   if (descr.size() < 2) return nullptr;
   char order = descr[0];
   if (order == '>') *big_endian = true;
-  std::string_view code = (order == '<' || order == '>' || order == '|' || order == '=')
-                              ? descr.substr(1)
-                              : descr;
+  std::string_view code =
+      (order == '<' || order == '>' || order == '|' || order == '=') ? descr.substr(1) : descr;
   struct Code {
     std::string_view code, name;
   };
   static constexpr Code kCodes[] = {
-      {"f2", "float16"}, {"f4", "float32"}, {"f8", "float64"}, {"i1", "int8"},
-      {"i2", "int16"},   {"i4", "int32"},   {"i8", "int64"},   {"u1", "uint8"},
-      {"u2", "uint16"},  {"u4", "uint32"},  {"u8", "uint64"},  {"b1", "bool"},
+      {"f2", "float16"},   {"f4", "float32"},     {"f8", "float64"}, {"i1", "int8"},
+      {"i2", "int16"},     {"i4", "int32"},       {"i8", "int64"},   {"u1", "uint8"},
+      {"u2", "uint16"},    {"u4", "uint32"},      {"u8", "uint64"},  {"b1", "bool"},
       {"c8", "complex64"}, {"c16", "complex128"},
   };
   for (const Code& c : kCodes) {
@@ -171,32 +171,36 @@ bool IsNpy(std::string_view data) { return data.substr(0, kMagic.size()) == kMag
 
 void ReadNpy(std::string_view data, std::string_view member, std::string_view tensor_name,
              uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out) {
-  auto error = [&](std::string_view code, std::string msg, uint64_t at) {
+  auto error = [&](v1::ErrorCode code, std::string msg, uint64_t at) {
     out->errors.push_back(ContainerError(code, std::move(msg), member, at));
   };
   base::ByteReader r(data, base_offset);
   (void)r.Skip(std::min<uint64_t>(kMagic.size(), r.remaining()));
   absl::StatusOr<uint8_t> major = r.ReadU8();
   absl::StatusOr<uint8_t> minor = r.ReadU8();
-  if (!major.ok() || !minor.ok()) return error("malformed", "npy: truncated magic", base_offset);
+  if (!major.ok() || !minor.ok())
+    return error(v1::ERROR_CODE_MALFORMED, "npy: truncated magic", base_offset);
   if ((*major < 1 || *major > 3) || *minor != 0) {
-    return error("unsupported", absl::StrFormat("npy: version %d.%d", *major, *minor),
+    return error(v1::ERROR_CODE_UNSUPPORTED, absl::StrFormat("npy: version %d.%d", *major, *minor),
                  base_offset + 6);
   }
-  absl::StatusOr<uint64_t> header_len =
-      *major == 1 ? absl::StatusOr<uint64_t>(r.ReadU16LE()) : absl::StatusOr<uint64_t>(r.ReadU32LE());
-  if (!header_len.ok()) return error("malformed", "npy: truncated header length", r.offset());
+  absl::StatusOr<uint64_t> header_len = *major == 1 ? absl::StatusOr<uint64_t>(r.ReadU16LE())
+                                                    : absl::StatusOr<uint64_t>(r.ReadU32LE());
+  if (!header_len.ok())
+    return error(v1::ERROR_CODE_MALFORMED, "npy: truncated header length", r.offset());
   if (*header_len > kMaxHeader) {
-    return error("limit", absl::StrFormat("npy: header of %d bytes", *header_len), r.offset());
+    std::string msg = absl::StrFormat("npy: header of %d bytes is over %d (max_npy_header_bytes)",
+                                      *header_len, kMaxHeader);
+    out->errors.push_back(StatusError(base::LimitError(msg, "max_npy_header_bytes", kMaxHeader),
+                                      msg, member, r.offset()));
+    return;
   }
   const uint64_t header_at = r.offset();
   absl::StatusOr<std::string_view> text = r.ReadBytes(*header_len);
-  if (!text.ok()) return error("malformed", "npy: truncated header", header_at);
+  if (!text.ok()) return error(v1::ERROR_CODE_MALFORMED, "npy: truncated header", header_at);
   absl::StatusOr<Header> h = HeaderParser(*text).Parse();
   if (!h.ok()) {
-    return error(h.status().code() == absl::StatusCode::kUnimplemented ? "unsupported"
-                                                                       : "malformed",
-                 std::string(h.status().message()), header_at);
+    return error(ErrorCodeOf(h.status()), std::string(h.status().message()), header_at);
   }
   if (h->descr == "|O" || h->descr == "O") {
     // np.save(allow_pickle=True) writes the array with pickle.dump after the header.
@@ -209,7 +213,7 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   bool big_endian = false;
   const DTypeInfo* dtype = DTypeFromDescr(h->descr, &big_endian);
   if (dtype == nullptr) {
-    return error("unsupported",
+    return error(v1::ERROR_CODE_UNSUPPORTED,
                  absl::StrFormat("npy: dtype '%s' is not supported", base::AbslView(h->descr)),
                  header_at);
   }
@@ -221,7 +225,7 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   uint64_t numel = t.numel();
   uint64_t nbytes;
   if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, dtype->size, &nbytes)) {
-    return error("malformed", "npy: the shape's size overflows", header_at);
+    return error(v1::ERROR_CODE_MALFORMED, "npy: the shape's size overflows", header_at);
   }
   // Element strides, row-major (C) or column-major (Fortran).
   int64_t step = 1;
@@ -233,9 +237,10 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   t.offset = header_at;
   if (big_endian && dtype->size > 1) t.problem = "big-endian data";
   if (nbytes > r.remaining()) {
-    return error("malformed",
-                 absl::StrFormat("npy: array data needs %d bytes, %d remain", nbytes, r.remaining()),
-                 r.offset());
+    return error(
+        v1::ERROR_CODE_MALFORMED,
+        absl::StrFormat("npy: array data needs %d bytes, %d remain", nbytes, r.remaining()),
+        r.offset());
   }
   StorageRef s;
   s.key = std::string(member);
@@ -245,8 +250,8 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   s.pid_offset = header_at;
   t.storage = static_cast<int32_t>(out->storages.size());
   out->storages.push_back(std::move(s));
-  out->storage_data.push_back(StorageData{std::string(member), std::string(member), r.offset(),
-                                          nbytes, stored});
+  out->storage_data.push_back(
+      StorageData{std::string(member), std::string(member), r.offset(), nbytes, stored});
   out->tensors.push_back(std::move(t));
   (void)r.Skip(nbytes);
   if (r.remaining() > 0) {

@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
-#include "core/base/limit_status.h"
 #include "core/base/escape.h"
+#include "core/base/limit_status.h"
 #include "core/base/strings.h"
 #include "core/torch/tensors.h"
 
@@ -162,15 +162,19 @@ class TorchTar {
   std::vector<StorageData>& storage_data() { return storage_data_; }
 
  private:
-  void Error(std::string_view member, uint64_t offset, std::string message,
-             std::string_view code = "malformed") {
-    out_->errors.push_back(ContainerError(code, std::move(message), member, offset));
+  void Error(std::string_view member, uint64_t offset, std::string message) {
+    out_->errors.push_back(
+        ContainerError(v1::ERROR_CODE_MALFORMED, std::move(message), member, offset));
+  }
+  void OverLimit(std::string_view member, uint64_t offset, std::string message,
+                 std::string_view limit, uint64_t value) {
+    const absl::Status s = base::LimitError(message, limit, value);
+    out_->errors.push_back(StatusError(s, std::move(message), member, offset));
   }
 
   // Runs the next pickle of the member at reader `r`; its index in `facts`, or -1 on a VM
   // error (reported with the pickle) or when the member has no bytes left.
-  int Run(base::ByteReader* r, std::string_view member, std::string_view what,
-          MemberFacts* facts) {
+  int Run(base::ByteReader* r, std::string_view member, std::string_view what, MemberFacts* facts) {
     if (r->empty()) {
       Error(member, r->offset(),
             absl::StrFormat("%s ends before its %s pickle", base::AbslView(member),
@@ -190,16 +194,16 @@ class TorchTar {
     int64_t n;
     const Node* root = Root(p);
     if (root == nullptr || !AsInt(p.graph, p.root, &n)) {
-      Error(member, p.start, absl::StrFormat("%s: the record count is not an int",
-                                             base::AbslView(member)));
+      Error(member, p.start,
+            absl::StrFormat("%s: the record count is not an int", base::AbslView(member)));
       return false;
     }
     *count = n < 0 ? 0 : static_cast<uint64_t>(n);
     if (*count > limits_.max_records) {
-      Error(member, p.start,
-            absl::StrFormat("%s: %d records exceed max_records (%d)", base::AbslView(member),
-                            *count, limits_.max_records),
-            "limit");
+      OverLimit(member, p.start,
+                absl::StrFormat("%s: %d records exceed max_records (%d)", base::AbslView(member),
+                                *count, limits_.max_records),
+                "max_records", limits_.max_records);
       return false;
     }
     return true;
@@ -246,8 +250,8 @@ class TorchTar {
       }
       const int64_t numel = static_cast<int64_t>(*raw);
       uint64_t nbytes;
-      if (numel < 0 || !base::CheckedMul<uint64_t>(static_cast<uint64_t>(numel), dtype->size,
-                                                   &nbytes) ||
+      if (numel < 0 ||
+          !base::CheckedMul<uint64_t>(static_cast<uint64_t>(numel), dtype->size, &nbytes) ||
           nbytes > r.remaining()) {
         Error("storages", at,
               absl::StrFormat("storage %d needs %d elements of %d bytes; the member has %d left "
@@ -274,15 +278,15 @@ class TorchTar {
       return false;
     }
     if (list->items.size() > limits_.max_records) {
-      Error("storages", p.start, "storages: more storage views than max_records", "limit");
+      OverLimit("storages", p.start, "storages: more storage views than max_records", "max_records",
+                limits_.max_records);
       return false;
     }
     for (pickle::NodeId id : list->items) {
       const auto* v = Unpack(p.graph, id < p.graph.nodes.size() ? &p.graph.nodes[id] : nullptr, 4);
       int64_t target, root, offset, numel;
-      if (v == nullptr || !AsInt(p.graph, (*v)[0], &target) ||
-          !AsInt(p.graph, (*v)[1], &root) || !AsInt(p.graph, (*v)[2], &offset) ||
-          !AsInt(p.graph, (*v)[3], &numel)) {
+      if (v == nullptr || !AsInt(p.graph, (*v)[0], &target) || !AsInt(p.graph, (*v)[1], &root) ||
+          !AsInt(p.graph, (*v)[2], &offset) || !AsInt(p.graph, (*v)[3], &numel)) {
         Error("storages", p.start, "storages: a storage view is not four ints");
         return false;
       }
@@ -317,8 +321,7 @@ class TorchTar {
     if (!r.empty()) {
       out_->anomalies.push_back(ContainerAnomaly{
           "trailing_data", "storages", r.offset(),
-          absl::StrFormat("%d bytes after the storage views, which torch ignores",
-                          r.remaining())});
+          absl::StrFormat("%d bytes after the storage views, which torch ignores", r.remaining())});
     }
     return true;
   }
@@ -399,9 +402,9 @@ class TorchTar {
     absl::Status skip = r->Skip(4);
     if (!skip.ok()) return skip;
     if (r->remaining() < 16 * static_cast<uint64_t>(ndim) + 8) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %d: %d dimensions need %d bytes; the member has %d left", key, ndim,
-          16 * static_cast<uint64_t>(ndim) + 8, r->remaining()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor %d: %d dimensions need %d bytes; the member has %d left", key,
+                          ndim, 16 * static_cast<uint64_t>(ndim) + 8, r->remaining()));
     }
     for (std::vector<int64_t>* v : {&t->shape, &t->stride}) {
       for (int32_t d = 0; d < ndim; ++d) {
@@ -410,8 +413,8 @@ class TorchTar {
     }
     const int64_t offset = static_cast<int64_t>(*r->ReadU64LE());
     if (offset < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %d: invalid storage offset %d (torch refuses it)", key, offset));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor %d: invalid storage offset %d (torch refuses it)", key, offset));
     }
     t->storage_offset = static_cast<uint64_t>(offset);
     return absl::OkStatus();
@@ -446,7 +449,7 @@ bool IsTarHeader(std::string_view block) {
     return false;
   }
   // TarInfo.frombuf parses these with nti; any failure is an invalid header.
-  constexpr std::pair<size_t, size_t> kFields[] = {{100, 8}, {108, 8}, {116, 8}, {124, 12},
+  constexpr std::pair<size_t, size_t> kFields[] = {{100, 8},  {108, 8}, {116, 8}, {124, 12},
                                                    {136, 12}, {329, 8}, {337, 8}};
   for (const auto& [at, len] : kFields) {
     if (!Nti(block.substr(at, len)).valid) return false;
@@ -481,9 +484,9 @@ absl::StatusOr<TarArchive> ReadTar(std::string_view data, const TarLimits& limit
       std::string_view rest = data.substr(pos);
       size_t junk = rest.find_first_not_of('\0');
       if (junk != std::string_view::npos) {
-        ar.anomalies.push_back(ContainerAnomaly{
-            "trailing_data", "", pos + junk,
-            "bytes after the end-of-archive block, which tarfile never reads"});
+        ar.anomalies.push_back(
+            ContainerAnomaly{"trailing_data", "", pos + junk,
+                             "bytes after the end-of-archive block, which tarfile never reads"});
       }
       break;
     }
@@ -495,15 +498,16 @@ absl::StatusOr<TarArchive> ReadTar(std::string_view data, const TarLimits& limit
       break;
     }
     if (ar.members.size() >= limits.max_members) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "tar: more than max_members (%d) members (offset %d)", limits.max_members, pos));
+      return base::LimitError(absl::StrFormat("tar: more than max_members (%d) members (offset %d)",
+                                              limits.max_members, pos),
+                              "max_members", limits.max_members);
     }
     std::string name(Nts(block.substr(0, 100)));
     const char type = block[156];
     const bool regular = type == '0' || type == '7' || (type == '\0' && !name.ends_with("/"));
     if (!regular) {
-      const bool extension = type == 'x' || type == 'g' || type == 'X' || type == 'L' ||
-                             type == 'K' || type == 'S';
+      const bool extension =
+          type == 'x' || type == 'g' || type == 'X' || type == 'L' || type == 'K' || type == 'S';
       return absl::UnimplementedError(absl::StrFormat(
           "tar: member '%s' at offset %d is %s (type '%s'); only regular files are read",
           Shown(name), pos,
@@ -514,8 +518,8 @@ absl::StatusOr<TarArchive> ReadTar(std::string_view data, const TarLimits& limit
     if (!prefix.empty()) name = absl::StrCat(base::AbslView(prefix), "/", name);
     const Number size = Nti(block.substr(124, 12));
     if (!size.fits || size.value < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tar: member '%s' at offset %d has an invalid size", Shown(name), pos));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tar: member '%s' at offset %d has an invalid size", Shown(name), pos));
     }
     const uint64_t n = static_cast<uint64_t>(size.value);
     const uint64_t data_offset = pos + kBlock;
@@ -529,9 +533,9 @@ absl::StatusOr<TarArchive> ReadTar(std::string_view data, const TarLimits& limit
           Shown(name), pos, fits ? padded : n, data.size() - data_offset));
     }
     if (ar.Find(name) != nullptr) {
-      ar.anomalies.push_back(ContainerAnomaly{
-          "duplicate_member", Shown(name), pos,
-          "a member name used twice: tarfile, and so torch, reads the last one"});
+      ar.anomalies.push_back(
+          ContainerAnomaly{"duplicate_member", Shown(name), pos,
+                           "a member name used twice: tarfile, and so torch, reads the last one"});
     }
     ar.members.push_back(TarMember{std::move(name), pos, data_offset, n});
     pos = data_offset + padded;
@@ -567,9 +571,9 @@ void ReadTorchTar(std::string_view data, const TarArchive& ar, const pickle::Vm&
                                 std::pair{object, "pickle"}}) {
     if (m == nullptr && ok) {
       out->errors.push_back(ContainerError(
-          "malformed",
-          absl::StrFormat("torch tar checkpoint without a '%s' member (torch: KeyError)", name),
-          "", 0));
+          v1::ERROR_CODE_MALFORMED,
+          absl::StrFormat("torch tar checkpoint without a '%s' member (torch: KeyError)", name), "",
+          0));
       ok = false;
     }
   }
@@ -587,16 +591,16 @@ void ReadTorchTar(std::string_view data, const TarArchive& ar, const pickle::Vm&
     if (ok && !m.stream.pickles.empty() && !m.stream.pickles[0].error) {
       TensorExtraction t = ExtractTensors(m.stream.pickles[0], &reader.keyed());
       for (const std::string& problem : t.problems) {
-        out->errors.push_back(ContainerError("malformed", problem, "pickle",
-                                             m.stream.pickles[0].start));
+        out->errors.push_back(
+            ContainerError(v1::ERROR_CODE_MALFORMED, problem, "pickle", m.stream.pickles[0].start));
       }
       out->tensors = std::move(t.tensors);
       out->other_values = std::move(t.other_values);
       out->storages = std::move(t.storages);
       out->storage_data = std::move(reader.storage_data());
     } else if (ok && m.stream.pickles.empty()) {
-      out->errors.push_back(ContainerError("malformed", "the 'pickle' member is empty", "pickle",
-                                           object->data_offset));
+      out->errors.push_back(ContainerError(v1::ERROR_CODE_MALFORMED, "the 'pickle' member is empty",
+                                           "pickle", object->data_offset));
     }
     out->members.push_back(std::move(m));
   }
@@ -604,11 +608,10 @@ void ReadTorchTar(std::string_view data, const TarArchive& ar, const pickle::Vm&
   // when they name anything.
   for (const TarMember& m : ar.members) {
     if (&m == sys_info || &m == storages || &m == tensors || &m == object) continue;
-    const bool known = m.name == "sys_info" || m.name == "storages" || m.name == "tensors" ||
-                       m.name == "pickle";
+    const bool known =
+        m.name == "sys_info" || m.name == "storages" || m.name == "tensors" || m.name == "pickle";
     if (!known) {
-      out->anomalies.push_back(ContainerAnomaly{"unexpected_member", Shown(m.name),
-                                                m.header_offset,
+      out->anomalies.push_back(ContainerAnomaly{"unexpected_member", Shown(m.name), m.header_offset,
                                                 "a member torch.save does not write"});
     }
     pickle::StreamFacts s = vm.ScanStream(bytes(m), m.data_offset);

@@ -181,7 +181,8 @@ def scan_twice(client, c, name, data):
 
 
 def errors(report):
-    return ["%s: %s [%s]" % (e.code, e.message, e.limit_name) for f in report.files
+    from ckptscan_client import error_code_name  # pylint: disable=import-outside-toplevel
+    return ["%s: %s [%s]" % (error_code_name(e.code), e.message, e.limit_name) for f in report.files
             for e in f.errors]
 
 

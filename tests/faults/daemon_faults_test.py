@@ -240,7 +240,8 @@ def verdict_name(pb, v):
 
 
 def errors_of(report):
-    return ["%s: %s%s" % (e.code, e.message, " [%s=%d]" % (e.limit_name, e.limit_value)
+    from ckptscan_client import error_code_name  # pylint: disable=import-outside-toplevel
+    return ["%s: %s%s" % (error_code_name(e.code), e.message, " [%s=%d]" % (e.limit_name, e.limit_value)
                           if e.limit_name else "")
             for f in report.files for e in f.errors]
 
@@ -653,7 +654,7 @@ def memory_pressure(args, pb, tmp, daemons):
                   reported["big"], reported["hog"]), "of %s" % dict(collections.Counter(uploads)))
         hog_reports = [a for a in answers if a[0] == "hog" and a[1] == "OK"]
         hog_bad = [a for a in hog_reports if a[2] != "ERROR" or not any(
-            e.code == "limit" and (e.limit_name or "memory" in e.message)
+            e.code == pb.report_pb2.ERROR_CODE_LIMIT and (e.limit_name or "memory" in e.message)
             for f in a[4].files for e in f.errors)]
         check(hog_reports and not hog_bad,
               "memory-hungry uploads: ERROR naming the limit (%d reports; e.g. %s)" % (

@@ -11,8 +11,9 @@ The gRPC stubs are generated from proto/ckptscan/v1 on first use (_stubs.py).
 
 from .client import (CHUNK_BYTES, ConvertResult, ScanClient, ScanClientError,
                      default_socket_path)
-from .report import report_to_dict, severity_name, verdict_name
+from .report import error_code_name, report_to_dict, severity_name, verdict_name
 from ._stubs import StubError, generate
 
 __all__ = ["CHUNK_BYTES", "ConvertResult", "ScanClient", "ScanClientError", "StubError",
-           "default_socket_path", "generate", "report_to_dict", "severity_name", "verdict_name"]
+           "default_socket_path", "error_code_name", "generate", "report_to_dict",
+           "severity_name", "verdict_name"]

@@ -5,6 +5,7 @@ then brought to the CLI's rendering (clients/report_format.cc, docs/report.md):
 
   json_format                            ckptscan scan --format json
   "VERDICT_SAFE", "SEVERITY_CRITICAL"    "SAFE", "CRITICAL" (the enum's short name)
+  "ERROR_CODE_MISSING_SHARD"             "missing_shard" (the short name, lowercase)
   64-bit integers as strings ("1024")    JSON numbers (1024)
   every field, in field-number order     the keys docs/report.md lists as "always", the others
                                          only when set (Location.pickle_index/nested_depth when
@@ -43,12 +44,18 @@ def severity_name(value):
     return _short(value, "SEVERITY_")
 
 
+def error_code_name(value):
+    """The reports' name of an ErrorCode (a number or the proto name): 9 -> "missing_shard",
+    as app::ErrorCodeName: the enum is the one table; "unspecified" for 0 or an unknown value."""
+    return _short(value, "ERROR_CODE_").lower()
+
+
 def _short(value, prefix):
     """"VERDICT_SAFE" -> "SAFE". Numbers are named through the enum; json_format gives a number
     for a value the protos do not know, which the CLI prints as "UNSPECIFIED", as here."""
     if not isinstance(value, str):
         from . import _stubs  # pylint: disable=import-outside-toplevel
-        enum = {"VERDICT_": "Verdict", "SEVERITY_": "Severity"}[prefix]
+        enum = {"VERDICT_": "Verdict", "SEVERITY_": "Severity", "ERROR_CODE_": "ErrorCode"}[prefix]
         values = _stubs.load().report_pb2.DESCRIPTOR.enum_types_by_name[enum].values_by_number
         value = values[value].name if value in values else ""
     if value.startswith(prefix) and value != prefix + "UNSPECIFIED":
@@ -86,6 +93,7 @@ def _finding(d):
 
 def _error(d):
     d = dict(d)
+    d["code"] = error_code_name(d.get("code", ""))
     d["location"] = _location(d.get("location"))
     if d.get("limit_name"):
         _int(d, "limit_value")
