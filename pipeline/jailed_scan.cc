@@ -88,8 +88,8 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
 
   JailedRun run;
   const absl::Time spawn_start = absl::Now();
-  absl::StatusOr<sandbox::Worker> worker =
-      sandbox::Worker::Start(spawn, std::move(input), std::move(output));
+  absl::StatusOr<sandbox::WorkerProcess> worker =
+      sandbox::WorkerProcess::Start(spawn, std::move(input), std::move(output));
   const absl::Time started = absl::Now();
   if (options.on_phase) options.on_phase("spawn", started - spawn_start);
   if (worker.ok()) {

@@ -436,7 +436,8 @@ int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
     options.worker_path = CKPT_JAIL_PROBE;
     options.args = {EncodeJobArg(job), absl::StrCat("--probe=", base::AbslView(mode))};
     Input in = MakeInput(kSafePickle);
-    absl::StatusOr<Worker> w = Worker::Start(options, std::move(in.fd), base::UniqueFd());
+    absl::StatusOr<WorkerProcess> w =
+        WorkerProcess::Start(options, std::move(in.fd), base::UniqueFd());
     if (!w.ok()) ::_exit(1);
     const pid_t pid = w->pid();
     if (wait_for_jail) {
@@ -459,7 +460,7 @@ int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
       }
     }
     (void)!::write(pipefd[1], &pid, sizeof(pid));
-    ::_exit(0);  // no destructors: the Worker must not be reaped by us
+    ::_exit(0);  // no destructors: the WorkerProcess must not be reaped by us
   }
   ::close(pipefd[1]);
   pid_t probe = -1;

@@ -85,8 +85,9 @@ void FrameFailure(const absl::Status& error, Result* result) {
 
 }  // namespace
 
-Worker::Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
-               uint64_t max_frame_bytes, std::function<bool()> cancelled)
+WorkerProcess::WorkerProcess(pid_t pid, base::UniqueFd result_pipe, absl::Time start,
+                             absl::Time deadline, uint64_t max_frame_bytes,
+                             std::function<bool()> cancelled)
     : pid_(pid),
       pipe_(std::move(result_pipe)),
       start_(start),
@@ -94,7 +95,7 @@ Worker::Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Ti
       max_frame_bytes_(max_frame_bytes),
       cancelled_(std::move(cancelled)) {}
 
-Worker::Worker(Worker&& other) noexcept
+WorkerProcess::WorkerProcess(WorkerProcess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pipe_(std::move(other.pipe_)),
       start_(other.start_),
@@ -102,15 +103,15 @@ Worker::Worker(Worker&& other) noexcept
       max_frame_bytes_(other.max_frame_bytes_),
       cancelled_(std::move(other.cancelled_)) {}
 
-Worker::~Worker() {
+WorkerProcess::~WorkerProcess() {
   if (pid_ > 0) {
     (void)::kill(pid_, SIGKILL);
     (void)Reap(pid_);
   }
 }
 
-absl::StatusOr<Worker> Worker::Start(const SpawnOptions& options, base::UniqueFd input,
-                                     base::UniqueFd output) {
+absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
+                                                   base::UniqueFd input, base::UniqueFd output) {
   if (!input.valid()) return absl::InvalidArgumentError("no input descriptor");
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
@@ -174,11 +175,11 @@ absl::StatusOr<Worker> Worker::Start(const SpawnOptions& options, base::UniqueFd
     return absl::ErrnoToStatus(rc, absl::StrCat("cannot start the worker ", options.worker_path));
   }
   // The parent's copies of the handed descriptors close here (in, wr, out go out of scope).
-  return Worker(pid, std::move(read_end), start, start + options.timeout, options.max_frame_bytes,
-                options.cancelled);
+  return WorkerProcess(pid, std::move(read_end), start, start + options.timeout,
+                       options.max_frame_bytes, options.cancelled);
 }
 
-Result Worker::Wait() && {
+Result WorkerProcess::Wait() && {
   Result result;
   const pid_t pid = std::exchange(pid_, -1);
   FrameReader reader(max_frame_bytes_);
@@ -206,8 +207,8 @@ Result Worker::Wait() && {
     int timeout_ms = static_cast<int>(std::min<int64_t>(
         absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
     if (cancelled_) {
-      timeout_ms = std::min(timeout_ms, static_cast<int>(absl::ToInt64Milliseconds(
-                                            kCancelPollInterval)));
+      timeout_ms =
+          std::min(timeout_ms, static_cast<int>(absl::ToInt64Milliseconds(kCancelPollInterval)));
     }
     pollfd fds[2];
     nfds_t n = 0;
@@ -311,7 +312,8 @@ Result Worker::Wait() && {
 }
 
 Result RunWorker(const SpawnOptions& options, base::UniqueFd input, base::UniqueFd output) {
-  absl::StatusOr<Worker> worker = Worker::Start(options, std::move(input), std::move(output));
+  absl::StatusOr<WorkerProcess> worker =
+      WorkerProcess::Start(options, std::move(input), std::move(output));
   if (!worker.ok()) {
     Result r;
     r.outcome = Outcome::kFailed;

@@ -9,13 +9,13 @@
 // Wait() reads the result pipe with poll() against the wall-clock deadline, feeding a
 // FrameReader; on the deadline or on a frame over its cap it kills the worker with SIGKILL.
 // It always reaps the worker, then maps its fate to a Result (fail closed: only exit 0 with a
-// whole frame is kOk). A Worker destroyed without Wait() is killed and reaped too.
+// whole frame is kOk). A WorkerProcess destroyed without Wait() is killed and reaped too.
 //
 // Thread-safe: workers may be started and waited for from several threads at once. Start a
 // worker from a thread that outlives it: die-with-parent (PR_SET_PDEATHSIG) fires when the
 // spawning *thread* exits.
 //
-//   absl::StatusOr<Worker> w = Worker::Start(options, std::move(input_fd), {});
+//   absl::StatusOr<WorkerProcess> w = WorkerProcess::Start(options, std::move(input_fd), {});
 //   Result r = w.ok() ? std::move(*w).Wait() : ...;
 #ifndef CKPTSCAN_SANDBOX_SPAWNER_H_
 #define CKPTSCAN_SANDBOX_SPAWNER_H_
@@ -47,18 +47,18 @@ struct SpawnOptions {
 
 inline constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(50);
 
-class Worker final {
+class WorkerProcess final {
  public:
   // `input` becomes the worker's descriptor 0; `output`, when valid, its descriptor 3.
   // Both are closed in the caller once the worker has them.
-  static absl::StatusOr<Worker> Start(const SpawnOptions& options, base::UniqueFd input,
-                                      base::UniqueFd output);
+  static absl::StatusOr<WorkerProcess> Start(const SpawnOptions& options, base::UniqueFd input,
+                                             base::UniqueFd output);
 
-  Worker(Worker&& other) noexcept;
-  Worker& operator=(Worker&& other) = delete;
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-  ~Worker();  // kills and reaps a worker nobody waited for
+  WorkerProcess(WorkerProcess&& other) noexcept;
+  WorkerProcess& operator=(WorkerProcess&& other) = delete;
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  ~WorkerProcess();  // kills and reaps a worker nobody waited for
 
   pid_t pid() const { return pid_; }
 
@@ -66,8 +66,8 @@ class Worker final {
   Result Wait() &&;
 
  private:
-  Worker(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
-         uint64_t max_frame_bytes, std::function<bool()> cancelled);
+  WorkerProcess(pid_t pid, base::UniqueFd result_pipe, absl::Time start, absl::Time deadline,
+                uint64_t max_frame_bytes, std::function<bool()> cancelled);
 
   pid_t pid_ = -1;
   base::UniqueFd pipe_;
