@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -108,7 +108,8 @@ class ServiceTest : public ::testing::Test {
 
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
-    if (!dir_.empty()) (void)std::system(absl::StrCat("rm -rf '", dir_, "'").c_str());
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
   }
 
   v1::Report ScanPath(const std::string& path, bool single_file = false) {
