@@ -142,7 +142,9 @@ def run_facts(tool, cases, tmp):
         except subprocess.TimeoutExpired as e:  # killed; keep what it printed
             proc = subprocess.CompletedProcess(e.cmd, "timeout", e.stdout or b"",
                                                (e.stderr or b"") + b"\n(killed after 600s)")
-        for line in proc.stdout.decode("utf-8", "surrogatepass").splitlines():
+        # One JSON object per "\n"-ended line. Not splitlines(): it also splits at U+0085,
+        # U+2028 and U+2029, which a global's name may hold and JSON leaves unescaped.
+        for line in proc.stdout.decode("utf-8", "surrogatepass").split("\n"):
             try:
                 obj = json.loads(line)
             except ValueError:

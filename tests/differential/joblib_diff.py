@@ -94,7 +94,9 @@ def run_oracle(paths, opened=False):
         feed = "".join(json.dumps([i, paths[i]]) + "\n" for i in range(start, len(paths)))
         stdout, _ = child.communicate(feed)
         last = start - 1
-        for line in stdout.splitlines():
+        for line in stdout.split("\n"):  # not splitlines(): U+0085 may be inside a name
+            if not line:
+                continue
             rec = json.loads(line)
             if rec[0] == "G":
                 seen[rec[1]].append((rec[2], rec[3]))
@@ -113,7 +115,7 @@ def our_facts(tool, paths, joblib, read_file=False):
     args += ["--stdin"]
     proc = subprocess.run(args, input="".join(p + "\n" for p in paths), capture_output=True,
                           text=True, check=True)
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    return [json.loads(line) for line in proc.stdout.split("\n") if line]
 
 
 # ---- the generator ----

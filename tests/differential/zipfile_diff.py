@@ -140,7 +140,8 @@ def compare(args, inputs, paths):
     """The mismatches [(path, why)] between zipfile and our listing of each input."""
     proc = subprocess.run([args.listing_tool, "--stdin"], input="".join(p + "\n" for p in paths),
                           capture_output=True, text=True, check=True)
-    ours = [json.loads(line) for line in proc.stdout.splitlines()]
+    # Not splitlines(): it also splits at U+0085, U+2028 and U+2029, which a member name may hold.
+    ours = [json.loads(line) for line in proc.stdout.split("\n") if line]
     mismatches = []
     opened = 0
     limited = 0
