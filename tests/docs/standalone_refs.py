@@ -11,8 +11,9 @@ messages and sources become findings), the deployment files, and the string lite
 C++ and Python sources (messages, --help). In it:
   - a path into this repository (its first folder is one of the repository's top-level
     folders) must exist, as written or relative to the citing file's folder;
-  - nothing may point outside it to design notes (`../shared/`, `shared/reference/`,
-    `DESIGN.md`, `STYLE.md`, appendix tags such as `(A.4)`);
+  - nothing may point outside it: a relative path that climbs out of the repository, a
+    document name (NAME.md) that is no document of ours, or an appendix tag of someone
+    else's notes (a capital letter, a dot and a number in parentheses);
   - a section sign must cite a public source on the same line (an RFC, a PEP, a named
     specification) or one of our own documents that exists.
 Prints every offending line as FILE:LINE: reason: text and exits 1 if there is any.
@@ -27,8 +28,9 @@ TEXT = re.compile(r"\.(md|proto|textproto|yaml|yml)$|(^|/)Dockerfile$")
 CODE = re.compile(r"\.(cc|h|py)$")
 STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 PATH = re.compile(r"(?<![\w./:-])((?:\.\./)*[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_.*-]+)+)")
-OUTSIDE = re.compile(r"\.\./shared\b|\bshared/reference\b|\bDESIGN\.md\b|\bSTYLE\.md\b|"
-                     r"\(A\.\d+\)")
+BARE_DOC = re.compile(r"(?<![\w/.-])([A-Za-z0-9_][\w.-]*\.md)\b")
+APPENDIX = re.compile(r"\([A-Z]\.\d+(?:\.\d+)*\)")
+DOCS = set()  # the basenames of the repository's documents (*.md), set in main()
 SECTION = re.compile(r"§\s*\d")
 PUBLIC = re.compile(r"\bRFC\s?\d+|\bPEP\s?\d+|\bspec(ification)?\b|\bPOSIX\b|\bISO\b|\bECMA",
                     re.I)
@@ -59,12 +61,22 @@ def exists(repo, citing, path):
 
 
 def problems(repo, name, line, top):
-    for m in OUTSIDE.finditer(line):
-        yield "cites a file outside the repository (%s)" % m.group(0)
+    for m in APPENDIX.finditer(line):
+        yield "cites an appendix of notes outside the repository (%s)" % m.group(0)
+    for m in BARE_DOC.finditer(line):
+        if m.group(1) not in DOCS:
+            yield "cites %s, which is no document of this repository" % m.group(1)
     own_doc = False
     for m in PATH.finditer(line):
         path = m.group(1).rstrip(".,;:)")
         bare = re.sub(r"^(\.\./)+", "", path)
+        climbs = os.path.normpath(os.path.join(os.path.dirname(name), path)).startswith("..")
+        if climbs and not exists(repo, "", bare):
+            yield "cites %s, outside the repository" % path
+            continue
+        if bare.endswith(".md") and not (exists(repo, name, path) or exists(repo, "", bare)):
+            yield "cites %s, which is no document of this repository" % path
+            continue
         if bare.split("/")[0] not in top or "." not in bare.rsplit("/", 1)[-1]:
             continue  # an upstream or system path, or a build target (no file name extension)
         if not (exists(repo, name, path) or exists(repo, "", bare)):
@@ -78,10 +90,11 @@ def problems(repo, name, line, top):
 def self_test(repo):
     """Lines the check must flag, and lines it must let pass, checked against this repository."""
     top = {"docs", "clients", "core", "app"}
-    flagged = ["see ../shared/reference/sandbox.md for the policy",
-               "the design (DESIGN.md, section 4) says so",
-               "rule S6 of §4.3 forbids it",
-               "as shown in (A.4), a bypass",
+    flagged = ["see ../../notes/policy.txt for the policy",
+               "see ../notes/reference/policy.md for the policy",
+               "the plan (PLAN.md, section 4) says so",
+               "rule R2 of §4.3 forbids it",
+               "as shown in (B.2), a bypass",
                "documented in docs/nowhere.md",
                "the action's clients/github-action/README.md explains"]
     passing = ["RFC 4648 §4, padded",
@@ -100,9 +113,10 @@ def self_test(repo):
 
 def main():
     repo = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+    files = tracked_files(repo)
+    DOCS.update(os.path.basename(f) for f in files if f.endswith(".md"))
     if self_test(repo) != 0:
         return 1
-    files = tracked_files(repo)
     top = {f.split("/")[0] for f in files if "/" in f}
     bad = 0
     checked = 0
