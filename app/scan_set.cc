@@ -1,7 +1,7 @@
 #include "app/scan_set.h"
 
 #include <cstring>
-#include <set>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +27,9 @@ class SetScanner {
   // Scans `path` and remembers it; returns its index in the report.
   int Scan(const std::string& path) {
     *report_->add_files() = source_->Scan(path);
-    if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) scanned_.insert(*id);
-    return report_->files_size() - 1;
+    const int at = report_->files_size() - 1;
+    if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) scanned_.emplace(*id, at);
+    return at;
   }
 
   // Every shard of every index in the report, the shards appended as they are scanned (the loop
@@ -50,8 +51,17 @@ class SetScanner {
                                 "weight_map is ",
                                 absl::IsNotFound(id.status()) ? "missing" : "unreadable", ": ",
                                 id.status().message()));
-        } else if (!scanned_.count(*id)) {
-          Scan(path);
+        } else {
+          const auto seen = scanned_.find(*id);
+          const int at = seen != scanned_.end() ? seen->second : Scan(path);
+          // A loader torch.load()s every shard: an index (this one, or another) is no shard.
+          if (report_->files(at).format() == kIndexFormat) {
+            AddError(report_->mutable_files(i), v1::ERROR_CODE_MALFORMED,
+                     absl::StrCat("shard \"", TerminalSafe(shard),
+                                  "\" named by the index's weight_map is itself an index (",
+                                  at == i ? "this one" : TerminalSafe(report_->files(at).path()),
+                                  "), not a checkpoint"));
+          }
         }
       }
     }
@@ -60,7 +70,7 @@ class SetScanner {
  private:
   FileSource* source_;
   v1::Report* report_;
-  std::set<FileId> scanned_;
+  std::map<FileId, int> scanned_;  // every file scanned, by identity -> its place in the report
 };
 
 }  // namespace

@@ -220,6 +220,19 @@ TEST_F(ServiceTest, AnUploadedIndexCannotVouchForItsShards) {
       << report.files(0).errors(0).message();
 }
 
+// An index whose weight_map names itself (or another index) names no checkpoint: every shard
+// would be found, and the set was SAFE; a loader would torch.load() the JSON.
+TEST_F(ServiceTest, AnIndexNamingItselfAsAShardIsNoSet) {
+  SKIP_UNDER_SANITIZERS();
+  const std::string self = R"({"weight_map":{"w":"self.json"}})";
+  WriteFile(root_ + "/self.json", self);
+  for (const v1::Report& report : {ScanPath(root_ + "/self.json"), ScanUpload("self.json", self)}) {
+    ASSERT_EQ(report.files_size(), 1) << report.DebugString();
+    EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
+    EXPECT_EQ(Count(report.files(0), v1::ERROR_CODE_MALFORMED), 1) << report.DebugString();
+  }
+}
+
 TEST_F(ServiceTest, ConvertUploadOfSafetensorsWritesEveryTensor) {
   SKIP_UNDER_SANITIZERS();
   grpc::ClientContext ctx;

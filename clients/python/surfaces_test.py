@@ -97,9 +97,13 @@ class SurfacesTest(unittest.TestCase):
         escaping["weight_map"][next(iter(escaping["weight_map"]))] = "../complete/" + shards[0]
         with open(os.path.join(cls.sets, "escaping", index), "w", encoding="utf-8") as f:
             json.dump(escaping, f)
+        os.makedirs(os.path.join(cls.sets, "self_named"))  # an index naming itself as a shard
+        with open(os.path.join(cls.sets, "self_named", index), "w", encoding="utf-8") as f:
+            json.dump({"weight_map": {"w": index}}, f)
         cls.shard_count = len(set(weight_map["weight_map"].values()))
         cls.indexes = [os.path.join(cls.sets, d, index)
-                       for d in ("complete", "one_missing", "all_missing", "escaping")]
+                       for d in ("complete", "one_missing", "all_missing", "escaping",
+                                 "self_named")]
         cls.files = corpus(args.fixtures) + cls.indexes
         cls.daemon = ct.Daemon(os.path.join(cls.tmp, "d"), "--root", args.fixtures,
                                "--root", cls.sets, "--max-running", "2")
@@ -165,8 +169,10 @@ class SurfacesTest(unittest.TestCase):
                 self.assertEqual(codes.count("missing_shard"), missing, report)
                 self.assertEqual(report["verdict"], verdict)
                 self.assertEqual(len(report["files"]), 1 + self.shard_count - missing)
-        report = report_to_dict(self.client.scan_path(self.indexes[-1]))
-        self.assertEqual(report["verdict"], "ERROR", "a shard name leaving the folder")
+        for index, why in ((self.indexes[3], "a shard name leaving the folder"),
+                           (self.indexes[4], "an index naming itself as a shard")):
+            report = report_to_dict(self.client.scan_path(index))
+            self.assertEqual(report["verdict"], "ERROR", why)
 
     def test_safetensors_input_converts_the_same_on_every_surface(self):
         source = os.path.join(self.sets, "model.safetensors")
