@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "app/report.h"
-#include "pipeline/judge_facts.h"
+#include "trusted/judge_facts.h"
 
 namespace ckptscan::app {
 

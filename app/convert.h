@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "ckptscan/v1/report.pb.h"
-#include "pipeline/output_file.h"
-#include "pipeline/shard_set.h"
+#include "trusted/output_file.h"
+#include "trusted/shard_set.h"
 
 namespace ckptscan::app {
 

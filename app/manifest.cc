@@ -9,8 +9,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/escape.h"
-#include "core/base/strings.h"
+#include "base/escape.h"
+#include "base/strings.h"
 
 namespace ckptscan::app {
 namespace {

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "app/verdict.h"
-#include "core/base/escape.h"
-#include "core/base/strings.h"
-#include "pipeline/sha256.h"
+#include "base/escape.h"
+#include "base/strings.h"
+#include "trusted/sha256.h"
 
 namespace ckptscan::app {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "app/report.h"
 #include "app/report_format.h"
-#include "pipeline/judge_facts.h"
+#include "trusted/judge_facts.h"
 
 namespace ckptscan::app {
 

@@ -75,9 +75,9 @@
 #include "absl/time/time.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "pipeline/jailed_scan.h"
 #include "rules/rule_set.h"
-#include "sandbox/availability.h"
+#include "trusted/availability.h"
+#include "trusted/jailed_scan.h"
 
 extern char** environ;
 

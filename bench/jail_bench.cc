@@ -12,9 +12,9 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "pipeline/jailed_scan.h"
-#include "pipeline/local_scan.h"
 #include "rules/rule_set.h"
+#include "tests/inprocess/local_scan.h"
+#include "trusted/jailed_scan.h"
 
 namespace ckptscan {
 namespace {

@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "app/report.h"
+#include "base/size_value.h"
+#include "base/strings.h"
 #include "clients/limit_flags.h"
-#include "core/base/size_value.h"
-#include "core/base/strings.h"
-#include "sandbox/availability.h"
+#include "trusted/availability.h"
 
 #ifndef CKPT_VERSION
 #error "CKPT_VERSION must be defined by the build (the CMake project version)"
@@ -72,8 +72,9 @@ std::optional<Engine> LoadEngine(const std::string& rules_path,
 
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
   cmd->add_flag("--no-sandbox", f->no_sandbox,
-                "Parse inside this process, without the jail (debugging "
-                "only; prints a warning; never the default)");
+                "Parse in a worker process without the jail: no seccomp filter, "
+                "namespaces or rlimits (debugging only; prints a warning; never "
+                "the default)");
   cmd->add_option("--timeout", f->timeout_seconds,
                   "Wall-clock limit per file for the jailed worker")
       ->type_name("SECONDS")
@@ -114,12 +115,10 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* ex
   }
   if (f.no_sandbox) {
     PrintError(
-        "warning: --no-sandbox: parsing untrusted files inside this process, "
-        "without the jail. For debugging only: a file that exploits the "
-        "parser would run with your privileges.");
-    return std::nullopt;
-  }
-  if (absl::Status s = sandbox::CheckSeccompAvailable(); !s.ok()) {
+        "warning: --no-sandbox: parsing untrusted files in a worker process without the "
+        "jail (no seccomp filter, namespaces or rlimits). For debugging only: a file that "
+        "exploits the parser would run with your privileges.");
+  } else if (absl::Status s = sandbox::CheckSeccompAvailable(); !s.ok()) {
     PrintError(absl::StrCat("refusing to scan: ", s.message(),
                             ". ckptscan parses files only inside a seccomp jail; --no-sandbox "
                             "parses without it (debugging only)."));
@@ -138,6 +137,7 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* ex
   jail.timeout = absl::Seconds(f.timeout_seconds);
   jail.worker_memory = *memory;
   jail.max_sealed_copy_bytes = *max_copy;
+  jail.unjailed = f.no_sandbox;
   return jail;
 }
 

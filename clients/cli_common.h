@@ -21,8 +21,8 @@
 #include "ckptscan/v1/report.pb.h"
 #include "clients/remote.h"
 #include "core/pickle/limits.h"
-#include "pipeline/jailed_scan.h"
 #include "rules/rule_set.h"
+#include "trusted/jailed_scan.h"
 
 namespace ckptscan::clients {
 
@@ -78,9 +78,10 @@ struct SandboxFlags {
 
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
 
-// The jail's options, or nullopt for --no-sandbox (after its warning). Sets
-// `exit_code` and prints why when scanning must not start: a bad flag (64), or
-// no jail possible here (2: seccomp unavailable, worker missing).
+// The worker's options (with --no-sandbox, after its warning, an unjailed worker's), or nullopt
+// with `exit_code` set and the reason printed when scanning must not start: a bad flag (64), or
+// no jail possible here (2: seccomp unavailable, worker missing). Every file is parsed in a
+// worker process, never in this one.
 std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* exit_code);
 
 // --server: the daemon instead of the embedded jail (clients/remote.h).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of `ckptscan convert` on the torch fixtures, jailed and in-process.
+# End-to-end checks of `ckptscan convert` on the torch fixtures, jailed and unjailed.
 #   clients/convert_test.sh path/to/ckptscan path/to/fixtures path/to/check_safetensors.py
 # Each case names the scenario it proves; the script fails if any case fails.
 set -uo pipefail
@@ -23,9 +23,9 @@ seq="$fixtures/torch/sequential.pt"
 tied="$fixtures/torch/tied.pt"
 evil="$fixtures/pickles/malicious/reduce_posix_system.pkl"
 
-for mode in jailed in-process; do
+for mode in jailed unjailed; do
   flags=()
-  [[ $mode == in-process ]] && flags=(--no-sandbox)
+  [[ $mode == unjailed ]] && flags=(--no-sandbox)
   rm -rf out && mkdir out
 
   name="$mode: sequential.pt converts (exit 0, valid safetensors, provenance)"
@@ -78,14 +78,14 @@ for mode in jailed in-process; do
   else fail "$name" "folder holds: $(ls -A out)"; fi
 done
 
-name="jailed and in-process outputs are byte-identical"
+name="jailed and unjailed outputs are byte-identical"
 rm -rf out && mkdir out
 "$bin" convert "$seq" -o out/a.safetensors >/dev/null 2>&1
 "$bin" convert --no-sandbox "$seq" -o out/b.safetensors >/dev/null 2>&1
 if cmp -s out/a.safetensors out/b.safetensors; then pass "$name"
 else fail "$name" "outputs differ or are missing"; fi
 
-name="--dtype bf16: float tensors become BF16, jailed and in-process outputs identical"
+name="--dtype bf16: float tensors become BF16, jailed and unjailed outputs identical"
 "$bin" convert --dtype bf16 "$seq" -o out/bf_a.safetensors >/dev/null 2>&1
 "$bin" convert --no-sandbox --dtype bf16 "$seq" -o out/bf_b.safetensors >/dev/null 2>&1
 if cmp -s out/bf_a.safetensors out/bf_b.safetensors \
@@ -172,9 +172,9 @@ for i, f in enumerate(files):
 PY
 }
 
-for mode in jailed in-process; do
+for mode in jailed unjailed; do
   flags=()
-  [[ $mode == in-process ]] && flags=(--no-sandbox)
+  [[ $mode == unjailed ]] && flags=(--no-sandbox)
   rm -rf out a b set
 
   name="$mode: a sharded checkpoint converts as a set with its new index"
@@ -232,7 +232,7 @@ for mode in jailed in-process; do
   fi
 done
 
-name="sharded sets: jailed and in-process outputs are byte-identical"
+name="sharded sets: jailed and unjailed outputs are byte-identical"
 rm -rf a b
 "$bin" convert "$index" -o a >/dev/null 2>&1
 "$bin" convert --no-sandbox "$index" -o b >/dev/null 2>&1

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "app/report_format.h"
-#include "pipeline/local_scan.h"
-#include "sandbox/protocol.h"
+#include "protocol/file_facts.h"
+#include "protocol/protocol.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -46,19 +46,6 @@ std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport
   return summary;
 }
 
-v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
-                           const rules::RuleSet& rules, const pickle::Limits& limits,
-                           const TextSink& out) {
-  pipeline::TraceListing listing(out);
-  const pickle::TraceSink trace = listing.AsSink();
-  const pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, limits, &trace);
-  v1::FileReport report = pipeline::JudgeFacts(facts, rules);
-  report.set_path(path);
-  report.set_size(bytes.size());
-  out(DisasmSummary(facts, report, listing.started()));
-  return report;
-}
-
 void WriteJailedDisassembly(std::string_view listing, bool truncated,
                             const pipeline::FileFacts& facts, const v1::FileReport& report,
                             const TextSink& out) {
@@ -78,7 +65,7 @@ void WriteJailedDisassembly(std::string_view listing, bool truncated,
   }
   if (truncated) {
     absl::StrAppend(&text, "... listing cut at ", sandbox::kMaxTraceBytes,
-                    " bytes (kMaxTraceBytes); --no-sandbox shows it whole\n");
+                    " bytes (kMaxTraceBytes)\n");
   }
   if (!text.empty()) out(text);
   out(DisasmSummary(facts, report, after_listing));

@@ -21,37 +21,25 @@
 #include <string_view>
 
 #include "ckptscan/v1/report.pb.h"
-#include "core/pickle/vm.h"
-#include "pipeline/file_facts.h"
-#include "pipeline/trace_listing.h"
+#include "protocol/file_facts.h"
 #include "rules/rule_set.h"
 
 namespace ckptscan::clients {
 
 using TextSink = std::function<void(std::string_view)>;
 
-// In-process (--no-sandbox): runs the VM over `bytes` (the contents of `path`)
-// with a trace, writes the listing, and returns the file's report (sha256 left to
-// the caller) for the exit code.
-v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
-                           const rules::RuleSet& rules,
-                           const pickle::Limits& limits, const TextSink& out);
-
-// Jailed (the default): the worker ran the VM and returned `listing` (at most
+// The worker (jailed; with --no-sandbox, unjailed) ran the VM and returned `listing` (at most
 // sandbox::kMaxTraceBytes; `truncated` if cut) with the facts; `report` is the
 // trusted side's judgement of them. Writes the listing, re-escaped line by line
 // (it comes from the jail and is not trusted), then the summary.
 void WriteJailedDisassembly(std::string_view listing, bool truncated,
-                            const pipeline::FileFacts& facts,
-                            const v1::FileReport& report, const TextSink& out);
+                            const pipeline::FileFacts& facts, const v1::FileReport& report,
+                            const TextSink& out);
 
 // The part after the listing: format, one line per pickle, trailing bytes, then
 // the findings and errors as `scan --format text` shows them.
-std::string DisasmSummary(const pipeline::FileFacts& facts,
-                          const v1::FileReport& report, bool after_listing);
-
-// One listing line (with its newline) for one executed opcode.
-using pipeline::FormatTraceLine;
+std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport& report,
+                          bool after_listing);
 
 }  // namespace ckptscan::clients
 

@@ -4,9 +4,28 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/inprocess/local_scan.h"
+#include "worker/trace_listing.h"
 
 namespace ckptscan::clients {
 namespace {
+
+using pipeline::FormatTraceLine;
+
+// What the worker does for MODE_DISASM, in this process: the VM with a trace into the listing,
+// the facts judged, then the summary after the listing.
+v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
+                           const rules::RuleSet& rules, const pickle::Limits& limits,
+                           const TextSink& out) {
+  pipeline::TraceListing listing(out);
+  const pickle::TraceSink trace = listing.AsSink();
+  const pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, limits, &trace);
+  v1::FileReport report = pipeline::JudgeFacts(facts, rules);
+  report.set_path(path);
+  report.set_size(bytes.size());
+  out(DisasmSummary(facts, report, listing.started()));
+  return report;
+}
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -16,8 +35,7 @@ std::string DisasmOf(std::string_view bytes, v1::FileReport* report = nullptr) {
   std::string out;
   const std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
   v1::FileReport r =
-      Disassemble("x.pkl", bytes, *rules, {},
-                  [&out](std::string_view text) { out.append(text); });
+      Disassemble("x.pkl", bytes, *rules, {}, [&out](std::string_view text) { out.append(text); });
   if (report != nullptr) *report = r;
   return out;
 }
@@ -27,8 +45,7 @@ TEST(FormatTraceLineTest, OffsetNameArgAndNote) {
   e.offset = 22;
   e.opcode = 'R';
   e.note = "call posix.system('id')";
-  EXPECT_EQ(FormatTraceLine(e),
-            "        22  REDUCE            ; call posix.system('id')\n");
+  EXPECT_EQ(FormatTraceLine(e), "        22  REDUCE            ; call posix.system('id')\n");
   e.offset = 5;
   e.opcode = 'K';
   e.arg = "7";

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/checked.h"
-#include "core/base/size_value.h"
-#include "core/base/strings.h"
+#include "base/checked.h"
+#include "base/size_value.h"
+#include "base/strings.h"
 
 namespace ckptscan::clients {
 namespace {

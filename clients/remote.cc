@@ -16,11 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "app/paths.h"
-#include "core/base/unique_fd.h"
-#include "core/signing/keys.h"
+#include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "pipeline/output_file.h"
-#include "pipeline/sign_output.h"
+#include "trusted/output_file.h"
+#include "trusted/sign_output.h"
+#include "trusted/signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/unique_fd.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
-#include "core/base/unique_fd.h"
 
 namespace ckptscan::clients {
 

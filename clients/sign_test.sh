@@ -41,9 +41,9 @@ if run "$name" 64 "$bin" convert --key loose.pem "$seq" -o loose.safetensors; th
   else pass "$name"; fi
 fi
 
-for mode in jailed in-process; do
+for mode in jailed unjailed; do
   flags=()
-  [[ $mode == in-process ]] && flags=(--no-sandbox)
+  [[ $mode == unjailed ]] && flags=(--no-sandbox)
   rm -rf m set && mkdir m
 
   name="$mode: convert --key signs a file (OUT.sig) and verify accepts it"

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/base/escape.h"
-#include "core/base/strings.h"
+#include "base/escape.h"
+#include "base/strings.h"
 
 namespace ckptscan::daemon {
 namespace {

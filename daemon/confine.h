@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace ckptscan::daemon {
 

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# The daemon never parses untrusted bytes itself (docs/sandbox.md): no parser may be linked into it.
-# Bazel enforces this with visibility (//:parser_users); this is the CMake build's check, on the
-# linked binary: none of the parsers' entry points may be in ckptscand. The CLI is the control:
-# it links them (for --no-sandbox), so the same symbols must be found there, or the check is void.
-#   links_no_parser.sh CKPTSCAND CKPTSCAN
+# Neither surface parses untrusted bytes itself (docs/architecture.md): no parser may be linked
+# into ckptscand or ckptscan. Bazel enforces this with visibility (//:worker_side); this is the
+# check on the linked binaries of either build. The worker is the control: it links the parsers,
+# so the same symbols must be found there, or the check is void.
+#   links_no_parser.sh CKPTSCAND CKPTSCAN CKPTSCAN-WORKER
 set -uo pipefail
-parsers='ckptscan::(pickle::Vm::|zip::Archive::|torch::Detect|pipeline::ExtractFacts)'
-in_cli=$(nm -C "$2" | grep -cE "$parsers")
-if [[ $in_cli -eq 0 ]]; then
-  echo "FAIL: the control found no parser symbol in $2: the pattern is stale"; exit 1
+parsers='ckptscan::(pickle::Vm::|zip::Archive::|torch::Detect|pipeline::ExtractFacts|pipeline::TraceListing|pipeline::EncodeFacts|sandbox::EnterJail)'
+in_worker=$(nm -C "$3" 2>/dev/null | grep -cE "$parsers")
+if [[ $in_worker -eq 0 ]]; then
+  echo "FAIL: the control found no parser symbol in $3: the pattern is stale (or the binary is stripped)"
+  exit 1
 fi
-found=$(nm -C "$1" | grep -E "$parsers" | head -5)
-if [[ -n "$found" ]]; then
-  echo "FAIL: ckptscand links a parser:"; echo "$found"; exit 1
-fi
-echo "ok   ckptscand links no parser ($in_cli parser symbols in the CLI, none in the daemon)"
+status=0
+for bin in "$1" "$2"; do
+  if ! nm "$bin" >/dev/null 2>&1; then
+    echo "FAIL: cannot read the symbols of $bin"; status=1; continue
+  fi
+  found=$(nm -C "$bin" | grep -E "$parsers" | head -5)
+  if [[ -n "$found" ]]; then
+    echo "FAIL: $bin links a parser:"; echo "$found"; status=1
+  else
+    echo "ok   $(basename "$bin") links no parser"
+  fi
+done
+[[ $status -eq 0 ]] && echo "ok   ($in_worker parser symbols in the worker, the control)"
+exit $status

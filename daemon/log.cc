@@ -8,9 +8,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/base/escape.h"
-#include "core/base/json_text.h"
-#include "core/base/unique_fd.h"
+#include "base/escape.h"
+#include "base/json_text.h"
+#include "base/unique_fd.h"
 
 namespace ckptscan::daemon {
 

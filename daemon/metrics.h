@@ -33,7 +33,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "sandbox/result.h"
+#include "trusted/result.h"
 
 namespace ckptscan::daemon {
 

@@ -26,14 +26,14 @@
 #include "app/report_format.h"
 #include "app/scan_set.h"
 #include "app/verdict.h"
-#include "core/base/escape.h"
-#include "core/base/strings.h"
-#include "core/base/unique_fd.h"
-#include "core/signing/limits.h"
+#include "base/escape.h"
+#include "base/strings.h"
+#include "base/unique_fd.h"
 #include "daemon/log.h"
-#include "pipeline/judge_facts.h"
-#include "pipeline/output_file.h"
-#include "pipeline/shard_set.h"
+#include "trusted/judge_facts.h"
+#include "trusted/output_file.h"
+#include "trusted/shard_set.h"
+#include "trusted/signing/limits.h"
 
 namespace ckptscan::daemon {
 namespace {
@@ -90,7 +90,7 @@ class JobLog {
     if (!trace.empty()) line_.Str("trace_id", trace);
   }
   void Name(std::string_view name) { name_ = std::string(name); }
-  // How the input was pinned for the job (pipeline/pinned_input.h); the first one of a set.
+  // How the input was pinned for the job (trusted/pinned_input.h); the first one of a set.
   void Pin(std::string_view how) {
     if (pin_.empty()) pin_ = std::string(how);
   }

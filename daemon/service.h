@@ -2,7 +2,7 @@
 // convert, by path beneath the configured roots or by upload) and Admin (status, rule reload,
 // the public key).
 //
-// Every job goes through the same pipeline as the CLI (pipeline/jailed_scan.h): a fresh jailed
+// Every job goes through the same pipeline as the CLI (trusted/jailed_scan.h): a fresh jailed
 // worker per file parses it; this process decides the verdict with the rules, validates the
 // output and signs it. This process never parses an untrusted byte: uploads are spooled to an
 // unlinked file and handed to the worker as they are. The signing key stays here.
@@ -37,15 +37,15 @@
 #include "absl/time/time.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "core/pickle/limits.h"
-#include "core/signing/keys.h"
-#include "core/signing/manifest.h"
 #include "daemon/confine.h"
 #include "daemon/job_slots.h"
 #include "daemon/metrics.h"
 #include "daemon/unix_listener.h"
 #include "daemon/upload.h"
-#include "pipeline/jailed_scan.h"
 #include "rules/rule_set.h"
+#include "trusted/jailed_scan.h"
+#include "trusted/signing/keys.h"
+#include "trusted/signing/manifest.h"
 
 namespace ckptscan::daemon {
 

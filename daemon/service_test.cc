@@ -25,9 +25,9 @@
 #include "daemon/job_slots.h"
 #include "daemon/metrics.h"
 #include "gtest/gtest.h"
-#include "pipeline/jailed_scan.h"
-#include "pipeline/judge_facts.h"
-#include "sandbox/testing/sanitizers.h"
+#include "trusted/jailed_scan.h"
+#include "trusted/judge_facts.h"
+#include "worker/testing/sanitizers.h"
 
 namespace ckptscan::daemon {
 namespace {

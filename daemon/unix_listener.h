@@ -45,7 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace grpc {
 class Server;

@@ -18,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/unique_fd.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
-#include "core/base/unique_fd.h"
 #include "daemon/job_slots.h"
 
 namespace ckptscan::daemon {

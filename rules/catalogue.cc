@@ -270,7 +270,7 @@ std::vector<RuleInfo> Build() {
                "seccomp policy (open a file, create a socket, execute a program, ...); the "
                "kernel killed it with SIGSYS. The scanner's own code never does this, so the "
                "file is treated as an exploit against the scanner: DANGEROUS. Do not load it; "
-               "report it. Emitted by the trusted side (pipeline/jailed_scan.h), not by a rule.",
+               "report it. Emitted by the trusted side (trusted/jailed_scan.h), not by a rule.",
                kDangerous, v1::SEVERITY_CRITICAL},
       RuleInfo{"scan.findings_truncated", "Too many findings",
                "The scan found more findings than a report keeps (RuleSet kMaxFindings). The "

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/base/escape.h"
+#include "base/escape.h"
 #include "core/pickle/opcodes.h"
 
 namespace ckptscan::rules::internal {

@@ -1583,7 +1583,7 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
     EXPECT_FALSE(info->title.empty()) << id;
     EXPECT_FALSE(info->help.empty()) << id;
   }
-  // The pipeline, not the RuleSet, emits the sandbox's own finding (pipeline/jailed_scan.h).
+  // The pipeline, not the RuleSet, emits the sandbox's own finding (trusted/jailed_scan.h).
   const std::set<std::string> emitted_by_pipeline = {"sandbox.violation"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {

@@ -24,12 +24,6 @@ import sys
 # Targets that cannot have a twin, each with the reason. Keep this list short.
 EXCEPTIONS = {
     # CMake-only.
-    "build_parity": "this check itself: a ctest that reads the source tree (every CMakeLists.txt "
-                    "and BUILD.bazel), which a Bazel test cannot see outside its declared inputs; "
-                    "scripts/bazel.sh runs it before building",
-    "standalone_refs": "reads every tracked file of the git checkout (tests/docs/"
-                       "standalone_refs.py), which a Bazel test cannot see outside its declared "
-                       "inputs; scripts/bazel.sh runs it before building",
     "install_layout_test": "runs `cmake --install` on the CMake build tree and checks the installed "
                            "layout; Bazel has no install step (cmake/install.cmake)",
     "k8s_manifests_test": "renders with the system's kubectl and validates with npm packages from "

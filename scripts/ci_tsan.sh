@@ -12,8 +12,8 @@
 #
 # Covered: the job slots, upload places and stall watchdog (daemon/job_slots), the daemon's
 # metrics and log lines, the confined roots, the facts memory budget, output files, SHA-256 and
-# the signing manifest's parallel hashing (core/signing), and the shim itself. Not covered: code
-# that only the jailed worker's tests reach (pipeline/jailed_scan.cc, sign_output's ShardWork,
+# the signing manifest's parallel hashing (trusted/signing), and the shim itself. Not covered: code
+# that only the jailed worker's tests reach (trusted/jailed_scan.cc, sign_output's ShardWork,
 # ckptscand's services, unix listener and reflection guard, exercised by daemon_test.sh and the
 # tests/attacks scripts): under any sanitizer the worker's runtime needs system calls its seccomp
 # policy forbids, so those tests skip there (tests/skip_jailed.sh) and are not built here.

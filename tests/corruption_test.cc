@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pipeline/local_scan.h"
 #include "rules/rule_set.h"
+#include "tests/inprocess/local_scan.h"
 
 namespace ckptscan {
 namespace {

@@ -31,16 +31,16 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/size_value.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
-#include "core/base/size_value.h"
-#include "core/base/strings.h"
-#include "core/signing/bundle.h"
-#include "core/signing/keys.h"
-#include "pipeline/jailed_scan.h"
-#include "pipeline/local_scan.h"
-#include "pipeline/output_file.h"
-#include "pipeline/shard_set.h"
+#include "tests/inprocess/local_scan.h"
+#include "trusted/jailed_scan.h"
+#include "trusted/output_file.h"
+#include "trusted/shard_set.h"
+#include "trusted/signing/bundle.h"
+#include "trusted/signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -167,7 +167,7 @@ int RunConvert(const ConvertOptions& opt) {
   const rules::RuleSet& ruleset = *engine->rules;
   int setup_exit = 0;
   const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
-  if (setup_exit != 0) return setup_exit;
+  if (!jail.has_value()) return setup_exit;
   // The key is loaded here, before anything is scanned (a key file others can read is refused),
   // and stays in this process: no worker ever sees it.
   std::optional<signing::PrivateKey> key;
@@ -183,7 +183,7 @@ int RunConvert(const ConvertOptions& opt) {
   request.input = opt.input;
   request.output = opt.output;
   // OUT's directory is opened once here; the output (or a set's staging directory) is created
-  // relative to that descriptor only (pipeline/output_file.h). If it cannot be opened, the
+  // relative to that descriptor only (trusted/output_file.h). If it cannot be opened, the
   // conversion still scans and reports, then fails naming it.
   absl::StatusOr<pipeline::OutputDir> out_dir = pipeline::OpenOutputDir(request);
   if (out_dir.ok()) request.output_dir_fd = out_dir->fd;
@@ -227,9 +227,7 @@ int RunConvert(const ConvertOptions& opt) {
   const app::ConvertOutcome outcome = app::Convert(
       request,
       [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
-        return jail.has_value()
-                   ? pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check)
-                   : pipeline::ConvertFileInProcess(r, ruleset, engine->limits, check);
+        return pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check);
       },
       Version(), ruleset.version());
   return FinishConvert(opt, outcome.report, outcome.error);

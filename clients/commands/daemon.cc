@@ -31,9 +31,9 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/remote.h"
-#include "core/base/strings.h"
 
 namespace ckptscan::clients {
 namespace {

@@ -30,13 +30,13 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/mapped_file.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/disasm.h"
 #include "clients/limit_flags.h"
-#include "core/base/strings.h"
-#include "pipeline/jailed_scan.h"
-#include "pipeline/local_scan.h"
-#include "pipeline/mapped_file.h"
+#include "tests/inprocess/local_scan.h"
+#include "trusted/jailed_scan.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -65,17 +65,8 @@ int RunDisasm(const DisasmOptions& opt) {
   const pickle::Limits& limits = engine->limits;
   int setup_exit = 0;
   const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
-  if (setup_exit != 0) return setup_exit;
+  if (!jail.has_value()) return setup_exit;
   const auto out = [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); };
-
-  if (!jail.has_value()) {
-    absl::StatusOr<pipeline::MappedFile> file = pipeline::MappedFile::Open(opt.file);
-    if (!file.ok()) {
-      return PrintFileReport(pipeline::UnreadableFileReport(opt.file, file.status()));
-    }
-    const v1::FileReport report = Disassemble(opt.file, file->bytes(), ruleset, limits, out);
-    return ExitCodeFor(report.verdict());
-  }
 
   absl::StatusOr<base::UniqueFd> fd = pipeline::OpenRegularFile(opt.file);
   struct stat st;
@@ -111,8 +102,8 @@ void AddDisasmCommand(CLI::App* app, Commands* out) {
       ->allow_extra_args(false);
   AddSandboxFlags(disasm, &disasm_opt->sandbox);
   disasm->footer(
-      absl::StrCat("The listing is made inside the jailed worker (at most 16 MiB; cut with\n"
-                   "a note past that); --no-sandbox streams it from this process.\n\n",
+      absl::StrCat("The listing is made inside the worker (at most 16 MiB; cut with a note\n"
+                   "past that), with or without --no-sandbox.\n\n",
                    "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
   out->push_back({disasm, [disasm_opt] { return RunDisasm(*disasm_opt); }});
 }

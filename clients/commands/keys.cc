@@ -1,5 +1,5 @@
 // `ckptscan keygen` and `ckptscan verify`: signing keys and OpenSSF model-signing bundles.
-#include "core/signing/keys.h"
+#include "trusted/signing/keys.h"
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
@@ -30,12 +30,12 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
-#include "core/base/strings.h"
-#include "core/signing/bundle.h"
-#include "core/signing/keys.h"
-#include "pipeline/shard_set.h"
-#include "pipeline/sign_output.h"
+#include "trusted/shard_set.h"
+#include "trusted/sign_output.h"
+#include "trusted/signing/bundle.h"
+#include "trusted/signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {

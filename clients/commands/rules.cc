@@ -28,8 +28,8 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
-#include "core/base/strings.h"
 #include "rules/rule_set.h"
 
 namespace ckptscan::clients {

@@ -29,12 +29,12 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
-#include "core/base/strings.h"
-#include "pipeline/jailed_scan.h"
-#include "pipeline/local_scan.h"
 #include "rules/catalogue.h"
+#include "tests/inprocess/local_scan.h"
+#include "trusted/jailed_scan.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -76,18 +76,16 @@ absl::StatusOr<app::FileId> FindLocal(const std::string& path) {
   return app::FileId{st.st_dev, st.st_ino};
 }
 
-// Files on this machine: stat(2) finds them (symlinks followed), a jailed worker (or, with
-// --no-sandbox, this process) scans them.
+// Files on this machine: stat(2) finds them (symlinks followed), a worker scans them (jailed;
+// with --no-sandbox, unjailed).
 class LocalFiles final : public app::FileSource {
  public:
-  LocalFiles(const Engine& engine, const std::optional<pipeline::JailOptions>& jail, bool sha256)
-      : engine_(engine), jail_(jail), sha256_(sha256) {}
+  LocalFiles(const Engine& engine, const pipeline::JailOptions& jail)
+      : engine_(engine), jail_(jail) {}
 
   v1::FileReport Scan(const std::string& path) override {
     absl::StatusOr<v1::FileReport> file =
-        jail_.has_value()
-            ? pipeline::ScanFileJailed(path, *engine_.rules, engine_.limits, *jail_)
-            : pipeline::ScanFileInProcess(path, *engine_.rules, engine_.limits, sha256_);
+        pipeline::ScanFileJailed(path, *engine_.rules, engine_.limits, jail_);
     return file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
   }
 
@@ -95,8 +93,7 @@ class LocalFiles final : public app::FileSource {
 
  private:
   const Engine& engine_;
-  const std::optional<pipeline::JailOptions>& jail_;
-  const bool sha256_;
+  const pipeline::JailOptions& jail_;
 };
 
 // Files on this machine judged by ckptscand (uploaded, or by path), one at a time: the set is
@@ -164,10 +161,10 @@ int RunScan(const ScanOptions& opt) {
     if (!engine) return kExitUsage;
     int setup_exit = 0;
     jail = SetUpSandbox(opt.sandbox, &setup_exit);
-    if (setup_exit != 0) return setup_exit;
-    if (jail.has_value()) jail->sha256 = sha256;
+    if (!jail.has_value()) return setup_exit;
+    jail->sha256 = sha256;
     report.set_rules_version(engine->rules->version());
-    source = std::make_unique<LocalFiles>(*engine, jail, sha256);
+    source = std::make_unique<LocalFiles>(*engine, *jail);
   }
 
   const std::vector<app::ScanTarget> targets = app::ExpandScanPaths(opt.paths, opt.excludes);

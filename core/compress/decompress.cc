@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/base/checked.h"
-#include "core/base/limit_status.h"
+#include "base/checked.h"
+#include "base/limit_status.h"
 
 namespace ckptscan::compress {
 namespace {

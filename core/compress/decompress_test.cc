@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/base/limit_status.h"
+#include "base/limit_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

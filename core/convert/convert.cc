@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/checked.h"
+#include "base/checked.h"
+#include "base/escape.h"
+#include "base/strings.h"
 #include "core/bf16/bf16.h"
-#include "core/base/escape.h"
-#include "core/base/strings.h"
 
 namespace ckptscan::convert {
 namespace {

@@ -27,8 +27,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/unique_fd.h"
 #include "ckptscan/worker/v1/worker.pb.h"
-#include "core/base/unique_fd.h"
 #include "core/safetensors/writer.h"
 #include "core/torch/file_facts.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/strings.h"
+#include "base/strings.h"
 #include "core/pickle/opcodes.h"
 
 namespace ckptscan::pickle {

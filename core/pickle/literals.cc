@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/strings.h"
+#include "base/strings.h"
 
 namespace ckptscan::pickle {
 namespace {

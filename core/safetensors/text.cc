@@ -1,6 +1,6 @@
 #include "core/safetensors/text.h"
 
-#include "core/base/json_text.h"
+#include "base/json_text.h"
 
 namespace ckptscan::safetensors::internal {
 

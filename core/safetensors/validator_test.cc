@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/base/limit_status.h"
+#include "base/limit_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/checked.h"
-#include "core/base/limit_status.h"
-#include "core/base/strings.h"
+#include "base/checked.h"
+#include "base/limit_status.h"
+#include "base/strings.h"
 #include "core/compress/decompress.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"

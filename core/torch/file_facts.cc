@@ -4,9 +4,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/base/escape.h"
-#include "core/base/limit_status.h"
-#include "core/base/strings.h"
+#include "base/escape.h"
+#include "base/limit_status.h"
+#include "base/strings.h"
 
 namespace ckptscan::torch {
 

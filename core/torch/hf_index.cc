@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/base/escape.h"
-#include "core/base/json_cursor.h"
-#include "core/base/limit_status.h"
-#include "core/base/strings.h"
+#include "base/escape.h"
+#include "base/json_cursor.h"
+#include "base/limit_status.h"
+#include "base/strings.h"
 #include "nlohmann/json.hpp"
 
 namespace ckptscan::torch {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/base/strings.h"
+#include "base/strings.h"
 #include "gtest/gtest.h"
 
 namespace ckptscan::torch {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/base/byte_reader.h"
-#include "core/base/checked.h"
-#include "core/base/strings.h"
+#include "base/byte_reader.h"
+#include "base/checked.h"
+#include "base/strings.h"
 #include "core/torch/tensors.h"
 
 namespace ckptscan::torch {

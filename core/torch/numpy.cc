@@ -6,11 +6,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "core/base/byte_reader.h"
-#include "core/base/checked.h"
-#include "core/base/limit_status.h"
-#include "core/base/status_macros.h"
-#include "core/base/strings.h"
+#include "base/byte_reader.h"
+#include "base/checked.h"
+#include "base/limit_status.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
 
 namespace ckptscan::torch {
 namespace {

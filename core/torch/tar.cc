@@ -7,11 +7,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/byte_reader.h"
-#include "core/base/checked.h"
-#include "core/base/escape.h"
-#include "core/base/limit_status.h"
-#include "core/base/strings.h"
+#include "base/byte_reader.h"
+#include "base/checked.h"
+#include "base/escape.h"
+#include "base/limit_status.h"
+#include "base/strings.h"
 #include "core/torch/tensors.h"
 
 namespace ckptscan::torch {

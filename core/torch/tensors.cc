@@ -8,8 +8,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/checked.h"
-#include "core/base/strings.h"
+#include "base/checked.h"
+#include "base/strings.h"
 
 namespace ckptscan::torch {
 namespace {

@@ -36,7 +36,7 @@ done
 
 # --- a file rewritten in place, same size, under the scan -----------------------------------
 # Neither the hash nor the worker can see this by length: the trusted side compares the file's
-# size, inode, mtime and ctime before and after (pipeline/jailed_scan.cc).
+# size, inode, mtime and ctime before and after (trusted/jailed_scan.cc).
 # (No sparse tail here: trailing bytes would make the file SUSPICIOUS, which outranks ERROR.)
 for delay in 0.1 0.4; do
   make_slow rewrite.pkl

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/base/limit_status.h"
+#include "base/limit_status.h"
 #include "core/compress/decompress.h"
 #include "tests/fuzz/fuzz_check.h"
 

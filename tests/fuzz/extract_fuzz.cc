@@ -15,10 +15,11 @@
 
 #include "core/pickle/vm.h"
 #include "core/torch/detect.h"
-#include "pipeline/facts_codec.h"
-#include "pipeline/judge_facts.h"
 #include "rules/rule_set.h"
 #include "tests/fuzz/facts_check.h"
+#include "trusted/facts_decoder.h"
+#include "trusted/judge_facts.h"
+#include "worker/facts_encoder.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // libFuzzer target: the trusted side's decoder of the worker's result frame
-// (pipeline/facts_codec.h, DecodeResult): the bytes a compromised worker could send.
+// (trusted/facts_decoder.h, DecodeResult): the bytes a compromised worker could send.
 //
 // Invariants: a frame the decoder accepts is safe to use — every graph is consistent, nested
 // pickles follow their parents — and the trusted side's whole judgement (JudgeFacts with the
@@ -12,10 +12,11 @@
 #include <string_view>
 
 #include "core/pickle/graph_check.h"
-#include "pipeline/facts_codec.h"
-#include "pipeline/judge_facts.h"
 #include "rules/rule_set.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "trusted/facts_decoder.h"
+#include "trusted/judge_facts.h"
+#include "worker/facts_encoder.h"
 
 namespace {
 

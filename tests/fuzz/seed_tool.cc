@@ -10,8 +10,8 @@
 
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/pickle/vm.h"
-#include "pipeline/extract_facts.h"
-#include "pipeline/facts_codec.h"
+#include "worker/extract_facts.h"
+#include "worker/facts_encoder.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

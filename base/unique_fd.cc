@@ -1,0 +1,48 @@
+#include "base/unique_fd.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "base/strings.h"
+
+namespace ckptscan::base {
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0 && fd_ != fd) (void)::close(fd_);
+  fd_ = fd;
+}
+
+namespace {
+
+// `offset` < 0: write(2) at the file offset; otherwise pwrite(2) there.
+absl::Status WriteLoop(int fd, int64_t offset, std::string_view data, std::string_view what) {
+  while (!data.empty()) {
+    const ssize_t n = offset < 0 ? ::write(fd, data.data(), data.size())
+                                 : ::pwrite(fd, data.data(), data.size(), offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, AbslView(what));
+    }
+    if (n == 0) return absl::DataLossError(absl::StrCat(AbslView(what), ": no progress"));
+    data.remove_prefix(static_cast<size_t>(n));
+    if (offset >= 0) offset += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteAll(int fd, std::string_view data, std::string_view what) {
+  return WriteLoop(fd, -1, data, what);
+}
+
+absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data, std::string_view what) {
+  if (offset > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(AbslView(what), ": offset out of range"));
+  }
+  return WriteLoop(fd, static_cast<int64_t>(offset), data, what);
+}
+
+}  // namespace ckptscan::base

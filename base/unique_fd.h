@@ -1,0 +1,58 @@
+// UniqueFd: the sole owner of one file descriptor. Move-only; closes on destruction.
+// WriteAll / PwriteAll: the one loop that writes a whole buffer to a descriptor.
+//
+// Pass it by value to hand ownership over (sandbox2's FDCloser, leveldb's file owners).
+// -1 means "no descriptor". Thread-compatible.
+//
+//   base::UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+//   if (!fd.valid()) return absl::ErrnoToStatus(errno, "open");
+//   Consume(std::move(fd));  // closed by the consumer, not here
+#ifndef CKPTSCAN_BASE_UNIQUE_FD_H_
+#define CKPTSCAN_BASE_UNIQUE_FD_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace ckptscan::base {
+
+class UniqueFd final {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives the descriptor up without closing it.
+  [[nodiscard]] int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Closes the current descriptor (if any; EINTR is not retried: Linux always frees the
+  // descriptor) and takes `fd`.
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Writes all of `data` to `fd` (at `offset` for PwriteAll, leaving the file offset alone),
+// retrying short writes and EINTR. Errors carry errno and start with `what` ("write the
+// output: No space left on device"); a write that makes no progress is DataLoss.
+absl::Status WriteAll(int fd, std::string_view data, std::string_view what = "write");
+absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data,
+                       std::string_view what = "write");
+
+}  // namespace ckptscan::base
+
+#endif  // CKPTSCAN_BASE_UNIQUE_FD_H_

@@ -1,0 +1,59 @@
+// The in-process scan of one file: ExtractFacts and JudgeFacts in the calling
+// process. For tests and benchmarks only: no shipped binary links it (`ckptscan
+// --no-sandbox` runs an unjailed worker child; the default is the jailed scan,
+// trusted/jailed_scan.h).
+//
+// The two halves run in different processes in a jailed scan:
+//   ExtractFacts  (worker/extract_facts.h) untrusted bytes -> FileFacts: format
+//                 detection by content and the symbolic pickle VM. The worker's
+//                 job: it never sees the rules and decides no verdict.
+//   JudgeFacts    (trusted/judge_facts.h) FileFacts + RuleSet -> v1::FileReport:
+//                 VM errors become report errors, the rules add findings, the
+//                 verdict is decided. The trusted side's job.
+// ScanFileInProcess reads the file (mmap, SHA-256, size) and runs both halves
+// here.
+//
+// Thread-safe: every function is reentrant; a RuleSet is immutable.
+//
+//   auto rules = rules::RuleSet::Default();
+//   absl::StatusOr<v1::FileReport> r = pipeline::ScanFileInProcess(path,
+//   *rules, {}); v1::FileReport report = r.ok() ? *std::move(r) :
+//   pipeline::UnreadableFileReport(path, r.status());
+#ifndef CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
+#define CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ckptscan/v1/report.pb.h"
+#include "core/pickle/vm.h"
+#include "protocol/file_facts.h"
+#include "rules/rule_set.h"
+#include "trusted/judge_facts.h"
+#include "trusted/output_file.h"
+#include "trusted/shard_set.h"
+#include "worker/extract_facts.h"
+
+namespace ckptscan::pipeline {
+
+// Reads `path` (symlinks followed; regular files only), hashes it and scans it.
+// A non-OK status means the file could not be read at all; see
+// UnreadableFileReport.
+// `sha256` false leaves the report's digest empty (--digest none).
+absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
+                                                 const rules::RuleSet& rules,
+                                                 const pickle::Limits& limits, bool sha256 = true);
+
+// `ckptscan convert --no-sandbox`: scans `request.input` as ScanFileInProcess does and, if it
+// is SAFE, writes the safetensors conversion to an unlinked file next to `request.output`,
+// validates it and links it there. A sharded checkpoint's index converts as a set
+// (trusted/shard_set.h). `check` (may be empty) runs on the plan before publishing. A non-OK
+// status means the input could not be read at all.
+absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
+                                                   const rules::RuleSet& rules,
+                                                   const pickle::Limits& limits,
+                                                   const PlanCheck& check = nullptr);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_

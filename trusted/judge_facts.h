@@ -1,0 +1,42 @@
+// JudgeFacts: FileFacts + RuleSet -> v1::FileReport. The trusted side's half of a scan.
+//
+// VM errors become report errors, the rules add findings, the verdict is decided. Linked by
+// the trusted side only (the CLI, later the daemon); it needs no parser.
+//
+// Verdict: the worst of the findings (rules::WorseVerdict: findings win over
+// errors), and ERROR if there is any error. Nothing is SAFE unless every pickle
+// parsed whole: an empty file, an unsupported container or a stream without one
+// complete pickle is ERROR.
+//
+// Thread-safe: every function is reentrant; a RuleSet is immutable.
+#ifndef CKPTSCAN_TRUSTED_JUDGE_FACTS_H_
+#define CKPTSCAN_TRUSTED_JUDGE_FACTS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "ckptscan/v1/report.pb.h"
+#include "core/pickle/facts.h"
+#include "protocol/file_facts.h"
+#include "rules/rule_set.h"
+
+namespace ckptscan::pipeline {
+
+// Facts + rules -> report: format, findings, errors, pickles, globals, tensors
+// and verdict. path, sha256 and size are the caller's to fill.
+v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules);
+
+// One VM error as a report error (code "malformed", "limit" or "unsupported").
+v1::ScanError ToScanError(const pickle::VmError& error, std::string_view member,
+                          uint32_t pickle_index, uint32_t nested_depth);
+
+// The ERROR entry for a path that could not be read: one error with code "io"
+// (or "internal" for an Internal status) carrying the status message.
+v1::FileReport UnreadableFileReport(const std::string& path,
+                                    const absl::Status& status);
+
+}  // namespace ckptscan::pipeline
+
+#endif  // CKPTSCAN_TRUSTED_JUDGE_FACTS_H_

@@ -1,0 +1,30 @@
+// ckptscan-worker: one job in a fresh, self-jailed process (docs/sandbox.md).
+//
+//   ckptscan-worker --job=HEX      (started by trusted/spawner.h; never by hand)
+//
+// It reads its Job (protocol/job.h), notes the input's size, enters the jail (worker/jail.h),
+// maps the input read-only, extracts facts (worker/extract_facts.h; plus the opcode listing
+// for a disasm job; for a convert job, the safetensors bytes on descriptor 3, see
+// core/convert/convert.h), writes one result frame (protocol/frame.h) to descriptor 1 and exits 0.
+// Every other ending is an exit code of protocol/protocol.h or a signal. It never sees the
+// rules and decides no verdict.
+#ifndef CKPTSCAN_WORKER_WORKER_H_
+#define CKPTSCAN_WORKER_WORKER_H_
+
+#include <cstdint>
+
+#include "ckptscan/worker/v1/worker.pb.h"
+#include "worker/jail.h"
+
+namespace ckptscan::sandbox {
+
+// The worker's main: returns the exit code (sandbox::WorkerExit).
+int WorkerMain(int argc, char** argv);
+
+// The part after the jail is up: map `input_size` bytes of kInputFd, run the job, write the
+// frame. Returns the exit code. Shared with the test probe (worker/testing/jail_probe.cc).
+int RunJobInJail(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_size);
+
+}  // namespace ckptscan::sandbox
+
+#endif  // CKPTSCAN_WORKER_WORKER_H_
