@@ -1,7 +1,11 @@
+// The opcode machine of the symbolic pickle VM (vm.h): one pickle, run opcode by opcode as
+// Modules/_pickle.c's load() would, with its input and PEP 3154 framing, the stack with its
+// MARK fence, the memo, and the facts (globals, call sites, values) each opcode records.
+// The stream around it (several pickles, trailing bytes, nested pickles) is vm_stream.cc;
+// what joblib.load reads after a BUILD is decided in joblib_arrays.cc and read here.
 #include "core/pickle/vm.h"
 
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,49 +16,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/strings.h"
 #include "core/base/byte_reader.h"
 #include "core/base/checked.h"
-#include "core/base/escape.h"
 #include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
+#include "core/pickle/compat_names.h"
+#include "core/pickle/graph_passes.h"
+#include "core/pickle/joblib_arrays.h"
 #include "core/pickle/literals.h"
 #include "core/pickle/opcodes.h"
+#include "core/pickle/vm_internal.h"
 
-namespace ckptscan::pickle {
+namespace ckptscan::pickle::internal {
 namespace {
-
-struct NameMapping {
-  const char* module2;
-  const char* name2;
-  const char* module3;
-  const char* name3;
-};
-struct ImportMapping {
-  const char* module2;
-  const char* module3;
-};
-#include "core/pickle/compat_pickle_table.inc"
-
-// CPython's find_class: for protocol < 3 (fix_imports), Python 2 names are mapped first.
-void ResolveCompatNames(int proto, GlobalRef* g) {
-  g->resolved_module = g->module;
-  g->resolved_name = g->name;
-  if (proto >= 3) return;
-  for (const NameMapping& m : kNameMapping) {
-    if (g->module == m.module2 && g->name == m.name2) {
-      g->resolved_module = m.module3;
-      g->resolved_name = m.name3;
-      return;
-    }
-  }
-  for (const ImportMapping& m : kImportMapping) {
-    if (g->module == m.module2) {
-      g->resolved_module = m.module3;
-      return;
-    }
-  }
-}
 
 std::string QuoteForTrace(std::string_view s, size_t max = 80) {
   std::string out = "'";
@@ -70,31 +44,6 @@ std::string QuoteForTrace(std::string_view s, size_t max = 80) {
   out += "'";
   return out;
 }
-
-// Kinds whose objects are known not to be callable / not types / not tuples.
-bool IsPlainData(Kind k) {
-  switch (k) {
-    case Kind::kNone:
-    case Kind::kBool:
-    case Kind::kInt:
-    case Kind::kFloat:
-    case Kind::kStr:
-    case Kind::kBytes:
-    case Kind::kByteArray:
-    case Kind::kTuple:
-    case Kind::kList:
-    case Kind::kDict:
-    case Kind::kSet:
-    case Kind::kFrozenSet:
-    case Kind::kBuffer:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Objects of unknown type (built by a call, named by a global, loaded persistently).
-bool IsOpaque(Kind k) { return !IsPlainData(k); }
 
 // Executes one pickle. Single use.
 class Machine final {
@@ -134,74 +83,11 @@ class Machine final {
     }
     stack_ = {};
     memo_ = {};
-    Prune();
+    PruneUnobserved(&out_);
     return std::move(out_);
   }
 
  private:
-  // Drops the nodes nothing can observe: values reachable neither from the root nor from a
-  // call site, that are not byte strings either (nested-pickle scanning reads those). They
-  // are what the stream built and threw away (popped, or left on the stack of a pickle that
-  // failed); CPython frees them too. The facts handed on, and the frame to the trusted side,
-  // then grow with what a loader keeps, not with what a stream discards: 20 million lists
-  // built and popped leave a handful of nodes, not 20 million to encode. Order-preserving
-  // and iterative (no recursion on the graph's depth); ids are renumbered.
-  void Prune() {
-    Graph& g = out_.graph;
-    const size_t n = g.nodes.size();
-    std::vector<uint8_t> keep(n, 0);
-    std::vector<NodeId> work;
-    size_t kept = 0;
-    auto mark = [&](NodeId id) {
-      if (id < n && keep[id] == 0) {
-        keep[id] = 1;
-        ++kept;
-        work.push_back(id);
-      }
-    };
-    mark(out_.root);
-    for (const CallSite& c : g.calls) {
-      mark(c.callee);
-      mark(c.args);
-      mark(c.kwargs);
-      mark(c.result);
-    }
-    for (size_t id = 0; id < n; ++id) {
-      Kind k = g.nodes[id].kind;
-      if (k == Kind::kStr || k == Kind::kBytes || k == Kind::kByteArray) {
-        mark(static_cast<NodeId>(id));
-      }
-    }
-    while (!work.empty()) {
-      NodeId id = work.back();
-      work.pop_back();
-      for (NodeId item : g.nodes[id].items) mark(item);
-      for (NodeId state : g.nodes[id].states) mark(state);
-    }
-    if (kept == n) return;
-    std::vector<NodeId> remap(n, kNoNode);
-    NodeList nodes;
-    for (size_t id = 0; id < n; ++id) {
-      if (keep[id] == 0) continue;
-      remap[id] = static_cast<NodeId>(nodes.size());
-      nodes.push_back(std::move(g.nodes[id]));
-    }
-    g.nodes = std::move(nodes);
-    auto re = [&](NodeId id) { return id < n ? remap[id] : id; };
-    for (size_t id = 0; id < g.nodes.size(); ++id) {
-      Node& node = g.nodes[id];
-      for (NodeId& item : node.items) item = re(item);
-      for (NodeId& state : node.states) state = re(state);
-    }
-    for (CallSite& c : g.calls) {
-      c.callee = re(c.callee);
-      c.args = re(c.args);
-      c.kwargs = re(c.kwargs);
-      c.result = re(c.result);
-    }
-    out_.root = re(out_.root);
-  }
-
   // ---- errors ----
   absl::Status Malformed(std::string msg) const {
     return absl::InvalidArgumentError(std::move(msg));
@@ -210,8 +96,6 @@ class Machine final {
   absl::Status Stricter(std::string msg) const {
     return absl::FailedPreconditionError(std::move(msg));
   }
-  static constexpr const char kJoblibReadsOn[] =
-      " (joblib.load reads on here; ckptscan does not follow it)";
   static constexpr const char kReadsAcross[] =
       " (CPython 3.11 reads across frames; ckptscan does not follow it)";
   static absl::Status Limit(const char* name, uint64_t value) {
@@ -467,235 +351,25 @@ class Machine final {
     return result;
   }
 
-  // The size of the object graph with shared references counted every time they are
-  // reached, saturating. Children created after their parent (APPEND of a later value,
-  // cycles) count once: the bound is for fan-out, which only reaches back.
+  // The bound on the graph's fan-out (graph_passes.h), checked at STOP.
   absl::Status CheckExpandedSize() {
-    const NodeList& nodes = out_.graph.nodes;
-    std::vector<uint64_t> size(nodes.size(), 1);
-    const uint64_t cap = limits_.max_expanded_values;
-    auto add = [&](NodeId id, NodeId child, uint64_t* s) {
-      uint64_t c = child < id ? size[child] : 1;
-      *s = (*s > cap || c > cap - *s) ? cap + 1 : *s + c;
-    };
-    for (NodeId id = 0; id < nodes.size(); ++id) {
-      uint64_t s = 1;
-      for (NodeId child : nodes[id].items) add(id, child, &s);
-      if (nodes[id].kind == Kind::kCall) {
-        const CallSite& c = out_.graph.calls[nodes[id].ref];
-        if (c.args != kNoNode) add(id, c.args, &s);
-        if (c.kwargs != kNoNode) add(id, c.kwargs, &s);
-      }
-      size[id] = s;
-      if (s > cap) return Limit("max_expanded_values", cap);
+    if (ExpandedSizeExceeds(out_.graph, limits_.max_expanded_values)) {
+      return Limit("max_expanded_values", limits_.max_expanded_values);
     }
     return absl::OkStatus();
   }
 
-  // ---- joblib's inline arrays (joblib 1.2 NumpyUnpickler.load_build, numpy 1.24) ----
-  // joblib checks isinstance(stack[-1], (NumpyArrayWrapper, NDArrayWrapper)) after every
-  // BUILD, however the object was made. The one construction modelled is what joblib.dump
-  // writes: NEWOBJ of NumpyArrayWrapper with no arguments, then one BUILD with a dict state.
-  // Any other object that could be a placeholder stops the reading (Stricter): reading on
-  // would skip bytes differently from joblib.
-  static bool IsJoblibClass(const GlobalRef& g) {
-    return g.resolved_module == "joblib.numpy_pickle" ||
-           g.resolved_module == "joblib.numpy_pickle_compat" ||
-           g.resolved_module == "sklearn.externals.joblib.numpy_pickle" ||
-           g.resolved_module == "sklearn.externals.joblib.numpy_pickle_compat";
-  }
-  bool IsJoblibClassNode(NodeId id) {
-    const Node& n = N(id);
-    if (n.kind != Kind::kGlobal) return false;
-    if (n.ref >= out_.graph.globals.size()) return true;
-    const GlobalRef& g = out_.graph.globals[n.ref];
-    return g.via == Via::kExt || g.via == Via::kDynamic || IsJoblibClass(g);
-  }
-  // The call site that made `inst`, or nullptr when `inst` is not a call's result.
-  const CallSite* MadeBy(NodeId inst) {
-    const Node& n = N(inst);
-    if (n.kind != Kind::kCall || n.ref >= out_.graph.calls.size()) return nullptr;
-    return &out_.graph.calls[n.ref];
-  }
-  bool IsJoblibWrapper(NodeId inst) {
-    const CallSite* c = MadeBy(inst);
-    if (c == nullptr || c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal) return false;
-    const GlobalRef& g = out_.graph.globals[N(c->callee).ref];
-    return g.resolved_module == "joblib.numpy_pickle" && g.resolved_name == "NumpyArrayWrapper";
-  }
-  // A call's result that was made by calling something other than a named global (a class
-  // built at load time, e.g. by type(...)).
-  bool IsComputedClass(NodeId id) {
-    const CallSite* c = MadeBy(id);
-    return c != nullptr && (c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal);
-  }
-  // Whether the object BUILD just set `state` on may be a joblib placeholder in a form this
-  // model does not follow.
-  bool MayBeOtherPlaceholder(NodeId inst, NodeId state) {
-    // A slot state sets attributes with setattr: `__class__` turns any plain object into one.
-    const Node& s = N(state);
-    if (s.kind == Kind::kTuple && s.items.size() == 2) {
-      const Node& slots = N(s.items[1]);
-      if (IsOpaque(slots.kind)) return true;
-      if (slots.kind == Kind::kDict) {
-        for (size_t i = 0; i < slots.items.size(); i += 2) {
-          const Node& k = N(slots.items[i]);
-          if (k.kind != Kind::kStr || k.text == "__class__") return true;
-        }
-      }
-    }
-    if (IsOpaque(s.kind)) return true;
-    const CallSite* c = MadeBy(inst);
-    if (c == nullptr) return N(inst).kind != Kind::kGlobal;  // persistent ids, buffers
-    // A class computed at load time (type(...) subclasses, getattr chains), a placeholder
-    // class called any way, or passed to a constructor (copyreg._reconstructor, __newobj__).
-    if (IsComputedClass(inst) || IsJoblibClassNode(c->callee)) return true;
-    if (c->args != kNoNode) {
-      const Node& a = N(c->args);
-      if (IsOpaque(a.kind)) return true;
-      for (NodeId item : a.items) {
-        if (IsJoblibClassNode(item) || IsComputedClass(item)) return true;
-      }
-    }
-    return false;
-  }
-
-  // The value of `key` in a plain dict node, or kNoNode.
-  NodeId DictValue(NodeId dict, std::string_view key) {
-    const Node& d = N(dict);
-    NodeId found = kNoNode;
-    for (size_t i = 0; i + 1 < d.items.size(); i += 2) {
-      const Node& k = N(d.items[i]);
-      if (k.kind == Kind::kStr && k.text == key) found = d.items[i + 1];  // last one wins
-    }
-    return found;
-  }
-
-  // What numpy 1.24 makes of numpy.dtype(code, align, copy) followed by __setstate__(state):
-  // the item size and whether the array holds Python objects (dtype.hasobject).
-  struct ArrayDtype {
-    uint64_t itemsize = 0;
-    bool has_object = false;
-  };
-  absl::StatusOr<ArrayDtype> JoblibDtype(NodeId dtype) {
-    auto not_modelled = [this](std::string why) {
-      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
-    };
-    const CallSite* dc = MadeBy(dtype);
-    if (dc == nullptr || dc->callee == kNoNode || N(dc->callee).kind != Kind::kGlobal) {
-      return not_modelled("dtype is not a numpy.dtype(...) call");
-    }
-    const GlobalRef& callee = out_.graph.globals[N(dc->callee).ref];
-    if (callee.resolved_name != "dtype" ||
-        (callee.resolved_module != "numpy" && callee.resolved_module != "numpy.core.multiarray")) {
-      return not_modelled("dtype is not a numpy.dtype(...) call");
-    }
-    const Node& dn = N(dtype);
-    if (dc->args == kNoNode || N(dc->args).kind != Kind::kTuple || N(dc->args).items.size() != 3 ||
-        N(N(dc->args).items[0]).kind != Kind::kStr || dn.states.size() != 1) {
-      return not_modelled("dtype is not numpy.dtype(code, align, copy) with one state");
-    }
-    const Node& copy = N(N(dc->args).items[2]);
-    if (copy.kind != Kind::kBool && copy.kind != Kind::kInt) {
-      return not_modelled("dtype's copy argument is not a bool");
-    }
-    const bool copied = copy.kind == Kind::kBool ? copy.b : copy.i != 0;
-    // The codes dtype.__reduce__ writes: kind and item size (numpy's builtin types on 64-bit
-    // Linux), or S/U/V with their size in the state.
-    const std::string& code = N(N(dc->args).items[0]).text;
-    static constexpr std::pair<std::string_view, uint64_t> kSized[] = {
-        {"b1", 1}, {"i1", 1}, {"i2", 2}, {"i4", 4}, {"i8", 8}, {"u1", 1}, {"u2", 2},
-        {"u4", 4}, {"u8", 8}, {"f2", 2}, {"f4", 4}, {"f8", 8}, {"f16", 16}, {"c8", 8},
-        {"c16", 16}, {"c32", 32}, {"O8", 8}, {"M8", 8}, {"m8", 8}};
-    ArrayDtype out;
-    bool flexible = false;
-    for (const auto& [c, size] : kSized) {
-      if (code == c) out.itemsize = size;
-    }
-    if (out.itemsize == 0) {
-      flexible = !code.empty() && (code[0] == 'S' || code[0] == 'U' || code[0] == 'V') &&
-                 code.size() <= 11 &&
-                 code.find_first_not_of("0123456789", 1) == std::string::npos;
-      if (!flexible) return not_modelled(
-          absl::StrCat("dtype code '", base::Escaped(std::string_view(code).substr(0, 32)), "'"));
-    }
-    const bool object_kind = code == "O8";
-    if (!copied) {
-      // numpy hands back its builtin descriptor, on which __setstate__ changes nothing.
-      if (flexible) return not_modelled("a flexible dtype with copy=False");
-      out.has_object = object_kind;
-      return out;
-    }
-    const Node& st = N(dn.states[0]);
-    if (st.kind != Kind::kTuple || (st.items.size() != 8 && st.items.size() != 9)) {
-      return not_modelled("dtype state is not numpy's 8- or 9-tuple");
-    }
-    const Node& version = N(st.items[0]);
-    const Node& subarray = N(st.items[2]);
-    const Node& fields = N(st.items[4]);
-    const Node& elsize = N(st.items[5]);
-    const Node& flags = N(st.items[7]);
-    if (version.kind != Kind::kInt || !version.fits || flags.kind != Kind::kInt || !flags.fits ||
-        subarray.kind != Kind::kNone) {
-      return not_modelled("dtype state with a version, subarray or flags numpy does not write");
-    }
-    if (version.i >= 3) {
-      out.has_object = (flags.i & 1) != 0;  // NPY_ITEM_HASOBJECT, as the state says
-    } else {
-      if (fields.kind != Kind::kNone) return not_modelled("fields in a dtype state before version 3");
-      out.has_object = flags.i != 0 || object_kind;
-    }
-    if (flexible) {
-      // Only flexible types take their size from the state.
-      if (elsize.kind != Kind::kInt || !elsize.fits || elsize.i <= 0 || elsize.i >= (1 << 30) ||
-          (code[0] == 'U' && elsize.i % 4 != 0)) {
-        return not_modelled("a flexible dtype whose state has no usable size");
-      }
-      out.itemsize = static_cast<uint64_t>(elsize.i);
-    }
-    return out;
-  }
-
-  absl::Status JoblibArray(NodeId inst, NodeId state) {
-    auto not_modelled = [this](std::string why) {
-      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
-    };
-    const CallSite* made = MadeBy(inst);
-    if (made->op != CallOp::kNewObj || made->args == kNoNode ||
-        N(made->args).kind != Kind::kTuple || !N(made->args).items.empty()) {
-      return not_modelled("a placeholder made otherwise than by NEWOBJ with no arguments");
-    }
-    if (N(inst).states.size() != 1) {
-      return not_modelled("a second BUILD on a placeholder (joblib reads another array)");
-    }
-    if (N(state).kind != Kind::kDict) return not_modelled("the placeholder's state is not a dict");
-    NodeId shape = DictValue(state, "shape");
-    NodeId dtype = DictValue(state, "dtype");
-    NodeId align = DictValue(state, "numpy_array_alignment_bytes");
-    NodeId allow_mmap = DictValue(state, "allow_mmap");
-    if (shape == kNoNode || N(shape).kind != Kind::kTuple || dtype == kNoNode) {
-      return not_modelled("shape or dtype missing");
-    }
-    uint64_t count = 1;
-    for (NodeId d : N(shape).items) {
-      const Node& v = N(d);
-      if (v.kind != Kind::kInt || !v.fits || v.i < 0 || v.i > absl::int128(INT64_MAX) ||
-          !base::CheckedMul(count, static_cast<uint64_t>(v.i), &count)) {
-        return not_modelled("a dimension is not a small non-negative int");
-      }
-    }
-    CKPT_ASSIGN_OR_RETURN(ArrayDtype dt, JoblibDtype(dtype));
+  // ---- joblib's inline arrays: reading the bytes joblib_arrays.h says joblib reads ----
+  absl::Status ReadJoblibArray(const JoblibInlineArray& array) {
     MaybeLeaveFrame();
     if (in_frame_) {
       // joblib reads the array from the file, past the frame the unpickler still reads from.
-      return not_modelled("array data inside an unfinished frame");
+      return JoblibNotModelled("array data inside an unfinished frame");
     }
-    if (dt.has_object) {
+    if (array.has_object) {
       // joblib.load(mmap_mode=...) maps such an array's bytes raw when allow_mmap is set, and
       // joblib.load() unpickles them: two readings of the same bytes. The pickle is scanned,
       // then the reading stops.
-      const bool mapped_too = allow_mmap != kNoNode && N(allow_mmap).kind != Kind::kNone &&
-                              !(N(allow_mmap).kind == Kind::kBool && !N(allow_mmap).b);
       // joblib: pickle.load(file) — a separate pickle (its own memo) at this offset, read by
       // the C unpickler, which knows nothing of placeholders.
       if (joblib_depth_ >= limits_.max_nested_depth) {
@@ -709,23 +383,25 @@ class Machine final {
       std::optional<VmError> error = inner.error;
       out_.inline_pickles.push_back(std::move(inner));
       if (error) {
-        std::string msg = absl::StrCat("joblib array: the object array's pickle failed: ",
-                                       error->message);
+        std::string msg =
+            absl::StrCat("joblib array: the object array's pickle failed: ", error->message);
         return LoaderStopsToo(*error) ? Malformed(std::move(msg))
                                       : Stricter(absl::StrCat(msg, kJoblibReadsOn));
       }
-      if (mapped_too) {
-        return not_modelled("an object array with allow_mmap (read raw under mmap_mode)");
+      if (array.mapped_too) {
+        return JoblibNotModelled("an object array with allow_mmap (read raw under mmap_mode)");
       }
       note_ = absl::StrCat("joblib object array: a pickle of ", used, " bytes");
       return r_.Skip(used);
     }
-    if (align != kNoNode && N(align).kind != Kind::kNone) {
+    if (array.aligned) {
       CKPT_ASSIGN_OR_RETURN(uint64_t pad, ReadUInt(1));
       CKPT_RETURN_IF_ERROR(Read(pad).status());
     }
     uint64_t nbytes;
-    if (!base::CheckedMul(count, dt.itemsize, &nbytes)) return not_modelled("array size overflows");
+    if (!base::CheckedMul(array.count, array.itemsize, &nbytes)) {
+      return JoblibNotModelled("array size overflows");
+    }
     CKPT_RETURN_IF_ERROR(CheckLength(nbytes));
     CKPT_RETURN_IF_ERROR(Read(nbytes).status());
     note_ = absl::StrCat("joblib array data: ", nbytes, " bytes");
@@ -1356,13 +1032,9 @@ class Machine final {
           N(inst).states.push_back(state);
           AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
           if (loader_ == Loader::kJoblib) {
-            if (IsJoblibWrapper(inst)) return JoblibArray(inst, state);
-            if (MayBeOtherPlaceholder(inst, state)) {
-              return Stricter(absl::StrCat(
-                  "joblib array: BUILD on an object that may be a joblib placeholder, made in a "
-                  "way ckptscan does not model",
-                  kJoblibReadsOn));
-            }
+            CKPT_ASSIGN_OR_RETURN(std::optional<JoblibInlineArray> array,
+                                  JoblibAfterBuild(out_.graph, inst, state));
+            if (array.has_value()) return ReadJoblibArray(*array);
           }
           return absl::OkStatus();
         }
@@ -1454,111 +1126,12 @@ class Machine final {
   std::string note_;
 };
 
-bool HasContent(const PickleFacts& p) {
-  return !p.graph.globals.empty() || !p.graph.calls.empty();
-}
-
 }  // namespace
 
-PickleFacts Vm::RunOne(std::string_view data, uint64_t base_offset,
-                       const TraceSink* trace) const {
-  return Machine(limits_, data, base_offset, trace, 0, 0, loader_).Run();
+PickleFacts RunPickle(const Limits& limits, std::string_view data, uint64_t base,
+                      const TraceSink* trace, uint32_t pickle_index, uint32_t depth, Loader loader,
+                      uint32_t joblib_depth) {
+  return Machine(limits, data, base, trace, pickle_index, depth, loader, joblib_depth).Run();
 }
 
-StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
-                           const TraceSink* trace) const {
-  StreamFacts facts;
-  if (data.size() > limits_.max_total_bytes) {
-    VmError e;
-    e.code = VmError::Code::kLimit;
-    e.message = absl::StrFormat("stream of %d bytes is over the limit", data.size());
-    e.offset = base_offset;
-    e.limit_name = "max_total_bytes";
-    e.limit_value = limits_.max_total_bytes;
-    facts.stream_error = std::move(e);
-    return facts;
-  }
-
-  // Top-level pickles, one after another, as repeated pickle.load(f) calls would read them.
-  uint64_t pos = 0;
-  while (true) {
-    if (facts.pickles.size() >= limits_.max_pickles) {
-      VmError e;
-      e.code = VmError::Code::kLimit;
-      e.message = "too many pickles in one stream";
-      e.offset = base_offset + pos;
-      e.limit_name = "max_pickles";
-      e.limit_value = limits_.max_pickles;
-      facts.stream_error = std::move(e);
-      break;
-    }
-    PickleFacts p = Machine(limits_, data.substr(pos), base_offset + pos, trace,
-                            static_cast<uint32_t>(facts.pickles.size()), 0, loader_)
-                        .Run();
-    if (!facts.pickles.empty() && p.error.has_value() && !HasContent(p)) {
-      // Not another pickle: what follows the last STOP is trailing data.
-      facts.trailing_offset = base_offset + pos;
-      facts.trailing_bytes = data.size() - pos;
-      break;
-    }
-    bool failed = p.error.has_value();
-    uint64_t next = p.end - base_offset;
-    std::vector<PickleFacts> inline_pickles = std::move(p.inline_pickles);
-    p.inline_pickles.clear();
-    facts.pickles.push_back(std::move(p));
-    for (PickleFacts& q : inline_pickles) facts.pickles.push_back(std::move(q));
-    if (failed || next >= data.size()) break;
-    pos = next;
-  }
-
-  ScanNested(data, base_offset, &facts, trace);
-  return facts;
-}
-
-void Vm::ScanNested(std::string_view data, uint64_t base_offset, StreamFacts* out,
-                    const TraceSink* trace) const {
-  StreamFacts& facts = *out;
-  // Byte strings that are themselves pickles, breadth first, to a bounded depth and volume.
-  uint64_t nested_budget = limits_.max_nested_bytes;
-  for (size_t pi = 0; pi < facts.pickles.size(); ++pi) {
-    if (facts.pickles[pi].depth >= limits_.max_nested_depth) continue;
-    const size_t node_count = facts.pickles[pi].graph.nodes.size();
-    for (NodeId id = 0; id < node_count; ++id) {
-      const Node& n = facts.pickles[pi].graph.nodes[id];
-      if (n.kind != Kind::kBytes && n.kind != Kind::kByteArray && n.kind != Kind::kStr) continue;
-      if (n.len < 6 || n.text.empty() || OpName(static_cast<uint8_t>(n.text[0])) == nullptr) {
-        continue;
-      }
-      std::string_view candidate;
-      if (n.in_stream && n.data_offset >= base_offset &&
-          n.data_offset - base_offset <= data.size() &&
-          n.len <= data.size() - (n.data_offset - base_offset)) {
-        candidate = data.substr(n.data_offset - base_offset, n.len);
-      } else if (!n.truncated) {
-        candidate = n.text;
-      } else {
-        continue;
-      }
-      if (candidate.size() > nested_budget) continue;
-      nested_budget -= candidate.size();
-      std::string owned(candidate);  // the parent's graph may move as pickles are appended
-      uint32_t depth = facts.pickles[pi].depth + 1;
-      // Trace a nested attempt only if it turns out to be a pickle worth reporting.
-      std::vector<TraceEvent> events;
-      TraceSink buffer = [&events](const TraceEvent& ev) { events.push_back(ev); };
-      PickleFacts nested = Machine(limits_, owned, n.data_offset,
-                                   trace != nullptr ? &buffer : nullptr,
-                                   static_cast<uint32_t>(facts.pickles.size()), depth)
-                               .Run();
-      if (nested.error.has_value() || !HasContent(nested)) continue;
-      if (trace != nullptr) {
-        for (const TraceEvent& ev : events) (*trace)(ev);
-      }
-      nested.parent = static_cast<int32_t>(pi);
-      nested.parent_node = id;
-      facts.pickles.push_back(std::move(nested));
-    }
-  }
-}
-
-}  // namespace ckptscan::pickle
+}  // namespace ckptscan::pickle::internal
