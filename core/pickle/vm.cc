@@ -16,11 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/base/byte_reader.h"
 #include "core/base/checked.h"
 #include "core/base/limit_status.h"
 #include "core/base/status_macros.h"
 #include "core/pickle/compat_names.h"
+#include "core/pickle/framed_input.h"
 #include "core/pickle/graph_passes.h"
 #include "core/pickle/joblib_arrays.h"
 #include "core/pickle/literals.h"
@@ -52,7 +52,7 @@ class Machine final {
           uint32_t pickle_index, uint32_t depth, Loader loader = Loader::kPickle,
           uint32_t joblib_depth = 0)
       : limits_(limits),
-        r_(data, base),
+        in_(limits, data, base),
         trace_(trace),
         pickle_index_(pickle_index),
         depth_(depth),
@@ -64,7 +64,7 @@ class Machine final {
 
   PickleFacts Run() && {
     absl::Status st = Loop();
-    out_.end = r_.offset();
+    out_.end = in_.offset();
     if (!st.ok()) {
       VmError e;
       e.code = st.code() == absl::StatusCode::kResourceExhausted ? VmError::Code::kLimit
@@ -96,69 +96,17 @@ class Machine final {
   absl::Status Stricter(std::string msg) const {
     return absl::FailedPreconditionError(std::move(msg));
   }
-  static constexpr const char kReadsAcross[] =
-      " (CPython 3.11 reads across frames; ckptscan does not follow it)";
-  static absl::Status Limit(const char* name, uint64_t value) {
-    return base::LimitError(absl::StrFormat("limit %s (%d) exceeded", name, value), name, value);
-  }
+  static absl::Status Limit(const char* name, uint64_t value) { return LimitExceeded(name, value); }
   absl::Status Underflow() const {
     return Malformed(marks_.empty() ? "unpickling stack underflow" : "unexpected MARK found");
   }
 
-  // ---- input, with PEP 3154 framing enforced ----
-  void MaybeLeaveFrame() {
-    if (in_frame_ && r_.remaining() == 0) {
-      in_frame_ = false;
-      (void)r_.SetEnd(r_.data_end_offset());
-    }
-  }
-
-  absl::StatusOr<std::string_view> Read(uint64_t n) {
-    MaybeLeaveFrame();
-    if (n > r_.remaining()) {
-      if (in_frame_) {
-        return Stricter(absl::StrCat(
-            absl::StrFormat("argument of %d bytes crosses the end of its frame at offset %d", n,
-                            r_.end_offset()),
-            kReadsAcross));
-      }
-      return Malformed(absl::StrFormat("pickle data was truncated: %d bytes needed, %d remain",
-                                       n, r_.remaining()));
-    }
-    return r_.ReadBytes(n);
-  }
-
-  absl::StatusOr<uint64_t> ReadUInt(int nbytes) {
-    CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(nbytes));
-    uint64_t v = 0;
-    for (int k = nbytes - 1; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[k]);
-    return v;
-  }
-
+  // ---- input: in_, with PEP 3154 framing enforced (framed_input.h) ----
   // A declared length for a str/bytes argument: checked against the limit and the input
   // before anything is read or allocated.
   absl::Status CheckLength(uint64_t n) {
     if (n > limits_.max_string_bytes) return Limit("max_string_bytes", limits_.max_string_bytes);
     return absl::OkStatus();
-  }
-
-  // readline(): through the next '\n', which must lie inside the current frame if any.
-  absl::StatusOr<std::string_view> ReadLine() {
-    MaybeLeaveFrame();
-    std::string_view window = r_.Peek();
-    uint64_t cap = limits_.max_line_bytes;
-    std::string_view search = window.size() > cap ? window.substr(0, cap) : window;
-    size_t nl = search.find('\n');
-    if (nl == std::string_view::npos) {
-      if (window.size() > cap) return Limit("max_line_bytes", cap);
-      if (in_frame_) {
-        return Stricter(absl::StrCat(
-            absl::StrFormat("line crosses the end of its frame at offset %d", r_.end_offset()),
-            kReadsAcross));
-      }
-      return Malformed("pickle data was truncated (no end of line)");
-    }
-    return r_.ReadBytes(nl + 1);
   }
 
   // ---- values ----
@@ -361,8 +309,8 @@ class Machine final {
 
   // ---- joblib's inline arrays: reading the bytes joblib_arrays.h says joblib reads ----
   absl::Status ReadJoblibArray(const JoblibInlineArray& array) {
-    MaybeLeaveFrame();
-    if (in_frame_) {
+    in_.LeaveFrameIfDone();
+    if (in_.in_frame()) {
       // joblib reads the array from the file, past the frame the unpickler still reads from.
       return JoblibNotModelled("array data inside an unfinished frame");
     }
@@ -375,11 +323,11 @@ class Machine final {
       if (joblib_depth_ >= limits_.max_nested_depth) {
         return Limit("max_nested_depth", limits_.max_nested_depth);
       }
-      std::string_view rest = r_.Peek();
-      PickleFacts inner = Machine(limits_, rest, r_.offset(), trace_, pickle_index_, 0,
+      std::string_view rest = in_.Peek();
+      PickleFacts inner = Machine(limits_, rest, in_.offset(), trace_, pickle_index_, 0,
                                   Loader::kPickle, joblib_depth_ + 1)
                               .Run();
-      const uint64_t used = inner.end - r_.offset();
+      const uint64_t used = inner.end - in_.offset();
       std::optional<VmError> error = inner.error;
       out_.inline_pickles.push_back(std::move(inner));
       if (error) {
@@ -392,18 +340,18 @@ class Machine final {
         return JoblibNotModelled("an object array with allow_mmap (read raw under mmap_mode)");
       }
       note_ = absl::StrCat("joblib object array: a pickle of ", used, " bytes");
-      return r_.Skip(used);
+      return in_.Skip(used);
     }
     if (array.aligned) {
-      CKPT_ASSIGN_OR_RETURN(uint64_t pad, ReadUInt(1));
-      CKPT_RETURN_IF_ERROR(Read(pad).status());
+      CKPT_ASSIGN_OR_RETURN(uint64_t pad, in_.ReadUInt(1));
+      CKPT_RETURN_IF_ERROR(in_.Read(pad).status());
     }
     uint64_t nbytes;
     if (!base::CheckedMul(array.count, array.itemsize, &nbytes)) {
       return JoblibNotModelled("array size overflows");
     }
     CKPT_RETURN_IF_ERROR(CheckLength(nbytes));
-    CKPT_RETURN_IF_ERROR(Read(nbytes).status());
+    CKPT_RETURN_IF_ERROR(in_.Read(nbytes).status());
     note_ = absl::StrCat("joblib array data: ", nbytes, " bytes");
     return absl::OkStatus();
   }
@@ -434,13 +382,13 @@ class Machine final {
   // ---- the opcode loop ----
   absl::Status Loop() {
     while (true) {
-      MaybeLeaveFrame();
-      op_offset_ = r_.offset();
+      in_.LeaveFrameIfDone();
+      op_offset_ = in_.offset();
       have_op_ = false;
-      if (r_.remaining() == 0) {
+      if (in_.remaining() == 0) {
         return Malformed(out_.opcodes == 0 ? "Ran out of input" : "pickle data was truncated");
       }
-      op_ = *r_.ReadU8();
+      op_ = *in_.ReadU8();
       have_op_ = true;
       if (++out_.opcodes > limits_.max_opcodes) return Limit("max_opcodes", limits_.max_opcodes);
       note_.clear();
@@ -495,8 +443,8 @@ class Machine final {
 
   absl::Status PushBytes(Kind k, uint64_t n) {
     CKPT_RETURN_IF_ERROR(CheckLength(n));
-    uint64_t off = r_.offset();
-    CKPT_ASSIGN_OR_RETURN(std::string_view raw, Read(n));
+    uint64_t off = in_.offset();
+    CKPT_ASSIGN_OR_RETURN(std::string_view raw, in_.Read(n));
     if (trace_ != nullptr) arg_ = absl::StrCat("b", QuoteForTrace(raw, 40), " (", n, " bytes)");
     Push(NewRawText(k, raw, off));
     return absl::OkStatus();
@@ -508,17 +456,17 @@ class Machine final {
   // data the rest of it less its last byte (and it imports what that names).
   absl::StatusOr<std::string_view> ReadNameLine() {
     if (loader_ == Loader::kJoblib) {
-      MaybeLeaveFrame();
-      const std::string_view window = r_.Peek();
-      if (!in_frame_ && window.find('\n') == std::string_view::npos &&
+      in_.LeaveFrameIfDone();
+      const std::string_view window = in_.Peek();
+      if (!in_.in_frame() && window.find('\n') == std::string_view::npos &&
           window.size() <= limits_.max_line_bytes) {
-        CKPT_ASSIGN_OR_RETURN(std::string_view rest, r_.ReadBytes(window.size()));
+        CKPT_ASSIGN_OR_RETURN(std::string_view rest, in_.ReadBytes(window.size()));
         return rest.substr(0, rest.empty() ? 0 : rest.size() - 1);
       }
-      CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+      CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
       return line.substr(0, line.size() - 1);
     }
-    CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+    CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
     if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
     return line.substr(0, line.size() - 1);
   }
@@ -604,7 +552,7 @@ class Machine final {
   absl::Status Step(bool* stop) {
     switch (op_) {
       case PROTO: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(1));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(1));
         arg_ = absl::StrCat(v);
         if (v > static_cast<uint64_t>(kHighestProtocol)) {
           return Malformed(absl::StrFormat("unsupported pickle protocol: %d", v));
@@ -614,26 +562,12 @@ class Machine final {
         return absl::OkStatus();
       }
       case FRAME: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t size, ReadUInt(8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t size, in_.ReadUInt(8));
         arg_ = absl::StrCat(size);
         if (size > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("FRAME length exceeds system's maximum");
         }
-        if (in_frame_ && r_.remaining() > 0) {
-          return Stricter(absl::StrCat("beginning of a new frame before end of current frame",
-                                       kReadsAcross));
-        }
-        in_frame_ = false;
-        (void)r_.SetEnd(r_.data_end_offset());
-        if (size > r_.remaining()) {
-          return Malformed(absl::StrFormat("pickle data was truncated: frame of %d bytes, %d remain",
-                                           size, r_.remaining()));
-        }
-        if (size > 0) {
-          in_frame_ = true;
-          (void)r_.SetEnd(r_.offset() + size);
-        }
-        return absl::OkStatus();
+        return in_.StartFrame(size);
       }
       case STOP: {
         CKPT_ASSIGN_OR_RETURN(NodeId v, Pop());
@@ -669,14 +603,14 @@ class Machine final {
       case NEWTRUE: Push(Singleton(true_, Kind::kBool, true)); return absl::OkStatus();
       case NEWFALSE: Push(Singleton(false_, Kind::kBool, false)); return absl::OkStatus();
       case INT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(IntValue v, ParseIntLine(line));
         arg_ = v.is_bool ? (v.value != 0 ? "True" : "False") : v.text;
         Push(NewInt(v));
         return absl::OkStatus();
       }
       case BININT: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(4));
         int64_t x = static_cast<int32_t>(static_cast<uint32_t>(v));
         arg_ = absl::StrCat(x);
         Push(NewSmallInt(x));
@@ -684,13 +618,13 @@ class Machine final {
       }
       case BININT1:
       case BININT2: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(op_ == BININT1 ? 1 : 2));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(op_ == BININT1 ? 1 : 2));
         arg_ = absl::StrCat(v);
         Push(NewSmallInt(static_cast<int64_t>(v)));
         return absl::OkStatus();
       }
       case LONG: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(IntValue v, ParseLongLine(line));
         arg_ = v.text;
         Push(NewInt(v));
@@ -700,22 +634,22 @@ class Machine final {
       case LONG4: {
         uint64_t n;
         if (op_ == LONG1) {
-          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+          CKPT_ASSIGN_OR_RETURN(n, in_.ReadUInt(1));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
           if (sn < 0) return Malformed("LONG pickle has negative byte count");
           n = static_cast<uint64_t>(sn);
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         IntValue v = IntFromTwosComplement(b);
         arg_ = v.text;
         Push(NewInt(v));
         return absl::OkStatus();
       }
       case FLOAT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(double d, ParseFloatLine(line));
         NodeId id = New(Kind::kFloat);
         N(id).f = d;
@@ -724,7 +658,7 @@ class Machine final {
         return absl::OkStatus();
       }
       case BINFLOAT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(8));
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(8));
         uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | static_cast<unsigned char>(b[k]);
         double d;
@@ -736,8 +670,8 @@ class Machine final {
         return absl::OkStatus();
       }
       case STRING: {
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
         std::string_view s = line.substr(0, line.size() - 1);
         if (s.size() < 2 || s.front() != s.back() || (s.front() != '\'' && s.front() != '"')) {
@@ -751,16 +685,16 @@ class Machine final {
       case SHORT_BINSTRING: {
         uint64_t n;
         if (op_ == SHORT_BINSTRING) {
-          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+          CKPT_ASSIGN_OR_RETURN(n, in_.ReadUInt(1));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
           if (sn < 0) return Malformed("BINSTRING pickle has negative byte count");
           n = static_cast<uint64_t>(sn);
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         PushPy2Str(std::string(b.substr(0, std::min<uint64_t>(b.size(), limits_.max_kept_string))),
                    off, true);
         if (b.size() > limits_.max_kept_string) {
@@ -770,8 +704,8 @@ class Machine final {
         return absl::OkStatus();
       }
       case UNICODE: {
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(std::string s,
                               DecodeRawUnicodeEscape(line.substr(0, line.size() - 1)));
         if (trace_ != nullptr) arg_ = QuoteForTrace(s);
@@ -781,22 +715,24 @@ class Machine final {
       case SHORT_BINUNICODE:
       case BINUNICODE:
       case BINUNICODE8: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t n,
-                              ReadUInt(op_ == SHORT_BINUNICODE ? 1 : op_ == BINUNICODE ? 4 : 8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t n, in_.ReadUInt(op_ == SHORT_BINUNICODE ? 1
+                                                       : op_ == BINUNICODE     ? 4
+                                                                               : 8));
         if (n > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("BINUNICODE8 exceeds system's maximum size");
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         return PushStr(b, off, true);
       }
       case SHORT_BINBYTES:
       case BINBYTES:
       case BINBYTES8:
       case BYTEARRAY8: {
-        CKPT_ASSIGN_OR_RETURN(
-            uint64_t n, ReadUInt(op_ == SHORT_BINBYTES ? 1 : op_ == BINBYTES ? 4 : 8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t n, in_.ReadUInt(op_ == SHORT_BINBYTES ? 1
+                                                       : op_ == BINBYTES     ? 4
+                                                                             : 8));
         if (n > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("BINBYTES8 exceeds system's maximum size");
         }
@@ -892,7 +828,7 @@ class Machine final {
         return DoSetItems(static_cast<int64_t>(m));
       }
       case GET: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
         arg_ = absl::StrCat(idx);
         if (idx < 0) return Malformed(absl::StrFormat("Memo value not found at index %d", idx));
@@ -900,12 +836,12 @@ class Machine final {
       }
       case BINGET:
       case LONG_BINGET: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINGET ? 1 : 4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, in_.ReadUInt(op_ == BINGET ? 1 : 4));
         arg_ = absl::StrCat(idx);
         return MemoGet(idx);
       }
       case PUT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
         if (stack_.size() <= fence()) return Underflow();
         CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
@@ -915,7 +851,7 @@ class Machine final {
       }
       case BINPUT:
       case LONG_BINPUT: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINPUT ? 1 : 4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, in_.ReadUInt(op_ == BINPUT ? 1 : 4));
         arg_ = absl::StrCat(idx);
         return PutTop(idx);
       }
@@ -1060,14 +996,14 @@ class Machine final {
         return absl::OkStatus();
       }
       case PERSID: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         std::string_view s = line.substr(0, line.size() - 1);
         for (char c : s) {
           if (static_cast<unsigned char>(c) >= 0x80) {
             return Malformed("persistent IDs in protocol 0 must be ASCII strings");
           }
         }
-        NodeId pid = NewText(Kind::kStr, std::string(s), r_.offset() - line.size(), true);
+        NodeId pid = NewText(Kind::kStr, std::string(s), in_.offset() - line.size(), true);
         arg_ = QuoteForTrace(s);
         Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
         return absl::OkStatus();
@@ -1082,10 +1018,10 @@ class Machine final {
       case EXT4: {
         int64_t code;
         if (op_ == EXT4) {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           code = static_cast<int32_t>(static_cast<uint32_t>(raw));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(op_ == EXT1 ? 1 : 2));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(op_ == EXT1 ? 1 : 2));
           code = static_cast<int64_t>(raw);
         }
         arg_ = absl::StrCat(code);
@@ -1101,7 +1037,7 @@ class Machine final {
   }
 
   const Limits& limits_;
-  base::ByteReader r_;
+  FramedInput in_;
   const TraceSink* trace_;
   uint32_t pickle_index_;
   uint32_t depth_;
@@ -1117,7 +1053,6 @@ class Machine final {
   std::vector<size_t> marks_;
   absl::flat_hash_map<uint64_t, NodeId> memo_;
   int proto_ = 0;
-  bool in_frame_ = false;
 
   uint64_t op_offset_ = 0;
   uint8_t op_ = 0;

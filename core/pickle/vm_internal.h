@@ -1,12 +1,15 @@
 // Private to core/pickle: what the VM's files share. The opcode machine of vm.cc runs one
-// pickle (RunPickle); vm_stream.cc drives it over a stream and its nested pickles, and
-// joblib_arrays.cc reads the same value kinds.
+// pickle (RunPickle); vm_stream.cc drives it over a stream and its nested pickles;
+// joblib_arrays.cc reads the same value kinds; framed_input.cc hits the same limits.
 #ifndef CKPTSCAN_CORE_PICKLE_VM_INTERNAL_H_
 #define CKPTSCAN_CORE_PICKLE_VM_INTERNAL_H_
 
 #include <cstdint>
 #include <string_view>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "core/base/limit_status.h"
 #include "core/pickle/facts.h"
 #include "core/pickle/limits.h"
 #include "core/pickle/vm.h"
@@ -37,6 +40,11 @@ inline bool IsPlainData(Kind k) {
 
 // Objects of unknown type (built by a call, named by a global, loaded persistently).
 inline bool IsOpaque(Kind k) { return !IsPlainData(k); }
+
+// The error for a VM limit that was hit (VmError::Code::kLimit, naming the limit).
+inline absl::Status LimitExceeded(const char* name, uint64_t value) {
+  return base::LimitError(absl::StrFormat("limit %s (%d) exceeded", name, value), name, value);
+}
 
 // Runs one pickle starting at data[0] (absolute offset `base`) through STOP, with the
 // opcode machine of vm.cc. `pickle_index` and `depth` label the facts and trace events
