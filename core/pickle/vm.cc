@@ -1,7 +1,11 @@
+// The opcode machine of the symbolic pickle VM (vm.h): one pickle, run opcode by opcode as
+// Modules/_pickle.c's load() would, with its input and PEP 3154 framing, the stack with its
+// MARK fence, the memo, and the facts (globals, call sites, values) each opcode records.
+// The stream around it (several pickles, trailing bytes, nested pickles) is vm_stream.cc;
+// what joblib.load reads after a BUILD is decided in joblib_arrays.cc and read here.
 #include "core/pickle/vm.h"
 
 #include <cstring>
-#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,49 +16,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/byte_reader.h"
 #include "base/checked.h"
-#include "base/escape.h"
 #include "base/limit_status.h"
 #include "base/status_macros.h"
-#include "base/strings.h"
+#include "core/pickle/compat_names.h"
+#include "core/pickle/framed_input.h"
+#include "core/pickle/graph_passes.h"
+#include "core/pickle/joblib_arrays.h"
 #include "core/pickle/literals.h"
 #include "core/pickle/opcodes.h"
+#include "core/pickle/vm_internal.h"
 
-namespace ckptscan::pickle {
+namespace ckptscan::pickle::internal {
 namespace {
-
-struct NameMapping {
-  const char* module2;
-  const char* name2;
-  const char* module3;
-  const char* name3;
-};
-struct ImportMapping {
-  const char* module2;
-  const char* module3;
-};
-#include "core/pickle/compat_pickle_table.inc"
-
-// CPython's find_class: for protocol < 3 (fix_imports), Python 2 names are mapped first.
-void ResolveCompatNames(int proto, GlobalRef* g) {
-  g->resolved_module = g->module;
-  g->resolved_name = g->name;
-  if (proto >= 3) return;
-  for (const NameMapping& m : kNameMapping) {
-    if (g->module == m.module2 && g->name == m.name2) {
-      g->resolved_module = m.module3;
-      g->resolved_name = m.name3;
-      return;
-    }
-  }
-  for (const ImportMapping& m : kImportMapping) {
-    if (g->module == m.module2) {
-      g->resolved_module = m.module3;
-      return;
-    }
-  }
-}
 
 std::string QuoteForTrace(std::string_view s, size_t max = 80) {
   std::string out = "'";
@@ -71,31 +45,6 @@ std::string QuoteForTrace(std::string_view s, size_t max = 80) {
   return out;
 }
 
-// Kinds whose objects are known not to be callable / not types / not tuples.
-bool IsPlainData(Kind k) {
-  switch (k) {
-    case Kind::kNone:
-    case Kind::kBool:
-    case Kind::kInt:
-    case Kind::kFloat:
-    case Kind::kStr:
-    case Kind::kBytes:
-    case Kind::kByteArray:
-    case Kind::kTuple:
-    case Kind::kList:
-    case Kind::kDict:
-    case Kind::kSet:
-    case Kind::kFrozenSet:
-    case Kind::kBuffer:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Objects of unknown type (built by a call, named by a global, loaded persistently).
-bool IsOpaque(Kind k) { return !IsPlainData(k); }
-
 // Executes one pickle. Single use.
 class Machine final {
  public:
@@ -103,7 +52,7 @@ class Machine final {
           uint32_t pickle_index, uint32_t depth, Loader loader = Loader::kPickle,
           uint32_t joblib_depth = 0)
       : limits_(limits),
-        r_(data, base),
+        in_(limits, data, base),
         trace_(trace),
         pickle_index_(pickle_index),
         depth_(depth),
@@ -115,7 +64,7 @@ class Machine final {
 
   PickleFacts Run() && {
     absl::Status st = Loop();
-    out_.end = r_.offset();
+    out_.end = in_.offset();
     if (!st.ok()) {
       VmError e;
       e.code = st.code() == absl::StatusCode::kResourceExhausted ? VmError::Code::kLimit
@@ -134,74 +83,11 @@ class Machine final {
     }
     stack_ = {};
     memo_ = {};
-    Prune();
+    PruneUnobserved(&out_);
     return std::move(out_);
   }
 
  private:
-  // Drops the nodes nothing can observe: values reachable neither from the root nor from a
-  // call site, that are not byte strings either (nested-pickle scanning reads those). They
-  // are what the stream built and threw away (popped, or left on the stack of a pickle that
-  // failed); CPython frees them too. The facts handed on, and the frame to the trusted side,
-  // then grow with what a loader keeps, not with what a stream discards: 20 million lists
-  // built and popped leave a handful of nodes, not 20 million to encode. Order-preserving
-  // and iterative (no recursion on the graph's depth); ids are renumbered.
-  void Prune() {
-    Graph& g = out_.graph;
-    const size_t n = g.nodes.size();
-    std::vector<uint8_t> keep(n, 0);
-    std::vector<NodeId> work;
-    size_t kept = 0;
-    auto mark = [&](NodeId id) {
-      if (id < n && keep[id] == 0) {
-        keep[id] = 1;
-        ++kept;
-        work.push_back(id);
-      }
-    };
-    mark(out_.root);
-    for (const CallSite& c : g.calls) {
-      mark(c.callee);
-      mark(c.args);
-      mark(c.kwargs);
-      mark(c.result);
-    }
-    for (size_t id = 0; id < n; ++id) {
-      Kind k = g.nodes[id].kind;
-      if (k == Kind::kStr || k == Kind::kBytes || k == Kind::kByteArray) {
-        mark(static_cast<NodeId>(id));
-      }
-    }
-    while (!work.empty()) {
-      NodeId id = work.back();
-      work.pop_back();
-      for (NodeId item : g.nodes[id].items) mark(item);
-      for (NodeId state : g.nodes[id].states) mark(state);
-    }
-    if (kept == n) return;
-    std::vector<NodeId> remap(n, kNoNode);
-    NodeList nodes;
-    for (size_t id = 0; id < n; ++id) {
-      if (keep[id] == 0) continue;
-      remap[id] = static_cast<NodeId>(nodes.size());
-      nodes.push_back(std::move(g.nodes[id]));
-    }
-    g.nodes = std::move(nodes);
-    auto re = [&](NodeId id) { return id < n ? remap[id] : id; };
-    for (size_t id = 0; id < g.nodes.size(); ++id) {
-      Node& node = g.nodes[id];
-      for (NodeId& item : node.items) item = re(item);
-      for (NodeId& state : node.states) state = re(state);
-    }
-    for (CallSite& c : g.calls) {
-      c.callee = re(c.callee);
-      c.args = re(c.args);
-      c.kwargs = re(c.kwargs);
-      c.result = re(c.result);
-    }
-    out_.root = re(out_.root);
-  }
-
   // ---- errors ----
   absl::Status Malformed(std::string msg) const {
     return absl::InvalidArgumentError(std::move(msg));
@@ -210,71 +96,17 @@ class Machine final {
   absl::Status Stricter(std::string msg) const {
     return absl::FailedPreconditionError(std::move(msg));
   }
-  static constexpr const char kJoblibReadsOn[] =
-      " (joblib.load reads on here; ckptscan does not follow it)";
-  static constexpr const char kReadsAcross[] =
-      " (CPython 3.11 reads across frames; ckptscan does not follow it)";
-  static absl::Status Limit(const char* name, uint64_t value) {
-    return base::LimitError(absl::StrFormat("limit %s (%d) exceeded", name, value), name, value);
-  }
+  static absl::Status Limit(const char* name, uint64_t value) { return LimitExceeded(name, value); }
   absl::Status Underflow() const {
     return Malformed(marks_.empty() ? "unpickling stack underflow" : "unexpected MARK found");
   }
 
-  // ---- input, with PEP 3154 framing enforced ----
-  void MaybeLeaveFrame() {
-    if (in_frame_ && r_.remaining() == 0) {
-      in_frame_ = false;
-      (void)r_.SetEnd(r_.data_end_offset());
-    }
-  }
-
-  absl::StatusOr<std::string_view> Read(uint64_t n) {
-    MaybeLeaveFrame();
-    if (n > r_.remaining()) {
-      if (in_frame_) {
-        return Stricter(absl::StrCat(
-            absl::StrFormat("argument of %d bytes crosses the end of its frame at offset %d", n,
-                            r_.end_offset()),
-            kReadsAcross));
-      }
-      return Malformed(absl::StrFormat("pickle data was truncated: %d bytes needed, %d remain",
-                                       n, r_.remaining()));
-    }
-    return r_.ReadBytes(n);
-  }
-
-  absl::StatusOr<uint64_t> ReadUInt(int nbytes) {
-    CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(nbytes));
-    uint64_t v = 0;
-    for (int k = nbytes - 1; k >= 0; --k) v = (v << 8) | static_cast<unsigned char>(b[k]);
-    return v;
-  }
-
+  // ---- input: in_, with PEP 3154 framing enforced (framed_input.h) ----
   // A declared length for a str/bytes argument: checked against the limit and the input
   // before anything is read or allocated.
   absl::Status CheckLength(uint64_t n) {
     if (n > limits_.max_string_bytes) return Limit("max_string_bytes", limits_.max_string_bytes);
     return absl::OkStatus();
-  }
-
-  // readline(): through the next '\n', which must lie inside the current frame if any.
-  absl::StatusOr<std::string_view> ReadLine() {
-    MaybeLeaveFrame();
-    std::string_view window = r_.Peek();
-    uint64_t cap = limits_.max_line_bytes;
-    std::string_view search = window.size() > cap ? window.substr(0, cap) : window;
-    size_t nl = search.find('\n');
-    if (nl == std::string_view::npos) {
-      if (window.size() > cap) return Limit("max_line_bytes", cap);
-      if (in_frame_) {
-        return Stricter(absl::StrCat(
-            absl::StrFormat("line crosses the end of its frame at offset %d", r_.end_offset()),
-            kReadsAcross));
-      }
-      return Malformed("pickle data was truncated (no end of line)");
-    }
-    return r_.ReadBytes(nl + 1);
   }
 
   // ---- values ----
@@ -467,267 +299,59 @@ class Machine final {
     return result;
   }
 
-  // The size of the object graph with shared references counted every time they are
-  // reached, saturating. Children created after their parent (APPEND of a later value,
-  // cycles) count once: the bound is for fan-out, which only reaches back.
+  // The bound on the graph's fan-out (graph_passes.h), checked at STOP.
   absl::Status CheckExpandedSize() {
-    const NodeList& nodes = out_.graph.nodes;
-    std::vector<uint64_t> size(nodes.size(), 1);
-    const uint64_t cap = limits_.max_expanded_values;
-    auto add = [&](NodeId id, NodeId child, uint64_t* s) {
-      uint64_t c = child < id ? size[child] : 1;
-      *s = (*s > cap || c > cap - *s) ? cap + 1 : *s + c;
-    };
-    for (NodeId id = 0; id < nodes.size(); ++id) {
-      uint64_t s = 1;
-      for (NodeId child : nodes[id].items) add(id, child, &s);
-      if (nodes[id].kind == Kind::kCall) {
-        const CallSite& c = out_.graph.calls[nodes[id].ref];
-        if (c.args != kNoNode) add(id, c.args, &s);
-        if (c.kwargs != kNoNode) add(id, c.kwargs, &s);
-      }
-      size[id] = s;
-      if (s > cap) return Limit("max_expanded_values", cap);
+    if (ExpandedSizeExceeds(out_.graph, limits_.max_expanded_values)) {
+      return Limit("max_expanded_values", limits_.max_expanded_values);
     }
     return absl::OkStatus();
   }
 
-  // ---- joblib's inline arrays (joblib 1.2 NumpyUnpickler.load_build, numpy 1.24) ----
-  // joblib checks isinstance(stack[-1], (NumpyArrayWrapper, NDArrayWrapper)) after every
-  // BUILD, however the object was made. The one construction modelled is what joblib.dump
-  // writes: NEWOBJ of NumpyArrayWrapper with no arguments, then one BUILD with a dict state.
-  // Any other object that could be a placeholder stops the reading (Stricter): reading on
-  // would skip bytes differently from joblib.
-  static bool IsJoblibClass(const GlobalRef& g) {
-    return g.resolved_module == "joblib.numpy_pickle" ||
-           g.resolved_module == "joblib.numpy_pickle_compat" ||
-           g.resolved_module == "sklearn.externals.joblib.numpy_pickle" ||
-           g.resolved_module == "sklearn.externals.joblib.numpy_pickle_compat";
-  }
-  bool IsJoblibClassNode(NodeId id) {
-    const Node& n = N(id);
-    if (n.kind != Kind::kGlobal) return false;
-    if (n.ref >= out_.graph.globals.size()) return true;
-    const GlobalRef& g = out_.graph.globals[n.ref];
-    return g.via == Via::kExt || g.via == Via::kDynamic || IsJoblibClass(g);
-  }
-  // The call site that made `inst`, or nullptr when `inst` is not a call's result.
-  const CallSite* MadeBy(NodeId inst) {
-    const Node& n = N(inst);
-    if (n.kind != Kind::kCall || n.ref >= out_.graph.calls.size()) return nullptr;
-    return &out_.graph.calls[n.ref];
-  }
-  bool IsJoblibWrapper(NodeId inst) {
-    const CallSite* c = MadeBy(inst);
-    if (c == nullptr || c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal) return false;
-    const GlobalRef& g = out_.graph.globals[N(c->callee).ref];
-    return g.resolved_module == "joblib.numpy_pickle" && g.resolved_name == "NumpyArrayWrapper";
-  }
-  // A call's result that was made by calling something other than a named global (a class
-  // built at load time, e.g. by type(...)).
-  bool IsComputedClass(NodeId id) {
-    const CallSite* c = MadeBy(id);
-    return c != nullptr && (c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal);
-  }
-  // Whether the object BUILD just set `state` on may be a joblib placeholder in a form this
-  // model does not follow.
-  bool MayBeOtherPlaceholder(NodeId inst, NodeId state) {
-    // A slot state sets attributes with setattr: `__class__` turns any plain object into one.
-    const Node& s = N(state);
-    if (s.kind == Kind::kTuple && s.items.size() == 2) {
-      const Node& slots = N(s.items[1]);
-      if (IsOpaque(slots.kind)) return true;
-      if (slots.kind == Kind::kDict) {
-        for (size_t i = 0; i < slots.items.size(); i += 2) {
-          const Node& k = N(slots.items[i]);
-          if (k.kind != Kind::kStr || k.text == "__class__") return true;
-        }
-      }
-    }
-    if (IsOpaque(s.kind)) return true;
-    const CallSite* c = MadeBy(inst);
-    if (c == nullptr) return N(inst).kind != Kind::kGlobal;  // persistent ids, buffers
-    // A class computed at load time (type(...) subclasses, getattr chains), a placeholder
-    // class called any way, or passed to a constructor (copyreg._reconstructor, __newobj__).
-    if (IsComputedClass(inst) || IsJoblibClassNode(c->callee)) return true;
-    if (c->args != kNoNode) {
-      const Node& a = N(c->args);
-      if (IsOpaque(a.kind)) return true;
-      for (NodeId item : a.items) {
-        if (IsJoblibClassNode(item) || IsComputedClass(item)) return true;
-      }
-    }
-    return false;
-  }
-
-  // The value of `key` in a plain dict node, or kNoNode.
-  NodeId DictValue(NodeId dict, std::string_view key) {
-    const Node& d = N(dict);
-    NodeId found = kNoNode;
-    for (size_t i = 0; i + 1 < d.items.size(); i += 2) {
-      const Node& k = N(d.items[i]);
-      if (k.kind == Kind::kStr && k.text == key) found = d.items[i + 1];  // last one wins
-    }
-    return found;
-  }
-
-  // What numpy 1.24 makes of numpy.dtype(code, align, copy) followed by __setstate__(state):
-  // the item size and whether the array holds Python objects (dtype.hasobject).
-  struct ArrayDtype {
-    uint64_t itemsize = 0;
-    bool has_object = false;
-  };
-  absl::StatusOr<ArrayDtype> JoblibDtype(NodeId dtype) {
-    auto not_modelled = [this](std::string why) {
-      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
-    };
-    const CallSite* dc = MadeBy(dtype);
-    if (dc == nullptr || dc->callee == kNoNode || N(dc->callee).kind != Kind::kGlobal) {
-      return not_modelled("dtype is not a numpy.dtype(...) call");
-    }
-    const GlobalRef& callee = out_.graph.globals[N(dc->callee).ref];
-    if (callee.resolved_name != "dtype" ||
-        (callee.resolved_module != "numpy" && callee.resolved_module != "numpy.core.multiarray")) {
-      return not_modelled("dtype is not a numpy.dtype(...) call");
-    }
-    const Node& dn = N(dtype);
-    if (dc->args == kNoNode || N(dc->args).kind != Kind::kTuple || N(dc->args).items.size() != 3 ||
-        N(N(dc->args).items[0]).kind != Kind::kStr || dn.states.size() != 1) {
-      return not_modelled("dtype is not numpy.dtype(code, align, copy) with one state");
-    }
-    const Node& copy = N(N(dc->args).items[2]);
-    if (copy.kind != Kind::kBool && copy.kind != Kind::kInt) {
-      return not_modelled("dtype's copy argument is not a bool");
-    }
-    const bool copied = copy.kind == Kind::kBool ? copy.b : copy.i != 0;
-    // The codes dtype.__reduce__ writes: kind and item size (numpy's builtin types on 64-bit
-    // Linux), or S/U/V with their size in the state.
-    const std::string& code = N(N(dc->args).items[0]).text;
-    static constexpr std::pair<std::string_view, uint64_t> kSized[] = {
-        {"b1", 1}, {"i1", 1}, {"i2", 2}, {"i4", 4}, {"i8", 8}, {"u1", 1}, {"u2", 2},
-        {"u4", 4}, {"u8", 8}, {"f2", 2}, {"f4", 4}, {"f8", 8}, {"f16", 16}, {"c8", 8},
-        {"c16", 16}, {"c32", 32}, {"O8", 8}, {"M8", 8}, {"m8", 8}};
-    ArrayDtype out;
-    bool flexible = false;
-    for (const auto& [c, size] : kSized) {
-      if (code == c) out.itemsize = size;
-    }
-    if (out.itemsize == 0) {
-      flexible = !code.empty() && (code[0] == 'S' || code[0] == 'U' || code[0] == 'V') &&
-                 code.size() <= 11 &&
-                 code.find_first_not_of("0123456789", 1) == std::string::npos;
-      if (!flexible) return not_modelled(
-          absl::StrCat("dtype code '", base::Escaped(std::string_view(code).substr(0, 32)), "'"));
-    }
-    const bool object_kind = code == "O8";
-    if (!copied) {
-      // numpy hands back its builtin descriptor, on which __setstate__ changes nothing.
-      if (flexible) return not_modelled("a flexible dtype with copy=False");
-      out.has_object = object_kind;
-      return out;
-    }
-    const Node& st = N(dn.states[0]);
-    if (st.kind != Kind::kTuple || (st.items.size() != 8 && st.items.size() != 9)) {
-      return not_modelled("dtype state is not numpy's 8- or 9-tuple");
-    }
-    const Node& version = N(st.items[0]);
-    const Node& subarray = N(st.items[2]);
-    const Node& fields = N(st.items[4]);
-    const Node& elsize = N(st.items[5]);
-    const Node& flags = N(st.items[7]);
-    if (version.kind != Kind::kInt || !version.fits || flags.kind != Kind::kInt || !flags.fits ||
-        subarray.kind != Kind::kNone) {
-      return not_modelled("dtype state with a version, subarray or flags numpy does not write");
-    }
-    if (version.i >= 3) {
-      out.has_object = (flags.i & 1) != 0;  // NPY_ITEM_HASOBJECT, as the state says
-    } else {
-      if (fields.kind != Kind::kNone) return not_modelled("fields in a dtype state before version 3");
-      out.has_object = flags.i != 0 || object_kind;
-    }
-    if (flexible) {
-      // Only flexible types take their size from the state.
-      if (elsize.kind != Kind::kInt || !elsize.fits || elsize.i <= 0 || elsize.i >= (1 << 30) ||
-          (code[0] == 'U' && elsize.i % 4 != 0)) {
-        return not_modelled("a flexible dtype whose state has no usable size");
-      }
-      out.itemsize = static_cast<uint64_t>(elsize.i);
-    }
-    return out;
-  }
-
-  absl::Status JoblibArray(NodeId inst, NodeId state) {
-    auto not_modelled = [this](std::string why) {
-      return Stricter(absl::StrCat("joblib array: ", why, kJoblibReadsOn));
-    };
-    const CallSite* made = MadeBy(inst);
-    if (made->op != CallOp::kNewObj || made->args == kNoNode ||
-        N(made->args).kind != Kind::kTuple || !N(made->args).items.empty()) {
-      return not_modelled("a placeholder made otherwise than by NEWOBJ with no arguments");
-    }
-    if (N(inst).states.size() != 1) {
-      return not_modelled("a second BUILD on a placeholder (joblib reads another array)");
-    }
-    if (N(state).kind != Kind::kDict) return not_modelled("the placeholder's state is not a dict");
-    NodeId shape = DictValue(state, "shape");
-    NodeId dtype = DictValue(state, "dtype");
-    NodeId align = DictValue(state, "numpy_array_alignment_bytes");
-    NodeId allow_mmap = DictValue(state, "allow_mmap");
-    if (shape == kNoNode || N(shape).kind != Kind::kTuple || dtype == kNoNode) {
-      return not_modelled("shape or dtype missing");
-    }
-    uint64_t count = 1;
-    for (NodeId d : N(shape).items) {
-      const Node& v = N(d);
-      if (v.kind != Kind::kInt || !v.fits || v.i < 0 || v.i > absl::int128(INT64_MAX) ||
-          !base::CheckedMul(count, static_cast<uint64_t>(v.i), &count)) {
-        return not_modelled("a dimension is not a small non-negative int");
-      }
-    }
-    CKPT_ASSIGN_OR_RETURN(ArrayDtype dt, JoblibDtype(dtype));
-    MaybeLeaveFrame();
-    if (in_frame_) {
+  // ---- joblib's inline arrays: reading the bytes joblib_arrays.h says joblib reads ----
+  absl::Status ReadJoblibArray(const JoblibInlineArray& array) {
+    in_.LeaveFrameIfDone();
+    if (in_.in_frame()) {
       // joblib reads the array from the file, past the frame the unpickler still reads from.
-      return not_modelled("array data inside an unfinished frame");
+      return JoblibNotModelled("array data inside an unfinished frame");
     }
-    if (dt.has_object) {
+    if (array.has_object) {
       // joblib.load(mmap_mode=...) maps such an array's bytes raw when allow_mmap is set, and
       // joblib.load() unpickles them: two readings of the same bytes. The pickle is scanned,
       // then the reading stops.
-      const bool mapped_too = allow_mmap != kNoNode && N(allow_mmap).kind != Kind::kNone &&
-                              !(N(allow_mmap).kind == Kind::kBool && !N(allow_mmap).b);
       // joblib: pickle.load(file) — a separate pickle (its own memo) at this offset, read by
       // the C unpickler, which knows nothing of placeholders.
       if (joblib_depth_ >= limits_.max_nested_depth) {
         return Limit("max_nested_depth", limits_.max_nested_depth);
       }
-      std::string_view rest = r_.Peek();
-      PickleFacts inner = Machine(limits_, rest, r_.offset(), trace_, pickle_index_, 0,
+      std::string_view rest = in_.Peek();
+      PickleFacts inner = Machine(limits_, rest, in_.offset(), trace_, pickle_index_, 0,
                                   Loader::kPickle, joblib_depth_ + 1)
                               .Run();
-      const uint64_t used = inner.end - r_.offset();
+      const uint64_t used = inner.end - in_.offset();
       std::optional<VmError> error = inner.error;
       out_.inline_pickles.push_back(std::move(inner));
       if (error) {
-        std::string msg = absl::StrCat("joblib array: the object array's pickle failed: ",
-                                       error->message);
+        std::string msg =
+            absl::StrCat("joblib array: the object array's pickle failed: ", error->message);
         return LoaderStopsToo(*error) ? Malformed(std::move(msg))
                                       : Stricter(absl::StrCat(msg, kJoblibReadsOn));
       }
-      if (mapped_too) {
-        return not_modelled("an object array with allow_mmap (read raw under mmap_mode)");
+      if (array.mapped_too) {
+        return JoblibNotModelled("an object array with allow_mmap (read raw under mmap_mode)");
       }
       note_ = absl::StrCat("joblib object array: a pickle of ", used, " bytes");
-      return r_.Skip(used);
+      return in_.Skip(used);
     }
-    if (align != kNoNode && N(align).kind != Kind::kNone) {
-      CKPT_ASSIGN_OR_RETURN(uint64_t pad, ReadUInt(1));
-      CKPT_RETURN_IF_ERROR(Read(pad).status());
+    if (array.aligned) {
+      CKPT_ASSIGN_OR_RETURN(uint64_t pad, in_.ReadUInt(1));
+      CKPT_RETURN_IF_ERROR(in_.Read(pad).status());
     }
     uint64_t nbytes;
-    if (!base::CheckedMul(count, dt.itemsize, &nbytes)) return not_modelled("array size overflows");
+    if (!base::CheckedMul(array.count, array.itemsize, &nbytes)) {
+      return JoblibNotModelled("array size overflows");
+    }
     CKPT_RETURN_IF_ERROR(CheckLength(nbytes));
-    CKPT_RETURN_IF_ERROR(Read(nbytes).status());
+    CKPT_RETURN_IF_ERROR(in_.Read(nbytes).status());
     note_ = absl::StrCat("joblib array data: ", nbytes, " bytes");
     return absl::OkStatus();
   }
@@ -758,13 +382,13 @@ class Machine final {
   // ---- the opcode loop ----
   absl::Status Loop() {
     while (true) {
-      MaybeLeaveFrame();
-      op_offset_ = r_.offset();
+      in_.LeaveFrameIfDone();
+      op_offset_ = in_.offset();
       have_op_ = false;
-      if (r_.remaining() == 0) {
+      if (in_.remaining() == 0) {
         return Malformed(out_.opcodes == 0 ? "Ran out of input" : "pickle data was truncated");
       }
-      op_ = *r_.ReadU8();
+      op_ = *in_.ReadU8();
       have_op_ = true;
       if (++out_.opcodes > limits_.max_opcodes) return Limit("max_opcodes", limits_.max_opcodes);
       note_.clear();
@@ -819,8 +443,8 @@ class Machine final {
 
   absl::Status PushBytes(Kind k, uint64_t n) {
     CKPT_RETURN_IF_ERROR(CheckLength(n));
-    uint64_t off = r_.offset();
-    CKPT_ASSIGN_OR_RETURN(std::string_view raw, Read(n));
+    uint64_t off = in_.offset();
+    CKPT_ASSIGN_OR_RETURN(std::string_view raw, in_.Read(n));
     if (trace_ != nullptr) arg_ = absl::StrCat("b", QuoteForTrace(raw, 40), " (", n, " bytes)");
     Push(NewRawText(k, raw, off));
     return absl::OkStatus();
@@ -832,17 +456,17 @@ class Machine final {
   // data the rest of it less its last byte (and it imports what that names).
   absl::StatusOr<std::string_view> ReadNameLine() {
     if (loader_ == Loader::kJoblib) {
-      MaybeLeaveFrame();
-      const std::string_view window = r_.Peek();
-      if (!in_frame_ && window.find('\n') == std::string_view::npos &&
+      in_.LeaveFrameIfDone();
+      const std::string_view window = in_.Peek();
+      if (!in_.in_frame() && window.find('\n') == std::string_view::npos &&
           window.size() <= limits_.max_line_bytes) {
-        CKPT_ASSIGN_OR_RETURN(std::string_view rest, r_.ReadBytes(window.size()));
+        CKPT_ASSIGN_OR_RETURN(std::string_view rest, in_.ReadBytes(window.size()));
         return rest.substr(0, rest.empty() ? 0 : rest.size() - 1);
       }
-      CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+      CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
       return line.substr(0, line.size() - 1);
     }
-    CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+    CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
     if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
     return line.substr(0, line.size() - 1);
   }
@@ -928,7 +552,7 @@ class Machine final {
   absl::Status Step(bool* stop) {
     switch (op_) {
       case PROTO: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(1));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(1));
         arg_ = absl::StrCat(v);
         if (v > static_cast<uint64_t>(kHighestProtocol)) {
           return Malformed(absl::StrFormat("unsupported pickle protocol: %d", v));
@@ -938,26 +562,12 @@ class Machine final {
         return absl::OkStatus();
       }
       case FRAME: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t size, ReadUInt(8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t size, in_.ReadUInt(8));
         arg_ = absl::StrCat(size);
         if (size > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("FRAME length exceeds system's maximum");
         }
-        if (in_frame_ && r_.remaining() > 0) {
-          return Stricter(absl::StrCat("beginning of a new frame before end of current frame",
-                                       kReadsAcross));
-        }
-        in_frame_ = false;
-        (void)r_.SetEnd(r_.data_end_offset());
-        if (size > r_.remaining()) {
-          return Malformed(absl::StrFormat("pickle data was truncated: frame of %d bytes, %d remain",
-                                           size, r_.remaining()));
-        }
-        if (size > 0) {
-          in_frame_ = true;
-          (void)r_.SetEnd(r_.offset() + size);
-        }
-        return absl::OkStatus();
+        return in_.StartFrame(size);
       }
       case STOP: {
         CKPT_ASSIGN_OR_RETURN(NodeId v, Pop());
@@ -993,14 +603,14 @@ class Machine final {
       case NEWTRUE: Push(Singleton(true_, Kind::kBool, true)); return absl::OkStatus();
       case NEWFALSE: Push(Singleton(false_, Kind::kBool, false)); return absl::OkStatus();
       case INT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(IntValue v, ParseIntLine(line));
         arg_ = v.is_bool ? (v.value != 0 ? "True" : "False") : v.text;
         Push(NewInt(v));
         return absl::OkStatus();
       }
       case BININT: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(4));
         int64_t x = static_cast<int32_t>(static_cast<uint32_t>(v));
         arg_ = absl::StrCat(x);
         Push(NewSmallInt(x));
@@ -1008,13 +618,13 @@ class Machine final {
       }
       case BININT1:
       case BININT2: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(op_ == BININT1 ? 1 : 2));
+        CKPT_ASSIGN_OR_RETURN(uint64_t v, in_.ReadUInt(op_ == BININT1 ? 1 : 2));
         arg_ = absl::StrCat(v);
         Push(NewSmallInt(static_cast<int64_t>(v)));
         return absl::OkStatus();
       }
       case LONG: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(IntValue v, ParseLongLine(line));
         arg_ = v.text;
         Push(NewInt(v));
@@ -1024,22 +634,22 @@ class Machine final {
       case LONG4: {
         uint64_t n;
         if (op_ == LONG1) {
-          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+          CKPT_ASSIGN_OR_RETURN(n, in_.ReadUInt(1));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
           if (sn < 0) return Malformed("LONG pickle has negative byte count");
           n = static_cast<uint64_t>(sn);
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         IntValue v = IntFromTwosComplement(b);
         arg_ = v.text;
         Push(NewInt(v));
         return absl::OkStatus();
       }
       case FLOAT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(double d, ParseFloatLine(line));
         NodeId id = New(Kind::kFloat);
         N(id).f = d;
@@ -1048,7 +658,7 @@ class Machine final {
         return absl::OkStatus();
       }
       case BINFLOAT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(8));
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(8));
         uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | static_cast<unsigned char>(b[k]);
         double d;
@@ -1060,8 +670,8 @@ class Machine final {
         return absl::OkStatus();
       }
       case STRING: {
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
         std::string_view s = line.substr(0, line.size() - 1);
         if (s.size() < 2 || s.front() != s.back() || (s.front() != '\'' && s.front() != '"')) {
@@ -1075,16 +685,16 @@ class Machine final {
       case SHORT_BINSTRING: {
         uint64_t n;
         if (op_ == SHORT_BINSTRING) {
-          CKPT_ASSIGN_OR_RETURN(n, ReadUInt(1));
+          CKPT_ASSIGN_OR_RETURN(n, in_.ReadUInt(1));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           int32_t sn = static_cast<int32_t>(static_cast<uint32_t>(raw));
           if (sn < 0) return Malformed("BINSTRING pickle has negative byte count");
           n = static_cast<uint64_t>(sn);
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         PushPy2Str(std::string(b.substr(0, std::min<uint64_t>(b.size(), limits_.max_kept_string))),
                    off, true);
         if (b.size() > limits_.max_kept_string) {
@@ -1094,8 +704,8 @@ class Machine final {
         return absl::OkStatus();
       }
       case UNICODE: {
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(std::string s,
                               DecodeRawUnicodeEscape(line.substr(0, line.size() - 1)));
         if (trace_ != nullptr) arg_ = QuoteForTrace(s);
@@ -1105,22 +715,24 @@ class Machine final {
       case SHORT_BINUNICODE:
       case BINUNICODE:
       case BINUNICODE8: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t n,
-                              ReadUInt(op_ == SHORT_BINUNICODE ? 1 : op_ == BINUNICODE ? 4 : 8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t n, in_.ReadUInt(op_ == SHORT_BINUNICODE ? 1
+                                                       : op_ == BINUNICODE     ? 4
+                                                                               : 8));
         if (n > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("BINUNICODE8 exceeds system's maximum size");
         }
         CKPT_RETURN_IF_ERROR(CheckLength(n));
-        uint64_t off = r_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view b, Read(n));
+        uint64_t off = in_.offset();
+        CKPT_ASSIGN_OR_RETURN(std::string_view b, in_.Read(n));
         return PushStr(b, off, true);
       }
       case SHORT_BINBYTES:
       case BINBYTES:
       case BINBYTES8:
       case BYTEARRAY8: {
-        CKPT_ASSIGN_OR_RETURN(
-            uint64_t n, ReadUInt(op_ == SHORT_BINBYTES ? 1 : op_ == BINBYTES ? 4 : 8));
+        CKPT_ASSIGN_OR_RETURN(uint64_t n, in_.ReadUInt(op_ == SHORT_BINBYTES ? 1
+                                                       : op_ == BINBYTES     ? 4
+                                                                             : 8));
         if (n > static_cast<uint64_t>(INT64_MAX)) {
           return Malformed("BINBYTES8 exceeds system's maximum size");
         }
@@ -1216,7 +828,7 @@ class Machine final {
         return DoSetItems(static_cast<int64_t>(m));
       }
       case GET: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
         arg_ = absl::StrCat(idx);
         if (idx < 0) return Malformed(absl::StrFormat("Memo value not found at index %d", idx));
@@ -1224,12 +836,12 @@ class Machine final {
       }
       case BINGET:
       case LONG_BINGET: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINGET ? 1 : 4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, in_.ReadUInt(op_ == BINGET ? 1 : 4));
         arg_ = absl::StrCat(idx);
         return MemoGet(idx);
       }
       case PUT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
         if (stack_.size() <= fence()) return Underflow();
         CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
@@ -1239,7 +851,7 @@ class Machine final {
       }
       case BINPUT:
       case LONG_BINPUT: {
-        CKPT_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(op_ == BINPUT ? 1 : 4));
+        CKPT_ASSIGN_OR_RETURN(uint64_t idx, in_.ReadUInt(op_ == BINPUT ? 1 : 4));
         arg_ = absl::StrCat(idx);
         return PutTop(idx);
       }
@@ -1356,13 +968,9 @@ class Machine final {
           N(inst).states.push_back(state);
           AddCall(CallOp::kBuild, inst, state, kNoNode, Kind::kNone);
           if (loader_ == Loader::kJoblib) {
-            if (IsJoblibWrapper(inst)) return JoblibArray(inst, state);
-            if (MayBeOtherPlaceholder(inst, state)) {
-              return Stricter(absl::StrCat(
-                  "joblib array: BUILD on an object that may be a joblib placeholder, made in a "
-                  "way ckptscan does not model",
-                  kJoblibReadsOn));
-            }
+            CKPT_ASSIGN_OR_RETURN(std::optional<JoblibInlineArray> array,
+                                  JoblibAfterBuild(out_.graph, inst, state));
+            if (array.has_value()) return ReadJoblibArray(*array);
           }
           return absl::OkStatus();
         }
@@ -1388,14 +996,14 @@ class Machine final {
         return absl::OkStatus();
       }
       case PERSID: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, ReadLine());
+        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
         std::string_view s = line.substr(0, line.size() - 1);
         for (char c : s) {
           if (static_cast<unsigned char>(c) >= 0x80) {
             return Malformed("persistent IDs in protocol 0 must be ASCII strings");
           }
         }
-        NodeId pid = NewText(Kind::kStr, std::string(s), r_.offset() - line.size(), true);
+        NodeId pid = NewText(Kind::kStr, std::string(s), in_.offset() - line.size(), true);
         arg_ = QuoteForTrace(s);
         Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
         return absl::OkStatus();
@@ -1410,10 +1018,10 @@ class Machine final {
       case EXT4: {
         int64_t code;
         if (op_ == EXT4) {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(4));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(4));
           code = static_cast<int32_t>(static_cast<uint32_t>(raw));
         } else {
-          CKPT_ASSIGN_OR_RETURN(uint64_t raw, ReadUInt(op_ == EXT1 ? 1 : 2));
+          CKPT_ASSIGN_OR_RETURN(uint64_t raw, in_.ReadUInt(op_ == EXT1 ? 1 : 2));
           code = static_cast<int64_t>(raw);
         }
         arg_ = absl::StrCat(code);
@@ -1429,7 +1037,7 @@ class Machine final {
   }
 
   const Limits& limits_;
-  base::ByteReader r_;
+  FramedInput in_;
   const TraceSink* trace_;
   uint32_t pickle_index_;
   uint32_t depth_;
@@ -1445,7 +1053,6 @@ class Machine final {
   std::vector<size_t> marks_;
   absl::flat_hash_map<uint64_t, NodeId> memo_;
   int proto_ = 0;
-  bool in_frame_ = false;
 
   uint64_t op_offset_ = 0;
   uint8_t op_ = 0;
@@ -1454,111 +1061,12 @@ class Machine final {
   std::string note_;
 };
 
-bool HasContent(const PickleFacts& p) {
-  return !p.graph.globals.empty() || !p.graph.calls.empty();
-}
-
 }  // namespace
 
-PickleFacts Vm::RunOne(std::string_view data, uint64_t base_offset,
-                       const TraceSink* trace) const {
-  return Machine(limits_, data, base_offset, trace, 0, 0, loader_).Run();
+PickleFacts RunPickle(const Limits& limits, std::string_view data, uint64_t base,
+                      const TraceSink* trace, uint32_t pickle_index, uint32_t depth, Loader loader,
+                      uint32_t joblib_depth) {
+  return Machine(limits, data, base, trace, pickle_index, depth, loader, joblib_depth).Run();
 }
 
-StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
-                           const TraceSink* trace) const {
-  StreamFacts facts;
-  if (data.size() > limits_.max_total_bytes) {
-    VmError e;
-    e.code = VmError::Code::kLimit;
-    e.message = absl::StrFormat("stream of %d bytes is over the limit", data.size());
-    e.offset = base_offset;
-    e.limit_name = "max_total_bytes";
-    e.limit_value = limits_.max_total_bytes;
-    facts.stream_error = std::move(e);
-    return facts;
-  }
-
-  // Top-level pickles, one after another, as repeated pickle.load(f) calls would read them.
-  uint64_t pos = 0;
-  while (true) {
-    if (facts.pickles.size() >= limits_.max_pickles) {
-      VmError e;
-      e.code = VmError::Code::kLimit;
-      e.message = "too many pickles in one stream";
-      e.offset = base_offset + pos;
-      e.limit_name = "max_pickles";
-      e.limit_value = limits_.max_pickles;
-      facts.stream_error = std::move(e);
-      break;
-    }
-    PickleFacts p = Machine(limits_, data.substr(pos), base_offset + pos, trace,
-                            static_cast<uint32_t>(facts.pickles.size()), 0, loader_)
-                        .Run();
-    if (!facts.pickles.empty() && p.error.has_value() && !HasContent(p)) {
-      // Not another pickle: what follows the last STOP is trailing data.
-      facts.trailing_offset = base_offset + pos;
-      facts.trailing_bytes = data.size() - pos;
-      break;
-    }
-    bool failed = p.error.has_value();
-    uint64_t next = p.end - base_offset;
-    std::vector<PickleFacts> inline_pickles = std::move(p.inline_pickles);
-    p.inline_pickles.clear();
-    facts.pickles.push_back(std::move(p));
-    for (PickleFacts& q : inline_pickles) facts.pickles.push_back(std::move(q));
-    if (failed || next >= data.size()) break;
-    pos = next;
-  }
-
-  ScanNested(data, base_offset, &facts, trace);
-  return facts;
-}
-
-void Vm::ScanNested(std::string_view data, uint64_t base_offset, StreamFacts* out,
-                    const TraceSink* trace) const {
-  StreamFacts& facts = *out;
-  // Byte strings that are themselves pickles, breadth first, to a bounded depth and volume.
-  uint64_t nested_budget = limits_.max_nested_bytes;
-  for (size_t pi = 0; pi < facts.pickles.size(); ++pi) {
-    if (facts.pickles[pi].depth >= limits_.max_nested_depth) continue;
-    const size_t node_count = facts.pickles[pi].graph.nodes.size();
-    for (NodeId id = 0; id < node_count; ++id) {
-      const Node& n = facts.pickles[pi].graph.nodes[id];
-      if (n.kind != Kind::kBytes && n.kind != Kind::kByteArray && n.kind != Kind::kStr) continue;
-      if (n.len < 6 || n.text.empty() || OpName(static_cast<uint8_t>(n.text[0])) == nullptr) {
-        continue;
-      }
-      std::string_view candidate;
-      if (n.in_stream && n.data_offset >= base_offset &&
-          n.data_offset - base_offset <= data.size() &&
-          n.len <= data.size() - (n.data_offset - base_offset)) {
-        candidate = data.substr(n.data_offset - base_offset, n.len);
-      } else if (!n.truncated) {
-        candidate = n.text;
-      } else {
-        continue;
-      }
-      if (candidate.size() > nested_budget) continue;
-      nested_budget -= candidate.size();
-      std::string owned(candidate);  // the parent's graph may move as pickles are appended
-      uint32_t depth = facts.pickles[pi].depth + 1;
-      // Trace a nested attempt only if it turns out to be a pickle worth reporting.
-      std::vector<TraceEvent> events;
-      TraceSink buffer = [&events](const TraceEvent& ev) { events.push_back(ev); };
-      PickleFacts nested = Machine(limits_, owned, n.data_offset,
-                                   trace != nullptr ? &buffer : nullptr,
-                                   static_cast<uint32_t>(facts.pickles.size()), depth)
-                               .Run();
-      if (nested.error.has_value() || !HasContent(nested)) continue;
-      if (trace != nullptr) {
-        for (const TraceEvent& ev : events) (*trace)(ev);
-      }
-      nested.parent = static_cast<int32_t>(pi);
-      nested.parent_node = id;
-      facts.pickles.push_back(std::move(nested));
-    }
-  }
-}
-
-}  // namespace ckptscan::pickle
+}  // namespace ckptscan::pickle::internal
