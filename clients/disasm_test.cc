@@ -5,25 +5,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/inprocess/local_scan.h"
-#include "worker/trace_listing.h"
 
 namespace ckptscan::clients {
 namespace {
 
-using pipeline::FormatTraceLine;
-
-// What the worker does for MODE_DISASM, in this process: the VM with a trace into the listing,
-// the facts judged, then the summary after the listing.
+// What the worker does for MODE_DISASM, in this process: the listing while the VM runs, the
+// facts judged, then the summary after the listing.
 v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
                            const rules::RuleSet& rules, const pickle::Limits& limits,
                            const TextSink& out) {
-  pipeline::TraceListing listing(out);
-  const pickle::TraceSink trace = listing.AsSink();
-  const pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, limits, &trace);
+  bool listed = false;
+  const pipeline::FileFacts facts = pipeline::ExtractFactsWithListing(bytes, limits, out, &listed);
   v1::FileReport report = pipeline::JudgeFacts(facts, rules);
   report.set_path(path);
   report.set_size(bytes.size());
-  out(DisasmSummary(facts, report, listing.started()));
+  out(DisasmSummary(facts, report, listed));
   return report;
 }
 
@@ -38,41 +34,6 @@ std::string DisasmOf(std::string_view bytes, v1::FileReport* report = nullptr) {
       Disassemble("x.pkl", bytes, *rules, {}, [&out](std::string_view text) { out.append(text); });
   if (report != nullptr) *report = r;
   return out;
-}
-
-TEST(FormatTraceLineTest, OffsetNameArgAndNote) {
-  pickle::TraceEvent e;
-  e.offset = 22;
-  e.opcode = 'R';
-  e.note = "call posix.system('id')";
-  EXPECT_EQ(FormatTraceLine(e), "        22  REDUCE            ; call posix.system('id')\n");
-  e.offset = 5;
-  e.opcode = 'K';
-  e.arg = "7";
-  e.note = "";
-  e.mark_depth = 2;
-  EXPECT_EQ(FormatTraceLine(e), "         5      BININT1          7\n");
-}
-
-TEST(FormatTraceLineTest, DeepMarkNestingIsCappedAndNumbered) {
-  pickle::TraceEvent e;
-  e.opcode = '(';
-  e.mark_depth = 100000;
-  const std::string line = FormatTraceLine(e);
-  EXPECT_LT(line.size(), 80u);
-  EXPECT_THAT(line, HasSubstr("[100000] MARK"));
-}
-
-TEST(FormatTraceLineTest, UnknownByteAndTerminalControlsAreShownSafely) {
-  pickle::TraceEvent e;
-  e.opcode = 0xff;
-  e.arg = "\x1b[2J";
-  e.note = "global a\nb";
-  const std::string line = FormatTraceLine(e);
-  EXPECT_THAT(line, HasSubstr("<0xff>"));
-  EXPECT_THAT(line, Not(HasSubstr("\x1b")));
-  EXPECT_THAT(line, HasSubstr("global a\\nb"));
-  EXPECT_EQ(line.find('\n'), line.size() - 1);
 }
 
 TEST(DisassembleTest, ListsEveryOpcodeThenTheFindings) {

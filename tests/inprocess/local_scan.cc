@@ -14,6 +14,7 @@
 #include "core/convert/convert.h"
 #include "rules/rule_set.h"
 #include "trusted/sha256.h"
+#include "worker/trace_listing.h"
 
 namespace ckptscan::pipeline {
 
@@ -36,12 +37,10 @@ absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
 
 namespace {
 
-
 absl::Status WriteConversion(std::string_view input, const FileFacts& facts,
                              const ConvertRequest& request, const std::string& sha256,
                              const PlanCheck& check, ConvertResult* result) {
-  CKPT_ASSIGN_OR_RETURN(convert::Plan plan,
-                        convert::PlanFromSpec(facts, SpecFor(request, sha256)));
+  CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanFromSpec(facts, SpecFor(request, sha256)));
   if (check) CKPT_RETURN_IF_ERROR(check(plan));
   CKPT_ASSIGN_OR_RETURN(OutputDir dir, OpenOutputDir(request));
   CKPT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::CreateAt(dir.fd, dir.name, request.output));
@@ -76,8 +75,8 @@ absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request
   result.report.set_sha256(sha256);
   result.report.set_size(file.bytes().size());
   if (result.report.verdict() != v1::VERDICT_SAFE) {
-    result.status = absl::FailedPreconditionError(
-        absl::StrCat("not converted: the verdict is not SAFE"));
+    result.status =
+        absl::FailedPreconditionError(absl::StrCat("not converted: the verdict is not SAFE"));
     return result;
   }
   if (facts.shard_index.present) {
@@ -85,15 +84,25 @@ absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request
       result.status = absl::FailedPreconditionError("a shard is itself an index");
       return result;
     }
-    ConvertShardSet(request, result.report, facts.shard_index,
-                    [&](const ConvertRequest& r, const PlanCheck& c) {
-                      return ConvertFileInProcess(r, rules, limits, c);
-                    },
-                    &result);
+    ConvertShardSet(
+        request, result.report, facts.shard_index,
+        [&](const ConvertRequest& r, const PlanCheck& c) {
+          return ConvertFileInProcess(r, rules, limits, c);
+        },
+        &result);
     return result;
   }
   result.status = WriteConversion(file.bytes(), facts, request, sha256, check, &result);
   return result;
+}
+
+FileFacts ExtractFactsWithListing(std::string_view bytes, const pickle::Limits& limits,
+                                  const std::function<void(std::string_view)>& out, bool* listed) {
+  TraceListing listing(out);
+  const pickle::TraceSink trace = listing.AsSink();
+  FileFacts facts = ExtractFacts(bytes, limits, &trace);
+  *listed = listing.started();
+  return facts;
 }
 
 }  // namespace ckptscan::pipeline

@@ -22,7 +22,9 @@
 #ifndef CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
 #define CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "ckptscan/v1/report.pb.h"
@@ -35,6 +37,11 @@
 #include "worker/extract_facts.h"
 
 namespace ckptscan::pipeline {
+
+// MODE_DISASM as the worker runs it, in this process: ExtractFacts with the opcode listing
+// written through `out` as the VM runs. `listed` says whether any listing line was written.
+FileFacts ExtractFactsWithListing(std::string_view bytes, const pickle::Limits& limits,
+                                  const std::function<void(std::string_view)>& out, bool* listed);
 
 // Reads `path` (symlinks followed; regular files only), hashes it and scans it.
 // A non-OK status means the file could not be read at all; see
