@@ -35,7 +35,6 @@
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
-#include "tests/inprocess/local_scan.h"
 #include "trusted/jailed_scan.h"
 #include "trusted/output_file.h"
 #include "trusted/shard_set.h"

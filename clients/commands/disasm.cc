@@ -35,8 +35,8 @@
 #include "clients/cli_common.h"
 #include "clients/disasm.h"
 #include "clients/limit_flags.h"
-#include "tests/inprocess/local_scan.h"
 #include "trusted/jailed_scan.h"
+#include "trusted/judge_facts.h"
 
 namespace ckptscan::clients {
 namespace {

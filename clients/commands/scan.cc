@@ -33,8 +33,8 @@
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
 #include "rules/catalogue.h"
-#include "tests/inprocess/local_scan.h"
 #include "trusted/jailed_scan.h"
+#include "trusted/judge_facts.h"
 
 namespace ckptscan::clients {
 namespace {
