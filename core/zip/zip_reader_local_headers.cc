@@ -1,7 +1,8 @@
 // Each entry's local header, read where the central directory points: the data offset torch
 // computes from it, how it differs from the central directory (name, flags, method, CRC and
-// sizes), malformed extra fields, the data descriptor after the data, and the byte spans each
-// member and descriptor occupies (for zip_reader_coverage.cc).
+// sizes, with 0xFFFFFFFF sizes taken from the local ZIP64 extra record), malformed extra fields,
+// the data descriptor after the data, and the byte spans each member and descriptor occupies
+// (for zip_reader_coverage.cc).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -27,6 +28,12 @@ using records::kLocalSig;
 using records::kMethodStored;
 using records::kU32Sentinel;
 
+// The ZIP64 extended-information record's header id (APPNOTE.TXT 4.5.3).
+constexpr uint16_t kZip64ExtraId = 0x0001;
+// In a LOCAL header the ZIP64 record holds both sizes, uncompressed then compressed (8 bytes
+// each), whenever it is there (APPNOTE.TXT 4.5.3).
+constexpr uint16_t kLocalZip64SizesBytes = 16;
+
 // Whether an extra field is a well-formed list of (id u16, length u16, data).
 bool ExtraWellFormed(std::string_view extra) {
   ByteReader r(extra);
@@ -37,6 +44,55 @@ bool ExtraWellFormed(std::string_view extra) {
     if (!r.Skip(len).ok()) return false;
   }
   return true;
+}
+
+// What a local extra field's ZIP64 record says about the sizes. Modelled on miniz's
+// mz_zip_validate_file, the one place miniz reads a local ZIP64 record (torch never calls it):
+// the record's data must hold at least the two 8-byte sizes, uncompressed first. Stricter than
+// miniz: a second ZIP64 record is a problem (miniz takes the first; another reader may not).
+struct LocalZip64 {
+  bool present = false;  // a record with id 0x0001 exists
+  bool ok = false;       // exactly one, well-formed, with both sizes: the two fields below
+  uint64_t uncompressed = 0;
+  uint64_t compressed = 0;
+  std::string problem;  // why not ok, for the mismatch message
+};
+
+LocalZip64 ReadLocalZip64(std::string_view extra) {
+  LocalZip64 out;
+  ByteReader r(extra);
+  while (!r.empty() && out.problem.empty()) {
+    if (r.remaining() < 4) {
+      out.problem = "the local extra field is not a list of (id, length) records";
+      break;
+    }
+    const uint16_t id = *r.ReadU16LE();
+    const uint16_t len = *r.ReadU16LE();
+    absl::StatusOr<std::string_view> body = r.ReadBytes(len);
+    if (!body.ok()) {
+      out.problem = absl::StrFormat(
+          "the local extra field is not a list of (id, length) records (a record of %d bytes "
+          "runs past its end)",
+          len);
+    } else if (id != kZip64ExtraId) {
+      continue;
+    } else if (out.present) {
+      out.problem = "the local extra field has two ZIP64 records";
+    } else if (len < kLocalZip64SizesBytes) {
+      out.present = true;
+      out.problem =
+          absl::StrFormat("the local ZIP64 record has %d data bytes, not the %d its two sizes need",
+                          len, kLocalZip64SizesBytes);
+    } else {
+      out.present = true;
+      ByteReader sizes(*body);
+      out.uncompressed = *sizes.ReadU64LE();
+      out.compressed = *sizes.ReadU64LE();
+    }
+  }
+  if (!out.present && out.problem.empty()) out.problem = "no ZIP64 record in the local extra field";
+  out.ok = out.present && out.problem.empty();
+  return out;
 }
 
 }  // namespace
@@ -97,15 +153,38 @@ void CheckLocalHeaders(std::string_view data, const std::vector<RawEntry>& raws,
     if (lmethod != e.method) diffs.push_back(absl::StrFormat("method %d vs %d", lmethod, e.method));
     const bool zip64_sizes =
         e.compressed_size >= kU32Sentinel || e.uncompressed_size >= kU32Sentinel;
-    auto size_ok = [&](uint32_t local, uint64_t cd) {
-      return local == cd || (zip64_sizes && local == kU32Sentinel);
+    // A 0xFFFFFFFF size in a local header is in the local ZIP64 record, which then holds both
+    // sizes (Python's zipfile writes this for every member numpy's savez writes: 3.12+ puts
+    // 0xFFFFFFFF in both fields whenever it writes the record). Neither torch's miniz nor
+    // zipfile reads local sizes; a local header is consistent when what it says, read as the
+    // format says, is what the central directory says.
+    const bool local_sentinel = lcomp == kU32Sentinel || luncomp == kU32Sentinel;
+    const LocalZip64 z64 = ReadLocalZip64(lextra);
+    // The sizes the local header gives: from the ZIP64 record when it is used and well-formed.
+    const bool from_z64 = local_sentinel && z64.ok;
+    const uint64_t lcomp_eff = from_z64 ? z64.compressed : lcomp;
+    const uint64_t luncomp_eff = from_z64 ? z64.uncompressed : luncomp;
+    auto size_ok = [&](uint32_t local32, uint64_t local, uint64_t cd) {
+      if (from_z64) return local == cd && (local32 == kU32Sentinel || local32 == cd);
+      // No usable local ZIP64 record: a 0xFFFFFFFF field only stands for a size that needs
+      // ZIP64 in the central directory too, as before (a malformed record is still flagged).
+      return local32 == cd || (zip64_sizes && local32 == kU32Sentinel && !z64.present);
     };
-    const bool zeros = lcrc == 0 && lcomp == 0 && luncomp == 0;
+    // A data descriptor carries the CRC and sizes when the local header has zeros for them
+    // (also zeros in the ZIP64 record: Python's zipfile writing to an unseekable stream).
+    const bool zeros = lcrc == 0 && lcomp_eff == 0 && luncomp_eff == 0;
     if (!((e.local_flags & kFlagDescriptor) && zeros) &&
-        !(lcrc == e.crc32 && size_ok(lcomp, e.compressed_size) &&
-          size_ok(luncomp, e.uncompressed_size))) {
-      diffs.push_back(absl::StrFormat("CRC/sizes %08x/%d/%d vs %08x/%d/%d", lcrc, lcomp, luncomp,
-                                      e.crc32, e.compressed_size, e.uncompressed_size));
+        !(lcrc == e.crc32 && size_ok(lcomp, lcomp_eff, e.compressed_size) &&
+          size_ok(luncomp, luncomp_eff, e.uncompressed_size))) {
+      std::string d = absl::StrFormat("CRC/sizes %08x/%d/%d vs %08x/%d/%d", lcrc, lcomp, luncomp,
+                                      e.crc32, e.compressed_size, e.uncompressed_size);
+      if (from_z64) {
+        absl::StrAppend(&d, absl::StrFormat(" (the local ZIP64 record gives sizes %d/%d)",
+                                            z64.compressed, z64.uncompressed));
+      } else if (local_sentinel) {
+        absl::StrAppend(&d, " (0xFFFFFFFF but ", z64.problem, ")");
+      }
+      diffs.push_back(std::move(d));
     }
     if (!diffs.empty()) {
       std::string msg =
@@ -135,7 +214,9 @@ void CheckLocalHeaders(std::string_view data, const std::vector<RawEntry>& raws,
     // The data descriptor torch writes after the data (flag bit 3).
     const uint64_t dd = e.data_offset + e.compressed_size;  // in range: checked above
     if (e.cd_flags & kFlagDescriptor) {
-      const bool wide = zip64_sizes;
+      // 8-byte sizes when the sizes need ZIP64, or the local header has a ZIP64 record (as
+      // miniz's mz_zip_validate_file reads it, and Python's zipfile writes it).
+      const bool wide = zip64_sizes || z64.ok;
       const uint64_t dd_len = wide ? 24 : 16;
       if (SigAt(data, dd, kDescriptorSig) && RangeWithin(dd, dd_len, size)) {
         ByteReader d(data.substr(dd + 4, dd_len - 4), dd + 4);
