@@ -305,6 +305,28 @@ TEST(JailTest, RealWorkerScansAndReportsItsLayers) {
   std::cout << "jail layers here: " << DescribeLayers(run.layers) << "\n";
 }
 
+// --no-sandbox: the same worker, unjailed, still in a child. It enters no layer and says so,
+// the trusted side accepts that only for a run it asked to be unjailed (a jailed run that
+// reports a missing layer is a bad frame: BadFrameTest/incomplete_jail), and the verdicts are
+// the jailed ones. Runs under sanitizers too: nothing here needs the seccomp filter.
+TEST(JailTest, UnjailedWorkerEntersNoLayerAndGivesTheSameVerdicts) {
+  JailOptions options;
+  options.worker_path = CKPT_WORKER;
+  options.unjailed = true;
+  for (const auto& [bytes, verdict] : std::vector<std::pair<std::string_view, v1::Verdict>>{
+           {std::string_view(kSafePickle, sizeof(kSafePickle) - 1), v1::VERDICT_SAFE},
+           {kEvilPickle, v1::VERDICT_DANGEROUS}}) {
+    Input in = MakeInput(bytes);
+    const JailedRun run =
+        pipeline::RunJailedJob(std::move(in.fd), in.size, worker::v1::Job::MODE_SCAN, {}, options);
+    ASSERT_EQ(run.result.outcome, Outcome::kOk) << Describe(run.result);
+    EXPECT_FALSE(run.layers.seccomp());
+    EXPECT_FALSE(run.layers.no_new_privs());
+    EXPECT_FALSE(run.layers.rlimits());
+    EXPECT_EQ(pipeline::ReportForRun(run, options, *rules::RuleSet::Default()).verdict(), verdict);
+  }
+}
+
 TEST(JailTest, RealWorkerReturnsTheListingForDisasm) {
   SKIP_UNDER_SANITIZERS();
   JailOptions options;
