@@ -42,8 +42,9 @@ uint32_t Crc(const std::string& b) {
 struct Local {
   uint32_t compressed32 = kSentinel;
   uint32_t uncompressed32 = kSentinel;
-  std::string extra;      // the local extra field, whole
-  bool streamed = false;  // flag 0x08, CRC 0, a 24-byte data descriptor
+  std::string extra;            // the local extra field, whole
+  bool streamed = false;        // flag 0x08, CRC 0, a 24-byte data descriptor
+  int64_t descriptor_skew = 0;  // added to both sizes the data descriptor gives
 };
 
 // A one-member STORED archive laid out as Python's zipfile writes it: plain sizes in the
@@ -66,8 +67,8 @@ std::string PythonZip(const std::string& name, const std::string& data, const Lo
   if (local.streamed) {
     f += std::string("PK\x07\x08", 4);
     Le(f, crc, 4);
-    Le(f, data.size(), 8);
-    Le(f, data.size(), 8);
+    Le(f, data.size() + local.descriptor_skew, 8);
+    Le(f, data.size() + local.descriptor_skew, 8);
   }
   const uint64_t cd_at = f.size();
   f += std::string("PK\x01\x02", 4);
@@ -158,6 +159,18 @@ TEST(ZipLocalZip64Test, StreamedWithZeroRecordAndWideDescriptorIsConsistent) {
   const std::vector<Anomaly> all =
       AnomaliesOf(PythonZip("a.npy", kNpy, {.extra = Zip64Record(0, 0), .streamed = true}));
   EXPECT_TRUE(all.empty()) << Describe(all);
+}
+
+TEST(ZipLocalZip64Test, StreamedWithAWideDescriptorOfOtherSizesIsFlagged) {
+  // The streamed form is consistent only when the wide descriptor agrees with the central
+  // directory: one byte more in it is flagged, as a narrow descriptor's would be.
+  const std::vector<Anomaly> all = AnomaliesOf(PythonZip(
+      "a.npy", kNpy, {.extra = Zip64Record(0, 0), .streamed = true, .descriptor_skew = 1}));
+  bool flagged = false;
+  for (const Anomaly& a : all) {
+    flagged |= a.kind == AnomalyKind::kDataDescriptorMismatch && a.must_flag;
+  }
+  EXPECT_TRUE(flagged) << Describe(all);
 }
 
 TEST(ZipLocalZip64Test, RecordWithOtherSizesIsAMismatch) {
