@@ -13,6 +13,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/pickle/vm.h"
@@ -300,6 +301,32 @@ TEST(TarTest, TarWithoutTorchMembersIsRefused) {
   EXPECT_EQ(f.format, "tar");
   ASSERT_EQ(f.errors.size(), 1u);
   EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
+}
+
+// Sub-byte quantized dtypes pack elements: torch 2.6 stores quantize_per_tensor(arange(6), 1.0,
+// 0, torch.quint4x2) in a 3-byte storage (torch.quint2x4: 2 bytes), with sizes and strides in
+// elements. The bound counts packed elements, and still catches one past the end.
+TEST(BoundsTest, PackedQuantizedStoragesHoldSeveralElementsPerByte) {
+  for (const auto& [name, bytes, per_byte] :
+       {std::tuple<const char*, uint64_t, uint64_t>{"quint4x2", 3, 2}, {"quint2x4", 2, 4}}) {
+    TensorFact t;
+    t.name = "t";
+    t.dtype = DTypeFromName(name);
+    ASSERT_NE(t.dtype, nullptr) << name;
+    t.shape = {static_cast<int64_t>(bytes * per_byte)};
+    t.stride = {1};
+    EXPECT_TRUE(CheckBounds(t, bytes).ok()) << name;
+    t.shape = {static_cast<int64_t>(bytes * per_byte + 1)};
+    absl::Status past = CheckBounds(t, bytes);
+    EXPECT_FALSE(past.ok()) << name;
+    EXPECT_NE(std::string(past.message()).find("past its storage"), std::string::npos) << name;
+  }
+  TensorFact plain;
+  plain.name = "u";
+  plain.dtype = DTypeFromName("uint8");
+  plain.shape = {4};
+  plain.stride = {1};
+  EXPECT_FALSE(CheckBounds(plain, 3).ok());
 }
 
 TEST(TarTest, TensorPastItsStorageIsAnError) {

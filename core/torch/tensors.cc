@@ -46,8 +46,8 @@ constexpr NamedDType kStorageClasses[] = {
     {"QInt8Storage", {"qint8", 1, ""}},
     {"QUInt8Storage", {"quint8", 1, ""}},
     {"QInt32Storage", {"qint32", 4, ""}},
-    {"QUInt4x2Storage", {"quint4x2", 1, ""}},
-    {"QUInt2x4Storage", {"quint2x4", 1, ""}},
+    {"QUInt4x2Storage", {"quint4x2", 1, "", 2}},
+    {"QUInt2x4Storage", {"quint2x4", 1, "", 4}},
 };
 
 struct DTypeAlias {
@@ -712,6 +712,12 @@ uint64_t TensorFact::numel() const {
 }
 
 absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
+  // Packed sub-byte dtypes: the storage's bytes hold per_byte elements each (torch 2.6:
+  // quantize_per_tensor(arange(5), 1.0, 0, torch.quint4x2) has a 3-byte storage).
+  if (t.dtype != nullptr && t.dtype->per_byte > 1 &&
+      !base::CheckedMul<uint64_t>(storage_numel, t.dtype->per_byte, &storage_numel)) {
+    storage_numel = UINT64_MAX;
+  }
   if (t.shape.size() != t.stride.size()) {
     return absl::InvalidArgumentError(absl::StrFormat("tensor '%s': %d sizes but %d strides",
                                                       base::AbslView(t.name), t.shape.size(),

@@ -29,6 +29,9 @@ struct DTypeInfo {
   std::string_view name;         // torch's name without "torch.": "float32"
   uint32_t size;                 // bytes per element
   std::string_view safetensors;  // "F32"; empty when safetensors has no name for it
+  // Elements packed into one storage element (byte): 2 for quint4x2, 4 for quint2x4, whose
+  // storages hold ceil(numel / per_byte) bytes while sizes and strides count elements.
+  uint32_t per_byte = 1;
 };
 
 // By storage class qualname ("FloatStorage"), or nullptr.
