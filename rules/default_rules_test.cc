@@ -130,11 +130,26 @@ TEST(DefaultRulesTest, AllowlistContainsNoEntryTheDenylistMatches) {
   ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(deny_only, &text));
   absl::StatusOr<std::shared_ptr<const RuleSet>> denylist = RuleSet::FromTextProto(text, "deny");
   ASSERT_TRUE(denylist.ok()) << denylist.status();
-  // The one deliberate overlap: joblib's array placeholder is allowed by name while the rest
-  // of joblib (its loaders, cloudpickle, parallel helpers) stays denied by the wildcard.
-  const std::set<std::string> kDeliberate = {"joblib.numpy_pickle.NumpyArrayWrapper"};
+  // The deliberate overlaps: data types allowed by name (with their pickled call shapes)
+  // inside modules whose other names stay graded by a wildcard: joblib's array placeholder
+  // (the rest of joblib: loaders, cloudpickle, parallel helpers), uuid.UUID (the node-id
+  // helpers that run commands are denied by name) and the pathlib classes (their methods that
+  // change files are denied by name).
+  std::set<std::string> deliberate = {"uuid.UUID"};
+  for (const char* module : {"pathlib", "pathlib._local"}) {
+    for (const char* cls : {"PurePosixPath", "PureWindowsPath", "PosixPath", "WindowsPath"}) {
+      deliberate.insert(absl::StrCat(module, ".", cls));
+    }
+  }
   for (const v1::AllowedGlobal& a : RuleSet::Default()->proto().allow()) {
-    if (kDeliberate.count(a.module() + "." + a.name()) > 0) continue;
+    if (a.module() == "joblib.numpy_pickle" && a.name() == "NumpyArrayWrapper") continue;
+    if (deliberate.count(a.module() + "." + a.name()) > 0) {
+      // Still graded, never DANGEROUS: a wrong call shape of an allowed data type is odd, not
+      // an attack by itself (its arguments are judged on their own).
+      EXPECT_NE(Grade(**denylist, a.module(), a.name()).first, v1::VERDICT_DANGEROUS)
+          << a.module() << "." << a.name();
+      continue;
+    }
     auto [verdict, ids] = Grade(**denylist, a.module(), a.name());
     EXPECT_EQ(ids, "global.unlisted") << a.module() << "." << a.name();
   }
@@ -362,7 +377,7 @@ TEST(DefaultRulesTest, AnchorModulesAreDeniedWhole) {
       "aiohttp asyncio bdb commands ctypes httplib numpy.f2py numpy.testing._private.utils nt "
       "posix os requests.api runpy shutil socket ssl subprocess sys cProfile "
       "distutils.file_util pdb pickle _pickle pip pty profile pydoc test timeit urllib.request "
-      "uuid venv webbrowser _osx_support _aix_support _pyrepl "
+      "venv webbrowser _osx_support _aix_support _pyrepl "
       // ModelScan
       "aiohttp.client "
       // Fickling UNSAFE_IMPORTS and UnsafeImportsML
@@ -384,6 +399,26 @@ TEST(DefaultRulesTest, AnchorModulesAreDeniedWhole) {
   }
   EXPECT_EQ(Grade(rules, "select", "select").second, "global.denied.network");
   EXPECT_EQ(Grade(rules, "select", "select").first, v1::VERDICT_SUSPICIOUS);
+  // picklescan denies uuid whole for its command-running helpers; here those are denied by
+  // name and the module's data type (uuid.UUID) is allowlisted, so a UUID in a checkpoint's
+  // metadata does not turn it red (Lib/uuid.py: UUID.__setstate__ only stores an int).
+  for (const char* helper : {"_get_command_stdout", "_popen", "_ip_getnode", "_ifconfig_getnode",
+                             "_arp_getnode", "_netstat_getnode", "_lanscan_getnode", "getnode",
+                             "uuid1", "_find_mac_near_keyword", "_find_mac_under_heading"}) {
+    EXPECT_EQ(Grade(rules, "uuid", helper).first, v1::VERDICT_DANGEROUS) << helper;
+  }
+  EXPECT_EQ(Grade(rules, "uuid", "uuid4").first, v1::VERDICT_SUSPICIOUS);
+  // pathlib: constructing a path does no I/O; the methods that change files are DANGEROUS in
+  // every module spelling (Python 3.13 names pathlib._local), reading ones SUSPICIOUS.
+  for (const char* module : {"pathlib", "pathlib._local"}) {
+    for (const char* method : {"Path.write_text", "PosixPath.write_bytes", "Path.unlink",
+                               "PosixPath.rename", "WindowsPath.open", "Path.mkdir",
+                               "PosixPath.symlink_to", "Path.touch", "Path.chmod"}) {
+      EXPECT_EQ(Grade(rules, module, method).first, v1::VERDICT_DANGEROUS)
+          << module << "." << method;
+    }
+    EXPECT_EQ(Grade(rules, module, "Path.read_text").first, v1::VERDICT_SUSPICIOUS) << module;
+  }
 }
 
 TEST(DefaultRulesTest, BuiltinsOutsideTheAllowlistAreNeverSafe) {

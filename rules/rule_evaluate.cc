@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,7 +24,37 @@
 #include "rules/rule_set_internal.h"
 
 namespace ckptscan::rules {
+
+namespace internal {
+
+bool IsDunder(absl::string_view c) {
+  return c.size() > 4 && absl::StartsWith(c, "__") && absl::EndsWith(c, "__");
+}
+
+// Dunders that reach interpreter internals or call/patch things: DANGEROUS (the
+// __builtins__/__globals__/__subclasses__ escapes of published picklescan bypasses). Any other
+// dunder component is SUSPICIOUS.
+constexpr absl::string_view kDangerousDunders[] = {
+    "__base__",       "__bases__",     "__build_class__", "__builtins__", "__call__",
+    "__class__",      "__closure__",   "__code__",        "__defaults__", "__delattr__",
+    "__delitem__",    "__dict__",      "__func__",        "__getattr__",  "__getattribute__",
+    "__getitem__",    "__globals__",   "__import__",      "__init__",     "__init_subclass__",
+    "__kwdefaults__", "__loader__",    "__mro__",         "__new__",      "__objclass__",
+    "__reduce__",     "__reduce_ex__", "__self__",        "__setattr__",  "__setitem__",
+    "__setstate__",   "__spec__",      "__subclasses__",  "__wrapped__",
+};
+
+bool IsDangerousDunder(absl::string_view c) {
+  return std::find(std::begin(kDangerousDunders), std::end(kDangerousDunders), c) !=
+         std::end(kDangerousDunders);
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::IsDangerousDunder;
+using internal::IsDunder;
 
 using pickle::CallOp;
 using pickle::CallSite;
@@ -89,28 +120,6 @@ v1::CallOp ToRulesOp(CallOp op) {
     default:
       return v1::CALL_OP_UNSPECIFIED;
   }
-}
-
-bool IsDunder(absl::string_view c) {
-  return c.size() > 4 && absl::StartsWith(c, "__") && absl::EndsWith(c, "__");
-}
-
-// Dunders that reach interpreter internals or call/patch things: DANGEROUS (the
-// __builtins__/__globals__/__subclasses__ escapes of published picklescan bypasses). Any other
-// dunder component is SUSPICIOUS.
-constexpr absl::string_view kDangerousDunders[] = {
-    "__base__",       "__bases__",     "__build_class__", "__builtins__", "__call__",
-    "__class__",      "__closure__",   "__code__",        "__defaults__", "__delattr__",
-    "__delitem__",    "__dict__",      "__func__",        "__getattr__",  "__getattribute__",
-    "__getitem__",    "__globals__",   "__import__",      "__init__",     "__init_subclass__",
-    "__kwdefaults__", "__loader__",    "__mro__",         "__new__",      "__objclass__",
-    "__reduce__",     "__reduce_ex__", "__self__",        "__setattr__",  "__setitem__",
-    "__setstate__",   "__spec__",      "__subclasses__",  "__wrapped__",
-};
-
-bool IsDangerousDunder(absl::string_view c) {
-  return std::find(std::begin(kDangerousDunders), std::end(kDangerousDunders), c) !=
-         std::end(kDangerousDunders);
 }
 
 }  // namespace
@@ -282,6 +291,35 @@ class RuleSet::Impl::Run {
                      ref.resolved_name.size()}) > RuleSet::kMaxGradedNameBytes;
   }
 
+  // What a user who trusts a SUSPICIOUS global can do, appended to its message: the --allow
+  // flag that trusts it (MODULE:QUALNAME when the qualname is dotted), and for nn.Module
+  // classes the usual cause, a whole-model save. Empty for names that are not plain dotted
+  // identifiers (nothing to copy into a command line).
+  static std::string AllowHint(const GlobalRef& ref) {
+    auto plain = [](absl::string_view s) {
+      if (s.empty() || s.size() > RuleSet::kMaxGradedNameBytes) return false;
+      for (char c : s) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') {
+          return false;
+        }
+      }
+      return true;
+    };
+    const std::string& module = ref.resolved_module;
+    const std::string& name = ref.resolved_name;
+    if (!plain(module) || !plain(name)) return "";
+    const std::string flag =
+        absl::StrCat("--allow ", module, absl::StrContains(name, '.') ? ":" : ".", name);
+    std::string hint;
+    if (absl::StartsWith(module, "torch.nn.modules.") || module == "__main__") {
+      hint =
+          " A whole model object was probably saved (torch.save(model)): loading it runs its "
+          "classes' code. Save model.state_dict() instead;";
+    }
+    return absl::StrCat(hint, " If you trust the file's origin and this name, allow it with ", flag,
+                        " (or an allow entry in --rules-overlay).");
+  }
+
   const Grade& GradeOf(const GlobalRef& ref) {
     std::string key =
         absl::StrCat(ref.resolved_module, absl::string_view("\0", 1), ref.resolved_name,
@@ -383,9 +421,10 @@ class RuleSet::Impl::Run {
         with_call(f);
         std::string matched =
             grade.deny.matched == name ? "" : absl::StrCat(" [matches ", grade.deny.matched, "]");
-        SetMessage(f, absl::StrCat(name, written, " is denied (", category, ")", matched, ": ",
-                                   e.why(), e.source().empty() ? "" : " Source: ", e.source(),
-                                   e.source().empty() ? "" : "."));
+        SetMessage(
+            f, absl::StrCat(name, written, " is denied (", category, ")", matched, ": ", e.why(),
+                            e.source().empty() ? "" : " Source: ", e.source(),
+                            e.source().empty() ? "" : ".", e.dangerous() ? "" : AllowHint(ref)));
       }
     }
     if (grade.dunder && !(grade.deny && grade.deny.ref.entry->dangerous())) {
@@ -410,10 +449,11 @@ class RuleSet::Impl::Run {
         f->set_category("other");
         f->set_global(name);
         with_call(f);
-        SetMessage(f, absl::StrCat(name, written,
-                                   " is not on the allowlist: loading it imports its module "
-                                   "(which runs that module's code)",
-                                   info.first_call != kNone ? " and calls it" : ""));
+        SetMessage(f,
+                   absl::StrCat(name, written,
+                                " is not on the allowlist: loading it imports its module "
+                                "(which runs that module's code)",
+                                info.first_call != kNone ? " and calls it." : ".", AllowHint(ref)));
       }
     }
   }
@@ -682,8 +722,14 @@ class RuleSet::Impl::Run {
     if (s.op() != op) return false;
     if (args.size() < s.min_args() || args.size() > s.max_args()) return false;
     if (has_kwargs && !s.kwargs()) return false;
-    for (size_t i = 0; i < args.size() && i < static_cast<size_t>(s.args_size()); ++i) {
-      if (!SpecMatches(args[i], s.args(static_cast<int>(i)), 0)) return false;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (i < static_cast<size_t>(s.args_size())) {
+        if (!SpecMatches(args[i], s.args(static_cast<int>(i)), 0)) return false;
+      } else if (s.has_rest()) {
+        if (!SpecMatches(args[i], s.rest(), 0)) return false;
+      } else {
+        break;
+      }
     }
     return true;
   }
@@ -738,8 +784,9 @@ class RuleSet::Impl::Run {
     std::vector<std::string> parts;
     const uint32_t shown = std::min<uint32_t>(s.max_args(), std::max<uint32_t>(s.min_args(), 12));
     for (uint32_t i = 0; i < shown; ++i) {
-      const std::string kinds =
-          i < static_cast<uint32_t>(s.args_size()) ? SpecText(s.args(static_cast<int>(i))) : "ANY";
+      const std::string kinds = i < static_cast<uint32_t>(s.args_size())
+                                    ? SpecText(s.args(static_cast<int>(i)))
+                                    : (s.has_rest() ? SpecText(s.rest()) : "ANY");
       parts.push_back(i < s.min_args() ? kinds : absl::StrCat("[", kinds, "]"));
     }
     if (shown < s.max_args()) parts.push_back("…");
@@ -1162,8 +1209,9 @@ class RuleSet::Impl::Run {
       f->set_category("other");
       f->set_call(Summary(c));
       SetMessage(f,
-                 "PERSID (a protocol-0 text persistent id): torch.save never writes it; what "
-                 "it loads depends on the loader's persistent_load");
+                 "PERSID (a protocol-0 text persistent id): torch.load cannot read one (torch "
+                 "2.6's torch.save(pickle_protocol=0) writes it, and its own load then fails); "
+                 "what it loads depends on the loader's persistent_load");
       return;
     }
     const Node* pid = internal::NodeAt(*g_, c.args);

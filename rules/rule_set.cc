@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -57,29 +58,85 @@ RuleSet::~RuleSet() = default;
 const std::string& RuleSet::version() const { return impl_->proto.version(); }
 const v1::RuleSet& RuleSet::proto() const { return impl_->proto; }
 
-absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromTextProto(std::string_view text,
-                                                                      std::string_view origin) {
-  if (text.size() > kMaxRulesBytes) {
+namespace {
+
+// Text-format parsing shared by rule sets and overlays: the size limit, the parse (errors with
+// line:column), and the UTF-8 check that the binary parser applies.
+absl::Status ParseText(std::string_view text, std::string_view origin, v1::RuleSet* out) {
+  if (text.size() > RuleSet::kMaxRulesBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("rules ", AbslView(origin), ": ", text.size(),
                                                      " bytes exceeds the limit of ",
-                                                     kMaxRulesBytes));
+                                                     RuleSet::kMaxRulesBytes));
   }
-  auto impl = std::make_unique<Impl>();
   {
     google::protobuf::TextFormat::Parser parser;
     CollectErrors errors;
     parser.RecordErrorsTo(&errors);
-    if (!parser.ParseFromString(std::string(text), &impl->proto)) {
+    if (!parser.ParseFromString(std::string(text), out)) {
       return Invalid(origin, absl::StrCat("syntax error at ", errors.Joined()));
     }
   }
   // Text that the binary factory would refuse is refused here too, so that both accept the same
   // rule sets (found by tests/fuzz/rules_fuzz.cc: a name with a non-UTF-8 byte loaded from text,
   // and its proto could not be sent or re-read).
-  if (std::optional<std::string> field = FirstNonUtf8Field(impl->proto)) {
+  if (std::optional<std::string> field = FirstNonUtf8Field(*out)) {
     return Invalid(origin, absl::StrCat(*field, " is not valid UTF-8"));
   }
+  return absl::OkStatus();
+}
+
+// A regular file's text, at most kMaxRulesBytes. `what` names it in errors ("rules file").
+absl::StatusOr<std::string> ReadRulesText(const std::string& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(AbslView(what), " ", path));
+  absl::Cleanup closer = [fd] { ::close(fd); };
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(AbslView(what), " ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AbslView(what), " ", path, ": not a regular file"));
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, absl::StrCat(AbslView(what), " ", path));
+    }
+    if (n == 0) break;
+    if (static_cast<size_t>(n) > RuleSet::kMaxRulesBytes - text.size()) {
+      return absl::ResourceExhaustedError(absl::StrCat(AbslView(what), " ", path,
+                                                       ": larger than the limit of ",
+                                                       RuleSet::kMaxRulesBytes, " bytes"));
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromTextProto(std::string_view text,
+                                                                      std::string_view origin) {
+  auto impl = std::make_unique<Impl>();
+  CKPT_RETURN_IF_ERROR(ParseText(text, origin, &impl->proto));
   return Compile(std::move(impl), origin);
+}
+
+absl::StatusOr<v1::RuleSet> RuleSet::ParseOverlayText(std::string_view text,
+                                                      std::string_view origin) {
+  v1::RuleSet overlay;
+  CKPT_RETURN_IF_ERROR(ParseText(text, origin, &overlay));
+  return overlay;
+}
+
+absl::StatusOr<v1::RuleSet> RuleSet::ReadOverlayFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadRulesText(path, "rules overlay");
+  if (!text.ok()) return text.status();
+  return ParseOverlayText(*text, path);
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromBinaryProto(std::string_view bytes,
@@ -97,30 +154,9 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromBinaryProto(std::str
 }
 
 absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::FromFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
-  absl::Cleanup closer = [fd] { ::close(fd); };
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("rules file ", path, ": not a regular file"));
-  }
-  std::string text;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, absl::StrCat("rules file ", path));
-    }
-    if (n == 0) break;
-    if (static_cast<size_t>(n) > kMaxRulesBytes - text.size()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rules file ", path, ": larger than the limit of ", kMaxRulesBytes, " bytes"));
-    }
-    text.append(buf, static_cast<size_t>(n));
-  }
-  return FromTextProto(text, path);
+  absl::StatusOr<std::string> text = ReadRulesText(path, "rules file");
+  if (!text.ok()) return text.status();
+  return FromTextProto(*text, path);
 }
 
 std::shared_ptr<const RuleSet> RuleSet::Default() {

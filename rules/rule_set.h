@@ -55,6 +55,31 @@ class RuleSet final {
   // The rules compiled into the binary (rules/default_rules.textproto).
   static std::shared_ptr<const RuleSet> Default();
 
+  // A local overlay: the RuleSet schema (`version` optional), parsed as FromTextProto parses,
+  // with the same size limit and UTF-8 check. Its entries are validated by WithOverlay.
+  static absl::StatusOr<v1::RuleSet> ParseOverlayText(std::string_view text,
+                                                      std::string_view origin);
+  static absl::StatusOr<v1::RuleSet> ReadOverlayFile(const std::string& path);
+
+  // The entry `--allow NAME` adds to an overlay: "module.qualname" split at the last dot, or
+  // "module:qualname" for a dotted qualname ("pkg.mod:Outer.Inner"). The name is trusted the way
+  // torch.serialization.add_safe_globals trusts it: it may be called by any call opcode with any
+  // arguments (which are still judged), given any BUILD state, and filled by SETITEM(S) and
+  // APPEND(S). InvalidArgument for an empty part, whitespace, '*' or a name over
+  // kMaxGradedNameBytes.
+  static absl::StatusOr<v1::AllowedGlobal> TrustedName(std::string_view spec);
+
+  // `base` with `overlay`'s allow and deny entries added. Refused (InvalidArgument naming the
+  // entry, "rules <origin>: allow[2] (os.system): ..."): an allow entry for a name `base`
+  // already allowlists (an overlay cannot change a built-in entry's shapes), for a name `base`
+  // grades DANGEROUS (a dangerous deny entry matches it, or it has a dangerous dunder
+  // component), a repeated entry, or any entry a rules file may not hold. The result's
+  // version() is "<base version>+overlay-sha256-<overlay_sha256>": every report names both
+  // the rules and the overlay (the caller computes the digest of the overlay's bytes).
+  static absl::StatusOr<std::shared_ptr<const RuleSet>> WithOverlay(
+      const RuleSet& base, const v1::RuleSet& overlay, std::string_view overlay_sha256,
+      std::string_view origin);
+
   const std::string& version() const;
   const v1::RuleSet& proto() const;
 

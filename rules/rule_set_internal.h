@@ -4,7 +4,9 @@
 //   rule_set.cc       the public factories: read a rules file, parse text or binary, Default();
 //   rule_validate.cc  the checks of a parsed RuleSet that need no index (entries, shapes, specs);
 //   rule_compile.cc   RuleSet::Compile, which builds the indexes below, and the deny lookup;
-//   rule_evaluate.cc  RuleSet::Evaluate: facts -> findings and a verdict.
+//   rule_evaluate.cc  RuleSet::Evaluate: facts -> findings and a verdict;
+//   rule_overlay.cc   RuleSet::WithOverlay (a local allowlist merged onto the rules) and
+//                     the entry an --allow NAME makes.
 #ifndef CKPTSCAN_RULES_RULE_SET_INTERNAL_H_
 #define CKPTSCAN_RULES_RULE_SET_INTERNAL_H_
 
@@ -107,6 +109,11 @@ absl::Status ValidateAllowEntry(std::string_view origin, const std::string& labe
                                 const v1::AllowedGlobal& a);
 absl::Status ValidateDenyEntry(std::string_view origin, const std::string& label,
                                const v1::DenyEntry& d);
+
+// A qualname component of the form __x__; IsDangerousDunder: one of the dunders that reach
+// interpreter internals or call/patch things (kDangerousDunders in rule_evaluate.cc).
+bool IsDunder(absl::string_view c);
+bool IsDangerousDunder(absl::string_view c);
 
 }  // namespace internal
 }  // namespace ckptscan::rules

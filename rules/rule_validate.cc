@@ -161,6 +161,14 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
     CKPT_RETURN_IF_ERROR(
         ValidateSpec(origin, absl::StrCat(where, " args[", ai, "]"), s.args(ai), 0));
   }
+  if (s.has_rest()) {
+    if (static_cast<uint64_t>(s.args_size()) >= s.max_args()) {
+      return Invalid(origin, absl::StrCat(where, ": rest is set but max_args ", s.max_args(),
+                                          " leaves no position beyond the ", s.args_size(),
+                                          " argument specs"));
+    }
+    CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " rest"), s.rest(), 0));
+  }
   if (s.has_applies()) {
     const v1::Apply& a = s.applies();
     auto takes = [&](uint32_t i, v1::ArgKind kind) {
