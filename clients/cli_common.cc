@@ -50,21 +50,38 @@ absl::Status WriteOutput(const std::string& path, std::string_view data) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const std::string& path) {
-  if (path.empty()) return rules::RuleSet::Default();
-  return rules::RuleSet::FromFile(path);
+void AddRulesFlags(CLI::App* cmd, RulesFlags* f) {
+  cmd->add_option("--rules", f->rules,
+                  "Rules file (text-format ckptscan.v1.RuleSet) instead of the built-in "
+                  "rules")
+      ->type_name("FILE");
+  cmd->add_option("--rules-overlay", f->overlay,
+                  "Local rules merged onto the rules in force (same format; allow and deny "
+                  "entries added, none changed): may not allow a name the rules grade "
+                  "DANGEROUS; the report's rules version names its SHA-256 (docs/rules.md)")
+      ->type_name("FILE");
+  cmd->add_option("--allow", f->allow,
+                  "Trust one more global, e.g. --allow mypkg.config.RunConfig "
+                  "(MODULE:QUALNAME for a dotted qualname): any call and state of it is "
+                  "accepted, its arguments still judged; refused for names the rules grade "
+                  "DANGEROUS (repeatable)")
+      ->type_name("MODULE.NAME");
 }
 
-std::optional<Engine> LoadEngine(const std::string& rules_path,
+absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const RulesFlags& flags) {
+  return pipeline::LoadRules(flags.Source());
+}
+
+std::optional<Engine> LoadEngine(const RulesFlags& rules_flags,
                                  const std::vector<std::string>& limit_flags) {
   absl::StatusOr<pickle::Limits> limits = ParseLimitFlags(limit_flags);
   if (!limits.ok()) {
     PrintError(std::string(limits.status().message()));
     return std::nullopt;
   }
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(rules_path);
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(rules_flags);
   if (!ruleset.ok()) {
-    PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
+    PrintError(std::string(ruleset.status().message()));
     return std::nullopt;
   }
   return Engine{*std::move(ruleset), *limits};
@@ -163,7 +180,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path) {
 }
 
 std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
-                                            const std::string& rules,
+                                            const RulesFlags& rules,
                                             const std::vector<std::string>& limits, int* exit_code,
                                             bool allow_plain) {
   *exit_code = kExitUsage;
@@ -173,10 +190,10 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
         "API over the unix socket or TLS");
     return nullptr;
   }
-  if (sandbox.no_sandbox || !sandbox.worker.empty() || !rules.empty() || !limits.empty()) {
+  if (sandbox.no_sandbox || !sandbox.worker.empty() || rules.any() || !limits.empty()) {
     PrintError(
-        "--server: --no-sandbox, --worker, --rules and --limit are the daemon's to set; "
-        "they cannot be used with --server");
+        "--server: --no-sandbox, --worker, --rules, --rules-overlay, --allow and --limit are "
+        "the daemon's to set; they cannot be used with --server");
     return nullptr;
   }
   RemoteOptions options;

@@ -23,6 +23,7 @@
 #include "core/pickle/limits.h"
 #include "rules/rule_set.h"
 #include "trusted/jailed_scan.h"
+#include "trusted/rules_source.h"
 
 namespace ckptscan::clients {
 
@@ -53,8 +54,21 @@ void PrintError(std::string_view message);
 // `data` to `path`, or to stdout for "" and "-".
 absl::Status WriteOutput(const std::string& path, std::string_view data);
 
-// The rules of --rules FILE, or the built-in ones for "".
-absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const std::string& path);
+// --rules FILE, --rules-overlay FILE, --allow NAME (repeatable): the rules a local command
+// judges with (trusted/rules_source.h).
+struct RulesFlags {
+  std::string rules;
+  std::string overlay;
+  std::vector<std::string> allow;
+
+  bool any() const { return !rules.empty() || !overlay.empty() || !allow.empty(); }
+  pipeline::RulesSource Source() const { return {rules, overlay, allow}; }
+};
+
+void AddRulesFlags(CLI::App* cmd, RulesFlags* f);
+
+// The rules of the flags: built-in or --rules, with the overlay merged on.
+absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const RulesFlags& flags);
 
 // What scan, convert and disasm share: the rule set and the VM limits, from their flags.
 struct Engine {
@@ -63,7 +77,7 @@ struct Engine {
 };
 
 // Prints the usage error and returns nullopt when a flag is bad.
-std::optional<Engine> LoadEngine(const std::string& rules_path,
+std::optional<Engine> LoadEngine(const RulesFlags& rules,
                                  const std::vector<std::string>& limit_flags);
 
 // How files are parsed: in a jailed ckptscan-worker (the default) or, with
@@ -98,7 +112,7 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path = true);
 // The daemon client for --server, or null (after printing why, with `exit_code` set) when it
 // cannot be used. Flags that only mean something locally are refused rather than ignored.
 std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
-                                            const std::string& rules,
+                                            const RulesFlags& rules,
                                             const std::vector<std::string>& limits, int* exit_code,
                                             bool allow_plain = false);
 

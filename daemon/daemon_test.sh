@@ -285,6 +285,38 @@ run "queue full" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" 
   contains out.txt "RESOURCE_EXHAUSTED" && pass "queue full: RESOURCE_EXHAUSTED at once"
 wait "$client"
 
+# --- a local rules overlay: trusted names, reload, and a refused overlay ---------------------
+# A user class as pickle writes a dataclass: NEWOBJ train.config.RunConfig() then BUILD {}.
+/usr/bin/python3 -c 'import sys; sys.stdout.buffer.write(b"\x80\x04\x8c\x0ctrain.config\x8c\tRunConfig\x93)\x81}b.")' >user_class.pkl
+printf 'allow { module: "train.config" name: "Other" note: "site" }\n' >overlay.textproto
+start_daemon ovl --rules-overlay "$tmp/overlay.textproto" || exit 1
+ovl_sock=$sock
+run "user class without the overlay's name" 1 "$bin" scan --server "$ovl_sock" user_class.pkl &&
+  contains out.txt "--allow train.config.RunConfig" &&
+  pass "an unlisted class is SUSPICIOUS and the finding names the --allow that trusts it"
+printf 'allow { module: "train.config" name: "RunConfig" note: "site"\n  calls { op: CALL_NEWOBJ min_args: 0 max_args: 0 } build_target: true }\n' >overlay.textproto
+run "reload a changed overlay" 0 "$bin" admin reload-rules --server "$ovl_sock" &&
+  pass "reload-rules re-reads the overlay"
+run "user class allowed by the overlay" 0 "$bin" scan -f json --server "$ovl_sock" user_class.pkl &&
+  grep -q '"rules_version": "[^"]*+overlay-sha256-[0-9a-f]\{64\}"' out.txt &&
+  pass "the overlay's name is SAFE and the report names the overlay's digest"
+ovl_version=$("$bin" admin status --server "$ovl_sock" -f json | grep rules_version)
+printf 'allow { module: "posix" name: "system" note: "no" }\n' >overlay.textproto
+run "overlay allowing a dangerous name" 2 "$bin" admin reload-rules --server "$ovl_sock" &&
+  contains err.txt "an overlay cannot allow this name" &&
+  pass "an overlay that allows a DANGEROUS name is refused at reload"
+[[ "$ovl_version" == "$("$bin" admin status --server "$ovl_sock" -f json | grep rules_version)" ]] &&
+  pass "the old rules and overlay stay in force" || fail "rules after a refused overlay" "changed"
+mkdir -p "$tmp/ovl2"
+if "$daemon_bin" --socket "$tmp/ovl2/s.sock" --state-dir "$tmp/ovl2/state" \
+     --allow posix.system 2>"$tmp/ovl2/log"; then
+  fail "daemon --allow posix.system" "started"
+else
+  grep -q "an overlay cannot allow this name" "$tmp/ovl2/log" &&
+    pass "ckptscand --allow of a DANGEROUS name does not start" ||
+    fail "daemon --allow posix.system" "$(head -c 400 "$tmp/ovl2/log")"
+fi
+
 # --- SIGTERM drains ------------------------------------------------------------------------
 "$bin" scan -f json --server "$small_sock" --by-path "$tmp/big/long.bin" >drained.txt 2>&1 &
 client=$!

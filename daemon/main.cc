@@ -84,6 +84,8 @@ struct Flags {
   std::vector<uint32_t> path_uids;
   std::vector<std::string> roots;
   std::string rules;
+  std::string rules_overlay;
+  std::vector<std::string> allow;
   std::string signing_key;
   std::string state_dir;
   std::string spool_dir;
@@ -384,6 +386,15 @@ int Run(int argc, char** argv) {
       ->type_name("DIR");
   app.add_option("--rules", f.rules, "Rules file instead of the built-in rules (reloadable)")
       ->type_name("FILE");
+  app.add_option("--rules-overlay", f.rules_overlay,
+                 "Local rules merged onto the rules in force (allow and deny entries added, "
+                 "none changed; may not allow a name the rules grade DANGEROUS); reloadable")
+      ->type_name("FILE");
+  app.add_option("--allow", f.allow,
+                 "Trust one more global (MODULE.NAME or MODULE:QUALNAME), as "
+                 "torch's add_safe_globals does; refused for names the rules grade DANGEROUS "
+                 "(repeatable)")
+      ->type_name("MODULE.NAME");
   app.add_option("--signing-key", f.signing_key,
                  "PEM private key that signs conversions (mode 0600 or stricter; default: "
                  "STATE_DIR/signing-key.pem, created on first start)")
@@ -595,8 +606,9 @@ int Run(int argc, char** argv) {
   options.spool_dir = f.spool_dir;
   absl::StatusOr<signing::PrivateKey> key = LoadOrCreateKey(f.signing_key, f.state_dir);
   if (!key.ok()) return Fail(absl::StrCat("signing key: ", key.status().message()));
-  absl::StatusOr<std::unique_ptr<RulesHolder>> rules = RulesHolder::Load(f.rules);
-  if (!rules.ok()) return Fail(absl::StrCat("--rules: ", rules.status().message()));
+  absl::StatusOr<std::unique_ptr<RulesHolder>> rules =
+      RulesHolder::Load({f.rules, f.rules_overlay, f.allow});
+  if (!rules.ok()) return Fail(std::string(rules.status().message()));
   std::unique_ptr<ConfinedRoots> roots;
   if (!f.roots.empty()) {
     absl::StatusOr<ConfinedRoots> opened = ConfinedRoots::Open(f.roots);

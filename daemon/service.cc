@@ -251,16 +251,10 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitOutput(const std::strin
 
 // --- RulesHolder, Stats, Daemon -----------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<RulesHolder>> RulesHolder::Load(const std::string& path) {
-  std::shared_ptr<const rules::RuleSet> rules;
-  if (path.empty()) {
-    rules = rules::RuleSet::Default();
-  } else {
-    absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = rules::RuleSet::FromFile(path);
-    if (!loaded.ok()) return loaded.status();
-    rules = *std::move(loaded);
-  }
-  return std::unique_ptr<RulesHolder>(new RulesHolder(path, std::move(rules)));
+absl::StatusOr<std::unique_ptr<RulesHolder>> RulesHolder::Load(pipeline::RulesSource source) {
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = pipeline::LoadRules(source);
+  if (!loaded.ok()) return loaded.status();
+  return std::unique_ptr<RulesHolder>(new RulesHolder(std::move(source), *std::move(loaded)));
 }
 
 std::shared_ptr<const rules::RuleSet> RulesHolder::Get() const {
@@ -269,15 +263,10 @@ std::shared_ptr<const rules::RuleSet> RulesHolder::Get() const {
 }
 
 absl::StatusOr<RulesHolder::Reloaded> RulesHolder::Reload() {
-  std::shared_ptr<const rules::RuleSet> fresh;
-  if (path_.empty()) {
-    fresh = rules::RuleSet::Default();
-  } else {
-    // Compiled and checked whole before anything changes: a bad file leaves the old rules.
-    absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = rules::RuleSet::FromFile(path_);
-    if (!loaded.ok()) return loaded.status();
-    fresh = *std::move(loaded);
-  }
+  // Compiled and checked whole before anything changes: a bad file leaves the old rules.
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = pipeline::LoadRules(source_);
+  if (!loaded.ok()) return loaded.status();
+  std::shared_ptr<const rules::RuleSet> fresh = *std::move(loaded);
   absl::MutexLock lock(&mu_);
   Reloaded r{rules_->version(), fresh->version()};
   rules_ = std::move(fresh);

@@ -44,6 +44,7 @@
 #include "daemon/upload.h"
 #include "rules/rule_set.h"
 #include "trusted/jailed_scan.h"
+#include "trusted/rules_source.h"
 #include "trusted/signing/keys.h"
 #include "trusted/signing/manifest.h"
 
@@ -78,20 +79,21 @@ absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value);
 // The rules in force, swapped whole on reload (a bad file leaves the old ones).
 class RulesHolder final {
  public:
-  // `path` empty: the built-in rules, and Reload() keeps them.
-  static absl::StatusOr<std::unique_ptr<RulesHolder>> Load(const std::string& path);
+  // The rules of `source` (built-in or --rules, with --rules-overlay and --allow merged on);
+  // Reload() reads its files again.
+  static absl::StatusOr<std::unique_ptr<RulesHolder>> Load(pipeline::RulesSource source);
   std::shared_ptr<const rules::RuleSet> Get() const;
   struct Reloaded {
     std::string previous_version;
     std::string version;
   };
   absl::StatusOr<Reloaded> Reload();
-  std::string source() const { return path_.empty() ? "built-in" : path_; }
+  std::string source() const { return source_.Describe(); }
 
  private:
-  RulesHolder(std::string path, std::shared_ptr<const rules::RuleSet> rules)
-      : path_(std::move(path)), rules_(std::move(rules)) {}
-  const std::string path_;
+  RulesHolder(pipeline::RulesSource source, std::shared_ptr<const rules::RuleSet> rules)
+      : source_(std::move(source)), rules_(std::move(rules)) {}
+  const pipeline::RulesSource source_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const rules::RuleSet> rules_ ABSL_GUARDED_BY(mu_);
 };

@@ -87,7 +87,7 @@ class ServiceTest : public ::testing::Test {
     options.scanner_version = "test";
     options.jail.worker_path = CKPT_WORKER;
     options.spool_dir = spool_;
-    absl::StatusOr<std::unique_ptr<RulesHolder>> rules = RulesHolder::Load("");
+    absl::StatusOr<std::unique_ptr<RulesHolder>> rules = RulesHolder::Load({});
     ASSERT_TRUE(rules.ok()) << rules.status();
     absl::StatusOr<ConfinedRoots> roots = ConfinedRoots::Open({root_});
     ASSERT_TRUE(roots.ok()) << roots.status();

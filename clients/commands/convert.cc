@@ -67,7 +67,7 @@ struct ConvertOptions {
   std::string cert;
   std::string cert_chain;
   std::string format = "text";
-  std::string rules;
+  RulesFlags rules;
   std::vector<std::string> limits;
   SandboxFlags sandbox;
   ServerFlags server;
@@ -301,8 +301,7 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
   convert->add_option("--format,-f", convert_opt->format, "Report format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  convert->add_option("--rules", convert_opt->rules, "Rules file instead of the built-in rules")
-      ->type_name("FILE");
+  AddRulesFlags(convert, &convert_opt->rules);
   convert->add_option("--limit", convert_opt->limits, "Set a VM limit (as for scan)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);

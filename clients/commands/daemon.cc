@@ -111,7 +111,7 @@ struct HealthOptions {
 int RunHealth(const HealthOptions& opt) {
   int setup_exit = 0;
   std::unique_ptr<RemoteClient> remote =
-      ConnectServer(opt.server, SandboxFlags{}, "", {}, &setup_exit, /*allow_plain=*/true);
+      ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {}, &setup_exit, /*allow_plain=*/true);
   if (remote == nullptr) return setup_exit;
   absl::StatusOr<bool> serving = remote->Health(opt.service, absl::Seconds(opt.timeout_seconds));
   if (!serving.ok()) {
@@ -125,7 +125,7 @@ int RunHealth(const HealthOptions& opt) {
 int RunAdmin(const AdminOptions& opt, AdminCommand command) {
   int setup_exit = 0;
   std::unique_ptr<RemoteClient> remote =
-      ConnectServer(opt.server, SandboxFlags{}, "", {}, &setup_exit);
+      ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {}, &setup_exit);
   if (remote == nullptr) return setup_exit;
   std::string text;
   const google::protobuf::Message* message = nullptr;

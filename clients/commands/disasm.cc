@@ -48,7 +48,7 @@ using base::WriteAll;
 
 struct DisasmOptions {
   std::string file;
-  std::string rules;
+  RulesFlags rules;
   std::vector<std::string> limits;
   SandboxFlags sandbox;
 };
@@ -95,8 +95,7 @@ void AddDisasmCommand(CLI::App* app, Commands* out) {
                                          "Annotated opcode listing of a raw pickle stream, "
                                          "then errors and findings");
   disasm->add_option("FILE", disasm_opt->file, "The file to disassemble")->required();
-  disasm->add_option("--rules", disasm_opt->rules, "Rules file instead of the built-in rules")
-      ->type_name("FILE");
+  AddRulesFlags(disasm, &disasm_opt->rules);
   disasm->add_option("--limit", disasm_opt->limits, "Set a VM limit (as for scan)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);

@@ -40,10 +40,10 @@ using app::kExitUsage;
 using app::kReportSchema;
 using base::WriteAll;
 
-int RunRulesShow(const std::string& rules_path) {
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(rules_path);
+int RunRulesShow(const RulesFlags& flags) {
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(flags);
   if (!ruleset.ok()) {
-    PrintError(absl::StrCat("--rules: ", ruleset.status().message()));
+    PrintError(std::string(ruleset.status().message()));
     return kExitUsage;
   }
   std::string text;
@@ -80,12 +80,12 @@ int RunVersion() {
 void AddRulesCommands(CLI::App* app, Commands* out) {
   CLI::App* rules_cmd = app->add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);
-  auto show_rules = std::make_shared<std::string>();
-  CLI::App* show = rules_cmd->add_subcommand("show",
-                                             "Print the effective rules (built-in, or "
-                                             "--rules FILE) as text-format proto");
-  show->add_option("--rules", *show_rules, "Rules file instead of the built-in rules")
-      ->type_name("FILE");
+  auto show_rules = std::make_shared<RulesFlags>();
+  CLI::App* show = rules_cmd->add_subcommand(
+      "show",
+      "Print the effective rules (built-in or --rules FILE, with --rules-overlay and --allow "
+      "merged on) as text-format proto");
+  AddRulesFlags(show, show_rules.get());
   auto check_file = std::make_shared<std::string>();
   CLI::App* check = rules_cmd->add_subcommand(
       "check", "Validate a rules file: exit 0 if valid, 64 with the error otherwise");

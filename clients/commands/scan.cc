@@ -54,7 +54,7 @@ struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
   std::string output;
-  std::string rules;
+  RulesFlags rules;
   std::string digest = "sha256";
   std::string fail_on = "suspicious";
   std::vector<std::string> excludes;
@@ -272,10 +272,7 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "Also write the report as SARIF 2.1.0 to FILE (for CI: text in the log, "
                    "SARIF for code scanning, from one scan)")
       ->type_name("FILE");
-  scan->add_option("--rules", scan_opt->rules,
-                   "Rules file (text-format ckptscan.v1.RuleSet) instead of "
-                   "the built-in rules")
-      ->type_name("FILE");
+  AddRulesFlags(scan, &scan_opt->rules);
   scan->add_option("--digest", scan_opt->digest,
                    "File digest in the report: sha256 (read on a second core while the "
                    "worker parses) or none (scan time then does not grow with file size)")
