@@ -34,9 +34,11 @@ import tempfile
 
 ST = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int8": "I8",
       "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "bool": "BOOL",
-      "complex64": "C64"}
+      "complex64": "C64", "uint16": "U16", "uint32": "U32", "uint64": "U64",
+      "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4,
-         "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+         "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8, "F8_E4M3": 1,
+         "F8_E5M2": 1}
 
 failures = []
 
