@@ -51,26 +51,20 @@ bool IsRowMajorContiguous(const TensorFact& t) {
   return true;
 }
 
-// The dtypes --allow-dtype may name, with why they are not written as is by default.
-struct GatedDtype {
-  std::string_view safetensors;
-  std::string_view why;
-};
-constexpr GatedDtype kGated[] = {
-    {"C64",
-     "no safetensors release before 0.7.0 (Debian 13 ships 0.4.5) reads a file holding a C64 "
-     "tensor: the whole file fails with InvalidHeaderDeserialization"},
-};
+// The dtypes --allow-dtype may name: those not written as is by default. C64: no safetensors
+// release before 0.7.0 (Debian 13 ships 0.4.5) reads a file holding a C64 tensor, the whole
+// file fails with InvalidHeaderDeserialization (docs/safetensors.md).
+constexpr std::string_view kGated[] = {"C64"};
 
 }  // namespace
 
 absl::Status CheckAllowDtype(std::string_view safetensors_dtype) {
-  for (const GatedDtype& g : kGated) {
-    if (g.safetensors == safetensors_dtype) return absl::OkStatus();
+  for (std::string_view g : kGated) {
+    if (g == safetensors_dtype) return absl::OkStatus();
   }
   std::string allowed;
-  for (const GatedDtype& g : kGated) {
-    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", base::AbslView(g.safetensors));
+  for (std::string_view g : kGated) {
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", base::AbslView(g));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       base::AbslView(base::Escaped(safetensors_dtype)),
@@ -213,7 +207,10 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   metadata["ckptscan.dtype_policy"] = options.to_bf16 ? "bf16" : "keep";
   if (!as_real.empty()) {
     std::sort(as_real.begin(), as_real.end());
-    metadata[kComplexAsRealKey] = nlohmann::json(as_real).dump();
+    // A name that is not UTF-8 is refused by SerializeHeader below; `replace` only keeps the
+    // JSON encoder from throwing on it first.
+    metadata[kComplexAsRealKey] =
+        nlohmann::json(as_real).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   for (const auto& [key, count] : uses) {
     const auto& [source, written, how] = key;

@@ -364,6 +364,17 @@ TEST(ConvertDtypesTest, AComplexTensorWithNoRoomForTheExtraDimensionIsRefusedByN
   EXPECT_TRUE(PlanConversion(facts, options).ok());
 }
 
+TEST(ConvertDtypesTest, AComplexTensorNamedInInvalidUtf8IsRefusedNotThrown) {
+  const std::string file = Read(kDtypes);
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  for (torch::TensorFact& t : facts.tensors) {
+    if (t.name == "complex64_scalar") t.name = "bad\xff";  // listed in __metadata__ as JSON
+  }
+  absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+}
+
 TEST(ConvertDtypesTest, ATiedNameThatMetadataReservesIsRefused) {
   const std::string file = Read(kDir / "tied.pt");
   for (const char* reserved : {"format", "ckptscan.complex64_as_real", "ckptscan.version"}) {
