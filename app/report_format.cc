@@ -97,11 +97,19 @@ Json FileJson(const v1::FileReport& f) {
     for (const v1::NotWritten& n : c.not_written()) {
       not_written.push_back(Json{{"path", n.path()}, {"type", n.type()}});
     }
+    Json dtypes = Json::array();
+    for (const v1::DtypeConversion& d : c.dtypes()) {
+      dtypes.push_back(Json{{"source", d.source()},
+                            {"written", d.written()},
+                            {"how", d.how()},
+                            {"tensors", d.tensors()}});
+    }
     j["conversion"] = Json{{"output", c.output()},
                            {"tensors", c.tensors()},
                            {"aliases", c.aliases()},
                            {"bytes", c.bytes()},
                            {"dtype", c.dtype()},
+                           {"dtypes", std::move(dtypes)},
                            {"not_written", std::move(not_written)},
                            {"not_written_total", c.not_written_total()}};
   }
@@ -109,6 +117,11 @@ Json FileJson(const v1::FileReport& f) {
 }
 
 // ---------------------------------------------------------------- text
+
+// How a complex64 tensor written as float32 [..., 2] is restored (docs/safetensors.md).
+constexpr char kComplexAsRealNote[] =
+    "safetensors < 0.7.0 cannot read C64; names in __metadata__ "
+    "ckptscan.complex64_as_real, torch.view_as_complex restores them";
 
 std::string Plural(uint64_t n, std::string_view word) {
   return absl::StrCat(n, " ", base::AbslView(word), n == 1 ? "" : "s");
@@ -407,6 +420,19 @@ std::string FileReportToText(const v1::FileReport& f) {
     if (c.aliases() != 0) absl::StrAppend(&out, " (+", Plural(c.aliases(), "alias"), ")");
     absl::StrAppend(&out, ", ", Plural(c.bytes(), "byte"), ", dtype ", TerminalSafe(c.dtype()),
                     "\n");
+    for (const v1::DtypeConversion& d : c.dtypes()) {
+      absl::StrAppend(&out, "    ", TerminalSafe(d.source()), " -> ", TerminalSafe(d.written()));
+      if (d.how() == "as-real") {
+        absl::StrAppend(&out, " [..., 2] (as real: ", kComplexAsRealNote, ")");
+      } else if (d.how() == "bf16") {
+        out += " (--dtype bf16)";
+      } else if (d.how() == "allowed") {
+        out += " (--allow-dtype: the widely deployed safetensors cannot read this file)";
+      } else if (d.how() != "as-is") {
+        absl::StrAppend(&out, " (", TerminalSafe(d.how()), ")");
+      }
+      absl::StrAppend(&out, ": ", Plural(d.tensors(), "tensor"), "\n");
+    }
     if (c.not_written_total() != 0) {
       absl::StrAppend(&out, "  not written (not tensors): ", Plural(c.not_written_total(), "value"),
                       "\n");

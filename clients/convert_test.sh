@@ -128,6 +128,52 @@ assert c["tensors"] >= 9 and c["dtype"] == "keep", c
 PY
 fi
 
+# docs/safetensors.md, "Dtypes: what is written": safetensors 0.4.5 (Debian 13) cannot read a
+# file holding C64, so complex64 is written as F32 [..., 2] unless --allow-dtype C64.
+dtypes="$fixtures/dtypes/dtypes_torch26.pt"
+name="complex64 is written as F32 [..., 2], listed in __metadata__; the report says so per dtype"
+if run "$name" 0 "$bin" convert -f json "$dtypes" -o out/dt.safetensors; then
+  if "$py" - out.txt out/dt.safetensors <<'PY' >chk.txt 2>&1; then pass "$name"; else fail "$name" "$(cat chk.txt)"; fi
+import json, struct, sys
+c = json.load(open(sys.argv[1]))["files"][0]["conversion"]
+uses = {d["source"]: (d["written"], d["how"], d["tensors"]) for d in c["dtypes"]}
+assert uses["complex64"] == ("F32", "as-real", 4), uses
+assert uses["uint16"] == ("U16", "as-is", 1) and uses["uint64"] == ("U64", "as-is", 1), uses
+assert uses["float8_e4m3fn"] == ("F8_E4M3", "as-is", 1), uses
+assert sum(u[2] for u in uses.values()) == c["tensors"] == 19, (uses, c["tensors"])
+data = open(sys.argv[2], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + n])
+assert all(t["dtype"] != "C64" for k, t in h.items() if k != "__metadata__"), h
+assert h["complex64"]["dtype"] == "F32" and h["complex64"]["shape"] == [2, 3, 2], h["complex64"]
+assert h["complex64_scalar"]["shape"] == [2], h["complex64_scalar"]
+assert json.loads(h["__metadata__"]["ckptscan.complex64_as_real"]) == [
+    "complex64", "complex64_empty", "complex64_scalar", "complex64_transposed"], h["__metadata__"]
+PY
+fi
+name="the text report names what each dtype became"
+if run "$name" 0 "$bin" convert "$dtypes" -o out/dt_text.safetensors; then
+  if ! contains out.txt "complex64 -> F32 [..., 2] (as real:"; then fail "$name" "$(cat out.txt)"
+  elif ! contains out.txt "uint32 -> U32: 1 tensor"; then fail "$name" "$(cat out.txt)"
+  else pass "$name"; fi
+fi
+name="--allow-dtype C64 writes complex64 as C64, reported as allowed"
+if run "$name" 0 "$bin" convert -f json --allow-dtype C64 "$dtypes" -o out/c64.safetensors; then
+  if ! head -c 2000 out/c64.safetensors | grep -q '"C64"'; then fail "$name" "no C64 written"
+  elif head -c 2000 out/c64.safetensors | grep -q 'complex64_as_real'; then
+    fail "$name" "as-real recorded"
+  elif ! contains out.txt '"how": "allowed"'; then fail "$name" "$(cat out.txt)"
+  else pass "$name"; fi
+fi
+for bad in U16 F32 c64 X; do
+  name="--allow-dtype $bad is a usage error (exit 64), nothing written"
+  if run "$name" 64 "$bin" convert --allow-dtype "$bad" "$dtypes" -o out/bad.safetensors; then
+    if [[ -e out/bad.safetensors ]]; then fail "$name" "output written"
+    elif ! contains err.txt "--allow-dtype takes only C64"; then fail "$name" "$(cat err.txt)"
+    else pass "$name"; fi
+  fi
+done
+
 name="--strict refuses a checkpoint with non-tensor values (exit 2), nothing written"
 if run "$name" 2 "$bin" convert --strict "$train" -o out/strict.safetensors; then
   if [[ -e out/strict.safetensors ]]; then fail "$name" "output written"

@@ -161,6 +161,12 @@ absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method d
   request->select = in.select();
   request->strict = in.strict();
   request->replace = in.replace();
+  for (const std::string& d : in.allow_dtypes()) {
+    if (absl::Status s = convert::CheckAllowDtype(d); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("allow_dtypes: ", s.message()));
+    }
+    request->allow_dtypes.push_back(d);
+  }
   request->sign.method = default_method;
   if (in.sign_method() == "files") {
     request->sign.method = signing::Method::kFiles;

@@ -278,5 +278,56 @@ TEST_F(ServiceTest, ConvertPathOfSafetensorsKeepsEveryTensorsBytes) {
   EXPECT_EQ(out.substr(out.size() - 16), i + w);
 }
 
+// ConvertOptions.allow_dtypes is `convert --allow-dtype`: a C64 tensor is written as F32
+// [..., 2] unless it names C64 (docs/safetensors.md); a dtype it cannot name is refused.
+TEST_F(ServiceTest, ConvertPathWritesComplex64AsRealUnlessAllowDtypesNamesC64) {
+  SKIP_UNDER_SANITIZERS();
+  std::string header = R"({"z":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})";
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string in(8, '\0');
+  for (int i = 0; i < 8; ++i) in[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  in += header + std::string("0123456789abcdef");
+  WriteFile(root_ + "/complex.safetensors", in);
+  struct Case {
+    std::vector<std::string> allow;
+    std::string written, how, header;
+  };
+  for (const Case& c :
+       {Case{{}, "F32", "as-real", R"("z":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})"},
+        Case{{"C64"},
+             "C64",
+             "allowed",
+             R"("z":{"dtype":"C64","shape":[2],"data_offsets":[0,16]})"}}) {
+    SCOPED_TRACE(c.how);
+    grpc::ClientContext ctx;
+    v1::ConvertPathRequest request;
+    request.set_input(root_ + "/complex.safetensors");
+    request.set_output(root_ + "/complex-" + c.how + ".safetensors");
+    for (const std::string& d : c.allow) request.mutable_options()->add_allow_dtypes(d);
+    v1::ConvertResponse response;
+    ASSERT_TRUE(stub_->ConvertPath(&ctx, request, &response).ok());
+    ASSERT_TRUE(response.converted()) << response.error();
+    const v1::Conversion& conv = response.report().files(0).conversion();
+    ASSERT_EQ(conv.dtypes_size(), 1) << conv.DebugString();
+    EXPECT_EQ(conv.dtypes(0).source(), "complex64");
+    EXPECT_EQ(conv.dtypes(0).written(), c.written);
+    EXPECT_EQ(conv.dtypes(0).how(), c.how);
+    EXPECT_EQ(conv.dtypes(0).tensors(), 1u);
+    const std::string out = ReadFile(request.output());
+    EXPECT_NE(out.find(c.header), std::string::npos) << out;
+    EXPECT_EQ(out.substr(out.size() - 16), "0123456789abcdef");  // the same bytes
+  }
+  grpc::ClientContext ctx;
+  v1::ConvertPathRequest request;
+  request.set_input(root_ + "/complex.safetensors");
+  request.set_output(root_ + "/complex-u16.safetensors");
+  request.mutable_options()->add_allow_dtypes("U16");
+  v1::ConvertResponse response;
+  grpc::Status status = stub_->ConvertPath(&ctx, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("--allow-dtype takes only C64"), std::string::npos)
+      << status.error_message();
+}
+
 }  // namespace
 }  // namespace ckptscan::daemon

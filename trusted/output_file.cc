@@ -27,6 +27,7 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_scanner_version(request.scanner_version);
   spec.set_strict(request.strict);
   spec.set_rules_version(request.rules_version);
+  for (const std::string& d : request.allow_dtypes) spec.add_allow_dtypes(d);
   return spec;
 }
 namespace {
@@ -305,6 +306,13 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
     n->set_type(v.type);
   }
   c.set_not_written_total(plan.not_written_total);
+  for (const convert::Plan::DtypeUse& u : plan.dtypes) {
+    v1::DtypeConversion* d = c.add_dtypes();
+    d->set_source(u.source);
+    d->set_written(u.written);
+    d->set_how(u.how);
+    d->set_tensors(u.tensors);
+  }
   return c;
 }
 

@@ -59,6 +59,7 @@ struct ConvertRequest {
   bool replace = false;         // --force: an existing output is replaced
   bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
   bool strict = false;          // --strict (convert::Options::strict)
+  std::vector<std::string> allow_dtypes;  // --allow-dtype (convert::Options::allow_dtypes)
   // --key / --sign-method: outputs are signed (trusted/sign_output.h) with this key, held by
   // the trusted side only (not owned; a null key = unsigned).
   SignOptions sign;

@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -360,6 +361,8 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     const std::string in_dir = DirName(request.input);
     nlohmann::json weight_map = nlohmann::json::object();
     uint64_t total_size = 0, tensors = 0, aliases = 0;
+    // The set's dtypes: the shards' entries summed by (source, written, how).
+    std::map<std::tuple<std::string, std::string, std::string>, uint64_t> dtypes;
     absl::Status first_error;
     size_t i = 0;
     for (const auto& [file, names] : shards) {
@@ -402,6 +405,9 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
         continue;
       }
       for (const std::string& n : outcome.names) weight_map[n] = out_name;
+      for (const v1::DtypeConversion& d : one->report.conversion().dtypes()) {
+        dtypes[{d.source(), d.written(), d.how()}] += d.tensors();
+      }
       total_size += outcome.tensor_bytes;
       tensors += outcome.tensors;
       aliases += outcome.aliases;
@@ -446,6 +452,13 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     c->set_aliases(aliases);
     c->set_bytes(text.size());
     c->set_dtype(request.to_bf16 ? "bf16" : "keep");
+    for (const auto& [key, count] : dtypes) {
+      v1::DtypeConversion* d = c->add_dtypes();
+      d->set_source(std::get<0>(key));
+      d->set_written(std::get<1>(key));
+      d->set_how(std::get<2>(key));
+      d->set_tensors(count);
+    }
     if (request.sign.key != nullptr) {
       c->set_signature(absl::StrCat(out_dir, "/", kSignatureName));
       c->set_signer(request.sign.key->public_key().hint());

@@ -61,6 +61,7 @@ struct ConvertOptions {
   std::string dtype = "keep";
   bool force = false;
   bool strict = false;
+  std::vector<std::string> allow_dtypes;
   std::string key;
   std::string sign_method = "files";
   std::string sign_shard_size = "128M";
@@ -142,6 +143,7 @@ int RunConvertRemote(const ConvertOptions& opt) {
   options.set_strict(opt.strict);
   options.set_replace(opt.force);
   options.set_sign_method(opt.sign_method);
+  for (const std::string& d : opt.allow_dtypes) options.add_allow_dtypes(d);
   absl::StatusOr<v1::ConvertResponse> response = remote->Convert(opt.input, opt.output, options);
   v1::Report report;
   absl::Status status;
@@ -202,6 +204,7 @@ int RunConvert(const ConvertOptions& opt) {
   request.rules_version = ruleset.version();
   request.replace = opt.force;
   request.strict = opt.strict;
+  request.allow_dtypes = opt.allow_dtypes;
   request.sign.key = key.has_value() ? &*key : nullptr;
   request.sign.method =
       opt.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
@@ -260,6 +263,21 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
                    "become bfloat16 (round to nearest even), other dtypes are kept")
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
+  convert
+      ->add_option("--allow-dtype", convert_opt->allow_dtypes,
+                   "Write tensors of this safetensors dtype as is although the widely deployed "
+                   "safetensors cannot read the file. Only C64: by default complex64 tensors are "
+                   "written as float32 with a trailing dimension of 2 (the same bytes, as "
+                   "torch.view_as_real gives; their names listed in __metadata__ "
+                   "ckptscan.complex64_as_real), because no safetensors before 0.7.0 (Debian 13 "
+                   "has 0.4.5) reads a file holding C64")
+      ->type_name("DTYPE")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check([](const std::string& v) {
+        absl::Status s = convert::CheckAllowDtype(v);
+        return s.ok() ? std::string() : std::string(s.message());
+      });
   convert->add_flag("--force", convert_opt->force, "Replace OUT if it exists");
   CLI::Option* key_opt =
       convert

@@ -518,6 +518,7 @@ class ReportToDictTest(unittest.TestCase):
         f.conversion.output = "o"
         f.conversion.signature = "o.sig"
         f.conversion.not_written.add(path="epoch", type="int")
+        f.conversion.dtypes.add(source="complex64", written="F32", how="as-real", tensors=2**40)
         d = report_to_dict(report)
         self.assertEqual(list(d), ["schema", "scanner_version", "rules_version", "verdict",
                                    "files"])
@@ -539,6 +540,8 @@ class ReportToDictTest(unittest.TestCase):
                                          "unsupported": 0})
         self.assertEqual(fd["conversion"], {
             "output": "o", "tensors": 0, "aliases": 0, "bytes": 0, "dtype": "",
+            "dtypes": [{"source": "complex64", "written": "F32", "how": "as-real",
+                        "tensors": 2**40}],
             "not_written": [{"path": "epoch", "type": "int"}], "not_written_total": 0,
             "signature": "o.sig"})
 

@@ -14,6 +14,8 @@
 #include "base/escape.h"
 #include "base/strings.h"
 #include "core/bf16/bf16.h"
+#include "core/safetensors/validator.h"
+#include "nlohmann/json.hpp"
 
 namespace ckptscan::convert {
 namespace {
@@ -49,7 +51,28 @@ bool IsRowMajorContiguous(const TensorFact& t) {
   return true;
 }
 
+// The dtypes --allow-dtype may name: those not written as is by default. C64: no safetensors
+// release before 0.7.0 (Debian 13 ships 0.4.5) reads a file holding a C64 tensor, the whole
+// file fails with InvalidHeaderDeserialization (docs/safetensors.md).
+constexpr std::string_view kGated[] = {"C64"};
+
 }  // namespace
+
+absl::Status CheckAllowDtype(std::string_view safetensors_dtype) {
+  for (std::string_view g : kGated) {
+    if (g == safetensors_dtype) return absl::OkStatus();
+  }
+  std::string allowed;
+  for (std::string_view g : kGated) {
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", base::AbslView(g));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      base::AbslView(base::Escaped(safetensors_dtype)),
+      safetensors::ParseDtype(safetensors_dtype).has_value()
+          ? " is not a gated dtype (docs/safetensors.md: it is written as is, or never)"
+          : " is not a safetensors dtype name",
+      "; --allow-dtype takes only ", allowed));
+}
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options) {
   for (const torch::ContainerAnomaly& a : facts.anomalies) {
@@ -57,8 +80,15 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
       return absl::FailedPreconditionError("big-endian storages are not converted");
     }
   }
+  for (const std::string& d : options.allow_dtypes) {
+    if (absl::Status s = CheckAllowDtype(d); !s.ok()) return s;
+  }
+  const bool c64_native = std::find(options.allow_dtypes.begin(), options.allow_dtypes.end(),
+                                    "C64") != options.allow_dtypes.end();
   Plan plan;
   std::vector<safetensors::TensorSpec> specs;
+  std::vector<std::string> as_real;  // output names of complex64 tensors written as F32 [..., 2]
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> uses;
   // Identical views of one storage (tied weights): the first name in byte order is kept.
   using ViewKey = std::tuple<int32_t, uint64_t, std::vector<int64_t>, std::vector<int64_t>,
                              const torch::DTypeInfo*>;
@@ -93,13 +123,38 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     }
     const bool to_bf16 =
         options.to_bf16 && (t.dtype->name == "float32" || t.dtype->name == "float16");
-    std::optional<safetensors::Dtype> dtype =
-        safetensors::ParseDtype(to_bf16 ? "BF16" : t.dtype->safetensors);
+    // complex64 is interleaved (real, imaginary) float32 pairs: the same bytes are a float32
+    // tensor with a trailing dimension of 2, as torch.view_as_real gives.
+    const bool complex_as_real = t.dtype->safetensors == "C64" && !c64_native;
+    std::string_view written = t.dtype->safetensors;
+    if (to_bf16) written = "BF16";
+    if (complex_as_real) written = "F32";
+    std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(written);
     if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
     safetensors::TensorSpec spec;
     spec.name = *name;
     spec.dtype = *dtype;
     for (int64_t d : t.shape) spec.shape.push_back(static_cast<uint64_t>(d));
+    if (complex_as_real) {
+      if (spec.shape.size() >= safetensors::ValidatorLimits{}.max_rank) {
+        return Refuse(t, absl::StrCat("complex64 is written as float32 with one more dimension "
+                                      "(torch.view_as_real), and its rank ",
+                                      spec.shape.size(), " is already the most a file holds (",
+                                      safetensors::ValidatorLimits{}.max_rank,
+                                      "); --allow-dtype C64 writes it as C64"));
+      }
+      spec.shape.push_back(2);
+      as_real.push_back(*name);
+    }
+    std::string_view how = "as-is";
+    if (to_bf16) {
+      how = "bf16";
+    } else if (complex_as_real) {
+      how = "as-real";
+    } else if (c64_native && written == "C64") {
+      how = "allowed";
+    }
+    ++uses[{std::string(t.dtype->name), std::string(written), std::string(how)}];
     uint64_t numel = t.numel();
     const uint64_t out_size = to_bf16 ? 2 : t.dtype->size;
     if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, out_size, &spec.byte_size)) {
@@ -129,6 +184,18 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
         plan.not_written_total > 5 ? ", ..." : ""));
   }
   std::map<std::string, std::string> metadata = plan.aliases;
+  for (std::string_view reserved :
+       {std::string_view("format"), std::string_view("ckptscan.source_sha256"),
+        std::string_view("ckptscan.source_format"), std::string_view("ckptscan.version"),
+        std::string_view("ckptscan.rules_version"), std::string_view("ckptscan.verdict"),
+        std::string_view("ckptscan.dtype_policy"), std::string_view(kComplexAsRealKey)}) {
+    if (auto it = metadata.find(std::string(reserved)); it != metadata.end()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "tensor '%s' is a tied weight, recorded in __metadata__ under its name, which "
+          "__metadata__ reserves for ckptscan's provenance",
+          base::AbslView(base::Escaped(it->first))));
+    }
+  }
   metadata["format"] = "pt";
   if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
   if (!options.source_format.empty()) metadata["ckptscan.source_format"] = options.source_format;
@@ -138,6 +205,17 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     metadata["ckptscan.verdict"] = "SAFE";  // nothing else is ever converted
   }
   metadata["ckptscan.dtype_policy"] = options.to_bf16 ? "bf16" : "keep";
+  if (!as_real.empty()) {
+    std::sort(as_real.begin(), as_real.end());
+    // A name that is not UTF-8 is refused by SerializeHeader below; `replace` only keeps the
+    // JSON encoder from throwing on it first.
+    metadata[kComplexAsRealKey] =
+        nlohmann::json(as_real).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  for (const auto& [key, count] : uses) {
+    const auto& [source, written, how] = key;
+    plan.dtypes.push_back(Plan::DtypeUse{source, written, how, count});
+  }
   absl::StatusOr<safetensors::SerializedHeader> header =
       safetensors::SerializeHeader(specs, metadata);
   if (!header.ok()) return header.status();
@@ -154,6 +232,7 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.to_bf16 = spec.to_bf16();
   options.strict = spec.strict();
   options.rules_version = spec.rules_version();
+  options.allow_dtypes.assign(spec.allow_dtypes().begin(), spec.allow_dtypes().end());
   return options;
 }
 

@@ -10,6 +10,12 @@
 // hold (quantized, sparse, meta, complex128, a compressed or big-endian storage) is an error
 // naming it. Output bytes are deterministic (core/safetensors/writer.h).
 //
+// Which dtype is written how (docs/safetensors.md, "Dtypes: what is written"): every dtype
+// safetensors 0.4.5 (Debian 13) reads is written as is; complex64, which no safetensors
+// before 0.7.0 reads (the whole file fails with InvalidHeaderDeserialization), is written as
+// float32 with a trailing dimension of 2 (torch.view_as_real: the same bytes), its names listed
+// in __metadata__ under kComplexAsRealKey, unless Options::allow_dtypes holds "C64".
+//
 // Thread-compatible; the sink is written from the calling thread only.
 //
 //   CKPT_ASSIGN_OR_RETURN(convert::Plan plan, convert::PlanConversion(facts, options));
@@ -66,6 +72,15 @@ class StringSink final : public ByteSink {
   std::string out_;
 };
 
+// __metadata__ key listing, as a JSON array of strings in byte order, the output names of the
+// complex64 tensors written as float32 [..., 2]; torch.view_as_complex restores each exactly.
+inline constexpr char kComplexAsRealKey[] = "ckptscan.complex64_as_real";
+
+// The safetensors dtypes that --allow-dtype may name: those written differently by default
+// because the widely deployed readers cannot read them (only C64). OK, or InvalidArgument
+// saying why not.
+absl::Status CheckAllowDtype(std::string_view safetensors_dtype);
+
 struct Options {
   // Provenance recorded in __metadata__ (besides "format": "pt").
   std::string source_sha256;
@@ -81,6 +96,9 @@ struct Options {
   bool to_bf16 = false;
   // --strict: a value beside the selected tensors (one the output would not hold) is an error.
   bool strict = false;
+  // --allow-dtype: safetensors dtypes written as is although the widely deployed readers
+  // cannot read them (CheckAllowDtype: only "C64").
+  std::vector<std::string> allow_dtypes;
 };
 
 struct Plan {
@@ -97,6 +115,16 @@ struct Plan {
   // the total is exact without --select, else a lower bound when the facts' list was cut.
   std::vector<torch::OtherValue> not_written;
   uint64_t not_written_total = 0;
+  // What was done with each dtype, one entry per (source, written, how), in that order.
+  struct DtypeUse {
+    std::string source;   // the torch dtype, e.g. "complex64"
+    std::string written;  // the safetensors dtype written, e.g. "F32"
+    // "as-is"; "bf16" (--dtype bf16); "as-real" (complex64 as F32 [..., 2]); "allowed" (as is
+    // by --allow-dtype, which the widely deployed readers cannot read)
+    std::string how;
+    uint64_t tensors = 0;  // stored tensors (aliases not counted)
+  };
+  std::vector<DtypeUse> dtypes;
 };
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);

@@ -5,16 +5,17 @@
 // validator; tensors safetensors cannot hold are refused by name.
 #include "core/convert/convert.h"
 
-#include <cstring>
-
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/bf16/bf16.h"
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
@@ -207,4 +208,187 @@ TEST(ConvertTest, Bf16PolicyRoundsFloatTensorsToNearestEvenAndKeepsTheRest) {
 }
 
 }  // namespace
+// tests/fixtures/dtypes/dtypes_torch26.pt (torch 2.6): every dtype the converter writes.
+const std::filesystem::path kDtypes =
+    std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/dtypes/dtypes_torch26.pt";
+
+// torch's own tensors of that file (tests/fixtures/dtypes/expectations.json): name -> entry.
+std::map<std::string, nlohmann::json> TorchDtypesTensors() {
+  nlohmann::json ex = nlohmann::json::parse(Read(kDtypes.parent_path() / "expectations.json"));
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& t : ex["files"]["dtypes_torch26.pt"]["tensors"]) out[t["name"]] = t;
+  return out;
+}
+
+struct Written {
+  std::string bytes;
+  safetensors::Layout layout;
+  Plan plan;
+};
+
+Written ConvertDtypes(const Options& options) {
+  const std::string file = Read(kDtypes);
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  EXPECT_TRUE(facts.errors.empty());
+  absl::StatusOr<Plan> plan = PlanConversion(facts, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  StringSink sink;
+  EXPECT_TRUE(WriteSafetensors(file, facts, *plan, sink, 64).ok());
+  absl::StatusOr<safetensors::Layout> layout = safetensors::Validate(sink.str(), {});
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (!layout.ok()) return {};
+  return Written{sink.str(), *std::move(layout), *std::move(plan)};
+}
+
+std::vector<uint64_t> Shape(const nlohmann::json& t) {
+  std::vector<uint64_t> shape;
+  for (int64_t d : t["shape"].get<std::vector<int64_t>>()) shape.push_back(d);
+  return shape;
+}
+
+// safetensors 0.4.5 (Debian 13) cannot read a file holding C64 (InvalidHeaderDeserialization,
+// tests/convert/readback.json): complex64 is written as float32 [..., 2], the same bytes, and
+// listed in __metadata__; U16/U32/U64 and the float8 pair, which it reads, are written as is.
+TEST(ConvertDtypesTest, Complex64IsWrittenAsFloat32PairsAndTheRestAsIs) {
+  const std::map<std::string, nlohmann::json> torch_tensors = TorchDtypesTensors();
+  Written w = ConvertDtypes(Options{});
+  ASSERT_FALSE(w.bytes.empty());
+  EXPECT_EQ(w.layout.metadata.at(kComplexAsRealKey),
+            R"(["complex64","complex64_empty","complex64_scalar","complex64_transposed"])");
+  EXPECT_EQ(w.layout.metadata.at("complex64_tied"), "complex64");  // a tied alias
+  std::map<std::string, std::string> dtypes;
+  for (const safetensors::TensorLayout& l : w.layout.tensors) {
+    SCOPED_TRACE(l.name);
+    ASSERT_EQ(torch_tensors.count(l.name), 1u);
+    const nlohmann::json& t = torch_tensors.at(l.name);
+    std::vector<uint64_t> shape = Shape(t);
+    if (t["dtype"] == "complex64") {
+      EXPECT_EQ(l.dtype, safetensors::Dtype::kF32);
+      shape.push_back(2);
+    }
+    EXPECT_NE(l.dtype, safetensors::Dtype::kC64);
+    EXPECT_EQ(l.shape, shape);
+    std::string_view bytes = std::string_view(w.bytes).substr(l.begin, l.end - l.begin);
+    EXPECT_EQ(Sha256(bytes), t["sha256"].get<std::string>());
+    dtypes[t["dtype"]] = safetensors::DtypeName(l.dtype);
+  }
+  EXPECT_EQ(dtypes, (std::map<std::string, std::string>{
+                        {"bfloat16", "BF16"},
+                        {"bool", "BOOL"},
+                        {"complex64", "F32"},
+                        {"float16", "F16"},
+                        {"float32", "F32"},
+                        {"float64", "F64"},
+                        {"float8_e4m3fn", "F8_E4M3"},
+                        {"float8_e5m2", "F8_E5M2"},
+                        {"int16", "I16"},
+                        {"int32", "I32"},
+                        {"int64", "I64"},
+                        {"int8", "I8"},
+                        {"uint16", "U16"},
+                        {"uint32", "U32"},
+                        {"uint64", "U64"},
+                        {"uint8", "U8"},
+                    }));
+  // The report's per-dtype entries come from the plan.
+  std::vector<std::string> uses;
+  for (const Plan::DtypeUse& u : w.plan.dtypes) {
+    uses.push_back(absl::StrCat(u.source, ">", u.written, ":", u.how, ":", u.tensors));
+  }
+  EXPECT_EQ(uses,
+            (std::vector<std::string>{
+                "bfloat16>BF16:as-is:1", "bool>BOOL:as-is:1", "complex64>F32:as-real:4",
+                "float16>F16:as-is:1", "float32>F32:as-is:1", "float64>F64:as-is:1",
+                "float8_e4m3fn>F8_E4M3:as-is:1", "float8_e5m2>F8_E5M2:as-is:1", "int16>I16:as-is:1",
+                "int32>I32:as-is:1", "int64>I64:as-is:1", "int8>I8:as-is:1", "uint16>U16:as-is:1",
+                "uint32>U32:as-is:1", "uint64>U64:as-is:1", "uint8>U8:as-is:1"}));
+}
+
+TEST(ConvertDtypesTest, AllowDtypeC64WritesComplex64AsIs) {
+  const std::map<std::string, nlohmann::json> torch_tensors = TorchDtypesTensors();
+  Options options;
+  options.allow_dtypes = {"C64"};
+  Written w = ConvertDtypes(options);
+  ASSERT_FALSE(w.bytes.empty());
+  EXPECT_EQ(w.layout.metadata.count(kComplexAsRealKey), 0u);
+  size_t complex = 0;
+  for (const safetensors::TensorLayout& l : w.layout.tensors) {
+    const nlohmann::json& t = torch_tensors.at(l.name);
+    if (t["dtype"] != "complex64") continue;
+    ++complex;
+    EXPECT_EQ(l.dtype, safetensors::Dtype::kC64) << l.name;
+    EXPECT_EQ(l.shape, Shape(t)) << l.name;
+    EXPECT_EQ(Sha256(std::string_view(w.bytes).substr(l.begin, l.end - l.begin)),
+              t["sha256"].get<std::string>());
+  }
+  EXPECT_EQ(complex, 4u);
+  ASSERT_FALSE(w.plan.dtypes.empty());
+  EXPECT_TRUE(std::any_of(w.plan.dtypes.begin(), w.plan.dtypes.end(), [](const auto& u) {
+    return u.source == "complex64" && u.written == "C64" && u.how == "allowed" && u.tensors == 4;
+  }));
+}
+
+TEST(ConvertDtypesTest, AllowDtypeTakesOnlyTheGatedDtypes) {
+  EXPECT_TRUE(CheckAllowDtype("C64").ok());
+  for (const char* name : {"U16", "F32", "c64", "F8_E8M0", "", "C64 "}) {
+    SCOPED_TRACE(name);
+    absl::Status s = CheckAllowDtype(name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("--allow-dtype takes only C64"), std::string_view::npos) << s;
+  }
+  const std::string file = Read(kDtypes);
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  Options options;
+  options.allow_dtypes = {"U16"};  // a spec that bypassed the surfaces' check
+  EXPECT_EQ(PlanConversion(facts, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConvertDtypesTest, AComplexTensorWithNoRoomForTheExtraDimensionIsRefusedByName) {
+  const std::string file = Read(kDtypes);
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  bool found = false;
+  for (torch::TensorFact& t : facts.tensors) {
+    if (t.name != "complex64_scalar") continue;
+    t.shape.assign(16, 1);  // rank 16, still one element
+    t.stride.assign(16, 1);
+    found = true;
+  }
+  ASSERT_TRUE(found);
+  absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(plan.status().message().find("tensor 'complex64_scalar'"), std::string_view::npos);
+  EXPECT_NE(plan.status().message().find("--allow-dtype C64"), std::string_view::npos);
+  Options options;
+  options.allow_dtypes = {"C64"};
+  EXPECT_TRUE(PlanConversion(facts, options).ok());
+}
+
+TEST(ConvertDtypesTest, AComplexTensorNamedInInvalidUtf8IsRefusedNotThrown) {
+  const std::string file = Read(kDtypes);
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  for (torch::TensorFact& t : facts.tensors) {
+    if (t.name == "complex64_scalar") t.name = "bad\xff";  // listed in __metadata__ as JSON
+  }
+  absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+}
+
+TEST(ConvertDtypesTest, ATiedNameThatMetadataReservesIsRefused) {
+  const std::string file = Read(kDir / "tied.pt");
+  for (const char* reserved : {"format", "ckptscan.complex64_as_real", "ckptscan.version"}) {
+    SCOPED_TRACE(reserved);
+    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    for (torch::TensorFact& t : facts.tensors) {
+      // The tied pair: the first name in byte order is kept, the other becomes the alias.
+      if (t.name == "decoder.lm_head.weight") t.name = "a";
+      if (t.name == "encoder.embed.weight") t.name = reserved;
+    }
+    absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+    ASSERT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(plan.status().message().find("reserves"), std::string_view::npos);
+  }
+}
+
 }  // namespace ckptscan::convert

@@ -132,20 +132,23 @@ class ScanClient:
         return self._call(self._scanner.ScanUpload, requests, self._deadline(timeout, size),
                           requests)
 
+    # pylint: disable-next=redefined-builtin
     def convert_path(self, input, output, dtype="keep", select="", strict=False, replace=False,
-                     sign_method="", timeout=None):  # pylint: disable=redefined-builtin
+                     sign_method="", timeout=None, allow_dtypes=()):
         """Converts a file beneath the daemon's roots to safetensors at `output` (beneath a root
         too: a file, or a new/empty directory for a sharded set), signed beside it
-        (OUTPUT.sig). Returns the ConvertResponse: `converted`, and the report with
+        (OUTPUT.sig). `allow_dtypes` is `ckptscan convert --allow-dtype` (only "C64").
+        Returns the ConvertResponse: `converted`, and the report with
         files[0].conversion when written."""
         pb = self._pb.scanner_pb2
         request = pb.ConvertPathRequest(
             input=os.fspath(input), output=os.fspath(output),
-            options=self._convert_options(dtype, select, strict, replace, sign_method))
+            options=self._convert_options(dtype, select, strict, replace, sign_method,
+                                          allow_dtypes))
         return self._call(self._scanner.ConvertPath, request, self._deadline(timeout, 0))
 
     def convert_bytes(self, name, data, dtype="keep", select="", strict=False, sign_method="",
-                      chunk=CHUNK_BYTES, out=None, timeout=None):
+                      chunk=CHUNK_BYTES, out=None, timeout=None, allow_dtypes=()):
         """Uploads a checkpoint and converts it. Returns ConvertResult(response, data,
         signature): the safetensors bytes and the daemon's signature bundle over them when
         response.converted, else b"". With `out` (a binary file object) the bytes are written to
@@ -157,7 +160,8 @@ class ScanClient:
         size, chunks = _upload_source(data, chunk)
         header = pb.UploadHeader(
             name=name, size=size,
-            convert=self._convert_options(dtype, select, strict, False, sign_method))
+            convert=self._convert_options(dtype, select, strict, False, sign_method,
+                                          allow_dtypes))
         requests = _Requests(pb, header, chunks)
         # Twice the transfer: the input goes up and the output comes back.
         call = self._scanner.ConvertUpload(iter(requests),
@@ -210,10 +214,10 @@ class ScanClient:
 
     # ------------------------------------------------------------------ internals
 
-    def _convert_options(self, dtype, select, strict, replace, sign_method):
+    def _convert_options(self, dtype, select, strict, replace, sign_method, allow_dtypes=()):
         return self._pb.scanner_pb2.ConvertOptions(
             dtype=dtype or "keep", select=select, strict=strict, replace=replace,
-            sign_method=sign_method)
+            sign_method=sign_method, allow_dtypes=list(allow_dtypes))
 
     def _deadline(self, timeout, transfer_bytes):
         if timeout is not None:

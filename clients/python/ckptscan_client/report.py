@@ -26,8 +26,9 @@ _FINDING = ("rule_id", "severity", "category", "global", "call", "location", "me
             "verdict")
 _ERROR = ("code", "message", "location", "limit_name", "limit_value")
 _TENSORS = ("count", "bytes", "storages", "shared", "unsupported")
-_CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "not_written",
+_CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "dtypes", "not_written",
                "not_written_total", "signature", "signer")
+_DTYPE_CONVERSION = ("source", "written", "how", "tensors")
 _FILE = ("path", "sha256", "size", "format", "verdict", "findings", "errors", "tensors",
          "pickles", "globals", "shards", "expected_sha256", "conversion")
 _REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files")
@@ -108,6 +109,9 @@ def _conversion(d):
     _int(d, "tensors", "aliases", "bytes", "not_written_total")
     d["not_written"] = [{"path": n.get("path", ""), "type": n.get("type", "")}
                         for n in d.get("not_written", [])]
+    d["dtypes"] = [_ordered({"source": u.get("source", ""), "written": u.get("written", ""),
+                             "how": u.get("how", ""), "tensors": int(u.get("tensors", 0))},
+                            _DTYPE_CONVERSION) for u in d.get("dtypes", [])]
     for k in ("signature", "signer"):
         if not d.get(k):
             d.pop(k, None)
