@@ -36,6 +36,7 @@ sys.path.insert(0, HERE)
 import gen_readback  # noqa: E402  (stdlib only: inputs, normalized_sha256, convert)
 
 failures = []
+unrecorded_bf16 = []  # bf16 tensors whose elements have no recorded torch digest
 
 
 def check(cond, what):
@@ -85,7 +86,10 @@ def compare_with_torch(label, entry, folder, files, rts):
     names = set()
     for src in sources:
         bf16 = rts.get(src, {}).get("bf16", {})
-        for t in files[src]["tensors"]:
+        # torch files list "tensors"; numpy and joblib files (the modern corpus) "arrays", whose
+        # object arrays are values, not tensors, and are never written.
+        kept = files[src].get("tensors", files[src].get("arrays", []))
+        for t in (t for t in kept if t.get("dtype") != "object"):
             name = t["name"] or "tensor"  # a bare tensor is written under this name
             names.add(name)
             stored = name if name in got else meta.get(name)
@@ -110,6 +114,12 @@ def compare_with_torch(label, entry, folder, files, rts):
                   "%s: %r read as %s, torch has %s" % (label, name, lib["dtype"], want_dtype))
             check(lib["shape"] == want_shape,
                   "%s: %r read with shape %s, want %s" % (label, name, lib["shape"], want_shape))
+            if want_sha is None:
+                # No bf16 digest recorded for this folder (the modern corpus records torch's
+                # tensors only): dtype and shape are compared; the rounding itself is checked
+                # on every fp32 value by core/bf16's exhaustive tests.
+                unrecorded_bf16.append("%s: %r" % (label, name))
+                continue
             check(lib["sha256"] == want_sha,
                   "%s: %r read with elements that differ from torch's" % (label, name))
     for name in got:
@@ -177,6 +187,9 @@ def main():
                     compared += 1
     for f in failures:
         print("FAIL", f)
+    if unrecorded_bf16:
+        print("note: %d bf16 tensors compared by dtype and shape only (no bf16 digest recorded "
+              "for their folder), e.g. %s" % (len(unrecorded_bf16), unrecorded_bf16[0]))
     print("%d conversions re-run; outputs: %d byte-identical to what safetensors %s read, %d "
           "identical but for provenance; %d library reads; %d conversions compared with torch; "
           "%d failures" % (len(entries), identical, record["library"]["safetensors"],
