@@ -9,11 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "rules/rule_set.h"
@@ -57,10 +55,10 @@ std::vector<std::string> DocumentedExceptions() {
     in_table = true;
     std::vector<absl::string_view> cells = absl::StrSplit(line, '|');
     if (cells.size() < 3) continue;
-    for (absl::string_view part : absl::StrSplit(cells[1], ',')) {
-      part = absl::StripAsciiWhitespace(part);
-      if (!absl::ConsumePrefix(&part, "`") || !absl::ConsumeSuffix(&part, "`")) continue;
-      for (std::string p : ExpandBraces(std::string(part))) patterns.push_back(p);
+    // Every `code span` of the cell is one pattern (a brace group holds commas of its own).
+    std::vector<absl::string_view> spans = absl::StrSplit(cells[1], '`');
+    for (size_t i = 1; i < spans.size(); i += 2) {
+      for (std::string p : ExpandBraces(std::string(spans[i]))) patterns.push_back(p);
     }
   }
   return patterns;
