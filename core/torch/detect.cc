@@ -686,6 +686,20 @@ class Reader {
               MemberName(outer, e->name), base + e->local_header_offset);
         continue;
       }
+      // torch 2.x's torch.load(mmap=True) does not go through miniz for storages: it slices
+      // the memory-mapped file at get_record_offset (the local header's data offset) for the
+      // pickle's byte count, whatever the method. A compressed storage is then loaded as its
+      // compressed bytes (and what follows them), torch.load without mmap the inflated ones:
+      // the tensor we verified is not the one an mmap load returns.
+      if (e->method != 0) {
+        Error(v1::ERROR_CODE_MALFORMED,
+              absl::StrFormat("storage '%s': its record %s is compressed; torch 2.x's "
+                              "torch.load(mmap=True) reads the compressed bytes as the tensor, "
+                              "torch.load without mmap the inflated ones",
+                              base::AbslView(s.key), base::AbslView(where)),
+              MemberName(outer, e->name), base + e->data_offset);
+        continue;
+      }
       out_->storage_data[i] = StorageData{s.key, MemberName(outer, e->name), base + e->data_offset,
                                           nbytes, e->method == 0};
     }
