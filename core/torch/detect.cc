@@ -473,9 +473,16 @@ class Reader {
       }
       if (const zip::Entry* bo = ar->LocateRecord("byteorder")) {
         absl::StatusOr<zip::Member> m = ar->Read(*bo);
+        // torch 2.x's _load reads this record (torch 1.13 never does): exactly "big" makes it
+        // byte-swap every storage on a little-endian machine, anything but "little" or "big"
+        // makes it refuse the file.
         if (m.ok() && m->bytes() != "little") {
           Anomaly("byteorder", MemberName(outer, bo->name), base + bo->data_offset,
-                  "storages are not little-endian");
+                  m->bytes() == "big"
+                      ? "storages are big-endian: torch 2.x byte-swaps them, torch 1.13 loads "
+                        "them as stored"
+                      : "the byteorder record is neither 'little' nor 'big': torch 2.x refuses "
+                        "the file, torch 1.13 ignores the record");
         }
       }
     }
