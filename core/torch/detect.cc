@@ -473,9 +473,16 @@ class Reader {
       }
       if (const zip::Entry* bo = ar->LocateRecord("byteorder")) {
         absl::StatusOr<zip::Member> m = ar->Read(*bo);
+        // torch 2.x's _load reads this record (torch 1.13 never does): exactly "big" makes it
+        // byte-swap every storage on a little-endian machine, anything but "little" or "big"
+        // makes it refuse the file.
         if (m.ok() && m->bytes() != "little") {
           Anomaly("byteorder", MemberName(outer, bo->name), base + bo->data_offset,
-                  "storages are not little-endian");
+                  m->bytes() == "big"
+                      ? "storages are big-endian: torch 2.x byte-swaps them, torch 1.13 loads "
+                        "them as stored"
+                      : "the byteorder record is neither 'little' nor 'big': torch 2.x refuses "
+                        "the file, torch 1.13 ignores the record");
         }
       }
     }
@@ -684,6 +691,20 @@ class Reader {
                               "unreadable or data past the end)",
                               base::AbslView(s.key), base::AbslView(where)),
               MemberName(outer, e->name), base + e->local_header_offset);
+        continue;
+      }
+      // torch 2.x's torch.load(mmap=True) does not go through miniz for storages: it slices
+      // the memory-mapped file at get_record_offset (the local header's data offset) for the
+      // pickle's byte count, whatever the method. A compressed storage is then loaded as its
+      // compressed bytes (and what follows them), torch.load without mmap the inflated ones:
+      // the tensor we verified is not the one an mmap load returns.
+      if (e->method != 0) {
+        Error(v1::ERROR_CODE_MALFORMED,
+              absl::StrFormat("storage '%s': its record %s is compressed; torch 2.x's "
+                              "torch.load(mmap=True) reads the compressed bytes as the tensor, "
+                              "torch.load without mmap the inflated ones",
+                              base::AbslView(s.key), base::AbslView(where)),
+              MemberName(outer, e->name), base + e->data_offset);
         continue;
       }
       out_->storage_data[i] = StorageData{s.key, MemberName(outer, e->name), base + e->data_offset,
