@@ -1,4 +1,11 @@
 // A local overlay (RuleSet::WithOverlay, --allow NAME) and variadic call shapes (`rest`).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -178,6 +185,36 @@ TEST(OverlayTest, WholeModuleClassesSayHowToSaveInstead) {
   EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS);
   EXPECT_THAT(Messages(e), HasSubstr("state_dict()"));
   EXPECT_THAT(Messages(e), HasSubstr("--allow torch.nn.modules.linear.Linear"));
+}
+
+// A rules or overlay path swapped for a FIFO (a hostile local user, between two reloads of the
+// daemon) must be refused at once, not block the reload until someone writes to it.
+TEST(OverlayFileTest, AFifoIsRefusedWithoutBlocking) {
+  const std::string dir = ::testing::TempDir() + "/overlay_fifo_XXXXXX";
+  std::vector<char> tmpl(dir.begin(), dir.end());
+  tmpl.push_back('\0');
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string fifo = std::string(tmpl.data()) + "/overlay.textproto";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto overlay = std::async(std::launch::async, [&] { return RuleSet::ReadOverlayFile(fifo); });
+  auto rules = std::async(std::launch::async, [&] { return RuleSet::FromFile(fifo); });
+  const bool overlay_done = overlay.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const bool rules_done = rules.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!overlay_done || !rules_done) {
+    // Unblock the readers so the test can end, then fail.
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  ASSERT_TRUE(overlay_done) << "reading a FIFO overlay blocked";
+  ASSERT_TRUE(rules_done) << "reading a FIFO rules file blocked";
+  absl::StatusOr<v1::RuleSet> o = overlay.get();
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(o.status().message(), HasSubstr("not a regular file"));
+  absl::StatusOr<std::shared_ptr<const RuleSet>> r = rules.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("not a regular file"));
+  ::unlink(fifo.c_str());
+  ::rmdir(tmpl.data());
 }
 
 // ---- `rest`: every argument past the listed ones must match it.

@@ -87,7 +87,9 @@ absl::Status ParseText(std::string_view text, std::string_view origin, v1::RuleS
 
 // A regular file's text, at most kMaxRulesBytes. `what` names it in errors ("rules file").
 absl::StatusOr<std::string> ReadRulesText(const std::string& path, std::string_view what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: a FIFO put at the path (between two reloads of the daemon) would block open()
+  // until a writer came; it is refused below as not a regular file. Regular files ignore it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat(AbslView(what), " ", path));
   absl::Cleanup closer = [fd] { ::close(fd); };
   struct stat st;
