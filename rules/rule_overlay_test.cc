@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -168,6 +169,32 @@ TEST(OverlayTest, OverlayTextAddsDenyEntriesAndValidatesItsOwn) {
   EXPECT_THAT(rules.status().message(), HasSubstr("rules site: allow[0]"));
 
   EXPECT_FALSE(RuleSet::ParseOverlayText("allow { modul: \"x\" }", "site").ok());
+}
+
+// The flag a SUSPICIOUS finding suggests is one the overlay accepts, and it clears exactly that
+// finding: a hint that named the wrong split (a dotted qualname) or a name the overlay refuses
+// would leave the user stuck.
+TEST(OverlayTest, TheSuggestedAllowFlagIsAcceptedAndMakesTheFileSafe) {
+  for (const auto& [module, name] :
+       std::vector<std::pair<std::string, std::string>>{{"train.config", "RunConfig"},
+                                                        {"train", "Outer.Inner"},
+                                                        {"uuid", "uuid4"},
+                                                        {"torch.nn.modules.linear", "Linear"}}) {
+    FactsBuilder b;
+    const auto obj = b.Reduce(b.Global(module, name, pickle::Via::kStackGlobal), b.Tuple({}));
+    const pickle::StreamFacts facts = b.Stream(obj);
+    Evaluation plain = RuleSet::Default()->Evaluate(facts, "");
+    ASSERT_EQ(plain.verdict, v1::VERDICT_SUSPICIOUS) << module << " " << name;
+    const std::string text = Messages(plain);
+    const size_t at = text.find("--allow ");
+    ASSERT_NE(at, std::string::npos) << text;
+    const size_t begin = at + 8;
+    const std::string flag = text.substr(begin, text.find(' ', begin) - begin);
+    absl::StatusOr<std::shared_ptr<const RuleSet>> rules = WithAllowed({flag});
+    ASSERT_TRUE(rules.ok()) << flag << ": " << rules.status();
+    Evaluation allowed = (*rules)->Evaluate(facts, "");
+    EXPECT_EQ(allowed.verdict, v1::VERDICT_SAFE) << flag << "\n" << Messages(allowed);
+  }
 }
 
 TEST(OverlayTest, DangerousFindingsOfferNoAllowHint) {
