@@ -112,6 +112,16 @@ Json FileJson(const v1::FileReport& f) {
                            {"dtypes", std::move(dtypes)},
                            {"not_written", std::move(not_written)},
                            {"not_written_total", c.not_written_total()}};
+    if (c.quantized_layers_size() != 0) {
+      Json layers = Json::array();
+      for (const v1::QuantizedLayers& q : c.quantized_layers()) {
+        layers.push_back(Json{{"layout", q.layout()},
+                              {"layers", q.layers()},
+                              {"kept", q.kept()},
+                              {"example", q.example()}});
+      }
+      j["conversion"]["quantized_layers"] = std::move(layers);
+    }
   }
   return j;
 }
@@ -428,10 +438,21 @@ std::string FileReportToText(const v1::FileReport& f) {
         out += " (--dtype bf16)";
       } else if (d.how() == "allowed") {
         out += " (--allow-dtype: the widely deployed safetensors cannot read this file)";
+      } else if (d.how() == "quantized-layer") {
+        out += " (kept: a quantized layer's, --cast-quantized casts it)";
+      } else if (d.how() == "quantized") {
+        out += " (quantized integer data)";
+      } else if (d.how() == "quantizer") {
+        out += " (quantization parameters: NAME.scale, .zero_point, .axis)";
       } else if (d.how() != "as-is") {
         absl::StrAppend(&out, " (", TerminalSafe(d.how()), ")");
       }
       absl::StrAppend(&out, ": ", Plural(d.tensors(), "tensor"), "\n");
+    }
+    for (const v1::QuantizedLayers& q : c.quantized_layers()) {
+      absl::StrAppend(&out, "    quantized layers (", TerminalSafe(q.layout()), "): ", q.layers(),
+                      ", e.g. ", TerminalSafe(q.example()), "; ", Plural(q.kept(), "float tensor"),
+                      " kept in their dtype\n");
     }
     if (c.not_written_total() != 0) {
       absl::StrAppend(&out, "  not written (not tensors): ", Plural(c.not_written_total(), "value"),

@@ -67,7 +67,7 @@ for mode in jailed unjailed; do
   fi
 
   name="$mode: a tensor safetensors cannot hold fails (exit 2), nothing written"
-  if run "$name" 2 "$bin" convert "${flags[@]}" "$fixtures/torch/quantized.pt" \
+  if run "$name" 2 "$bin" convert "${flags[@]}" "$fixtures/torch/sparse.pt" \
       -o out/q.safetensors; then
     if [[ -e out/q.safetensors ]]; then fail "$name" "output written"
     else pass "$name"; fi

@@ -160,6 +160,7 @@ absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method d
   }
   request->select = in.select();
   request->strict = in.strict();
+  request->cast_quantized = in.cast_quantized();
   request->replace = in.replace();
   for (const std::string& d : in.allow_dtypes()) {
     if (absl::Status s = convert::CheckAllowDtype(d); !s.ok()) {

@@ -425,6 +425,39 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     t.offset = p.offset();
     t.node = p.node();
     t.problem = p.problem();
+    t.qscheme = p.qscheme();
+    t.q_scale = p.q_scale();
+    t.q_zero_point = p.q_zero_point();
+    t.q_axis = p.q_axis();
+    if (p.qchannel_size() != 0 &&
+        (p.qchannel_size() != 2 || t.kind != torch::TensorFact::Kind::kQuantized)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor: ", p.qchannel_size(), " per-channel parameter tensors"));
+    }
+    for (int k = 0; k < p.qchannel_size(); ++k) {
+      const wv1::ChannelTensor& q = p.qchannel(k);
+      torch::TensorFact c;
+      c.name = absl::StrCat(t.name, k == 0 ? ".scale" : ".zero_point");
+      c.dtype = torch::DTypeFromName(q.dtype());
+      if (c.dtype == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor: per-channel parameter of unknown dtype ", q.dtype()));
+      }
+      if (static_cast<size_t>(q.shape_size()) > kMaxDims || q.shape_size() != q.stride_size()) {
+        return absl::InvalidArgumentError("tensor: per-channel shape and stride do not match");
+      }
+      c.shape.assign(q.shape().begin(), q.shape().end());
+      c.stride.assign(q.stride().begin(), q.stride().end());
+      c.storage_offset = q.storage_offset();
+      c.storage = q.storage();
+      if (c.storage < 0 || c.storage >= in.storages_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor: per-channel storage index ", c.storage));
+      }
+      c.offset = q.offset();
+      c.node = q.node();
+      t.qchannel.push_back(std::move(c));
+    }
     facts->tensors.push_back(std::move(t));
   }
   if (static_cast<size_t>(in.other_values_size()) > torch::kMaxListedOtherValues ||

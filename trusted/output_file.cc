@@ -28,6 +28,7 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_strict(request.strict);
   spec.set_rules_version(request.rules_version);
   for (const std::string& d : request.allow_dtypes) spec.add_allow_dtypes(d);
+  spec.set_cast_quantized(request.cast_quantized);
   return spec;
 }
 namespace {
@@ -312,6 +313,13 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
     d->set_written(u.written);
     d->set_how(u.how);
     d->set_tensors(u.tensors);
+  }
+  for (const convert::Plan::LayoutUse& u : plan.quantized_layers) {
+    v1::QuantizedLayers* q = c.add_quantized_layers();
+    q->set_layout(u.layout);
+    q->set_layers(u.layers);
+    q->set_kept(u.kept);
+    q->set_example(u.example);
   }
   return c;
 }

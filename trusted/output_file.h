@@ -53,13 +53,14 @@ struct ConvertRequest {
   // a set's staging directory are created relative to it, never by re-resolving `output`.
   // Without it the pipeline opens `output`'s directory once itself (OpenOutputDir).
   int output_dir_fd = -1;
-  std::string select;           // convert::Options::select
-  std::string scanner_version;  // recorded in __metadata__
-  std::string rules_version;    // recorded in __metadata__ (with the verdict, SAFE)
-  bool replace = false;         // --force: an existing output is replaced
-  bool to_bf16 = false;         // --dtype bf16 (convert::Options::to_bf16)
-  bool strict = false;          // --strict (convert::Options::strict)
+  std::string select;                     // convert::Options::select
+  std::string scanner_version;            // recorded in __metadata__
+  std::string rules_version;              // recorded in __metadata__ (with the verdict, SAFE)
+  bool replace = false;                   // --force: an existing output is replaced
+  bool to_bf16 = false;                   // --dtype bf16 (convert::Options::to_bf16)
+  bool strict = false;                    // --strict (convert::Options::strict)
   std::vector<std::string> allow_dtypes;  // --allow-dtype (convert::Options::allow_dtypes)
+  bool cast_quantized = false;            // --cast-quantized (convert::Options::cast_quantized)
   // --key / --sign-method: outputs are signed (trusted/sign_output.h) with this key, held by
   // the trusted side only (not owned; a null key = unsigned).
   SignOptions sign;

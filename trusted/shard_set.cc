@@ -363,6 +363,8 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     uint64_t total_size = 0, tensors = 0, aliases = 0;
     // The set's dtypes: the shards' entries summed by (source, written, how).
     std::map<std::tuple<std::string, std::string, std::string>, uint64_t> dtypes;
+    // Quantized layers per layout, summed over the shards (the first shard's example kept).
+    std::map<std::string, v1::QuantizedLayers> layouts;
     absl::Status first_error;
     size_t i = 0;
     for (const auto& [file, names] : shards) {
@@ -407,6 +409,13 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
       for (const std::string& n : outcome.names) weight_map[n] = out_name;
       for (const v1::DtypeConversion& d : one->report.conversion().dtypes()) {
         dtypes[{d.source(), d.written(), d.how()}] += d.tensors();
+      }
+      for (const v1::QuantizedLayers& q : one->report.conversion().quantized_layers()) {
+        auto [it, added] = layouts.try_emplace(q.layout(), q);
+        if (!added) {
+          it->second.set_layers(it->second.layers() + q.layers());
+          it->second.set_kept(it->second.kept() + q.kept());
+        }
       }
       total_size += outcome.tensor_bytes;
       tensors += outcome.tensors;
@@ -459,6 +468,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
       d->set_how(std::get<2>(key));
       d->set_tensors(count);
     }
+    for (auto& [layout, q] : layouts) *c->add_quantized_layers() = std::move(q);
     if (request.sign.key != nullptr) {
       c->set_signature(absl::StrCat(out_dir, "/", kSignatureName));
       c->set_signer(request.sign.key->public_key().hint());

@@ -82,6 +82,35 @@ void EncodeScanError(const v1::ScanError& e, wv1::ScanError* out) {
   out->set_limit_value(e.limit_value());
 }
 
+void EncodeTensor(const torch::TensorFact& t, wv1::TensorFact* p) {
+  p->set_name(t.name);
+  p->set_kind(static_cast<uint32_t>(t.kind));
+  if (t.dtype != nullptr) p->set_dtype(std::string(t.dtype->name));
+  p->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+  p->mutable_stride()->Add(t.stride.begin(), t.stride.end());
+  p->set_storage_offset(t.storage_offset);
+  p->set_storage(t.storage);
+  p->set_requires_grad(t.requires_grad);
+  p->set_parameter(t.parameter);
+  p->set_offset(t.offset);
+  p->set_node(t.node);
+  p->set_problem(t.problem);
+  p->set_qscheme(t.qscheme);
+  p->set_q_scale(t.q_scale);
+  p->set_q_zero_point(t.q_zero_point);
+  p->set_q_axis(t.q_axis);
+  for (const torch::TensorFact& c : t.qchannel) {
+    wv1::ChannelTensor* q = p->add_qchannel();
+    if (c.dtype != nullptr) q->set_dtype(std::string(c.dtype->name));
+    q->mutable_shape()->Add(c.shape.begin(), c.shape.end());
+    q->mutable_stride()->Add(c.stride.begin(), c.stride.end());
+    q->set_storage_offset(c.storage_offset);
+    q->set_storage(c.storage);
+    q->set_offset(c.offset);
+    q->set_node(c.node);
+  }
+}
+
 }  // namespace
 
 void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
@@ -119,21 +148,7 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     p->set_message(a.message);
     p->set_must_flag(a.must_flag);
   }
-  for (const torch::TensorFact& t : facts.tensors) {
-    wv1::TensorFact* p = out->add_tensors();
-    p->set_name(t.name);
-    p->set_kind(static_cast<uint32_t>(t.kind));
-    if (t.dtype != nullptr) p->set_dtype(std::string(t.dtype->name));
-    p->mutable_shape()->Add(t.shape.begin(), t.shape.end());
-    p->mutable_stride()->Add(t.stride.begin(), t.stride.end());
-    p->set_storage_offset(t.storage_offset);
-    p->set_storage(t.storage);
-    p->set_requires_grad(t.requires_grad);
-    p->set_parameter(t.parameter);
-    p->set_offset(t.offset);
-    p->set_node(t.node);
-    p->set_problem(t.problem);
-  }
+  for (const torch::TensorFact& t : facts.tensors) EncodeTensor(t, out->add_tensors());
   for (const torch::StorageRef& s : facts.storages) {
     wv1::StorageRef* p = out->add_storages();
     p->set_key(s.key);
@@ -181,7 +196,11 @@ uint64_t CountFrameValues(const FileFacts& facts) {
                facts.tensors.size() + facts.storages.size() + facts.storage_data.size() +
                facts.other_values.listed.size() + facts.shard_index.weight_map.size();
   uint64_t items = 0;
-  for (const torch::TensorFact& t : facts.tensors) items += 2 * (t.shape.size() + t.stride.size());
+  for (const torch::TensorFact& t : facts.tensors) {
+    items += 2 * (t.shape.size() + t.stride.size());
+    n += t.qchannel.size();
+    for (const torch::TensorFact& c : t.qchannel) items += 2 * (c.shape.size() + c.stride.size());
+  }
   for (const MemberFacts& m : facts.members) {
     n += m.stream.pickles.size();
     for (const pickle::PickleFacts& p : m.stream.pickles) {

@@ -62,6 +62,7 @@ struct ConvertOptions {
   bool force = false;
   bool strict = false;
   std::vector<std::string> allow_dtypes;
+  bool cast_quantized = false;
   std::string key;
   std::string sign_method = "files";
   std::string sign_shard_size = "128M";
@@ -144,6 +145,7 @@ int RunConvertRemote(const ConvertOptions& opt) {
   options.set_replace(opt.force);
   options.set_sign_method(opt.sign_method);
   for (const std::string& d : opt.allow_dtypes) options.add_allow_dtypes(d);
+  options.set_cast_quantized(opt.cast_quantized);
   absl::StatusOr<v1::ConvertResponse> response = remote->Convert(opt.input, opt.output, options);
   v1::Report report;
   absl::Status status;
@@ -205,6 +207,7 @@ int RunConvert(const ConvertOptions& opt) {
   request.replace = opt.force;
   request.strict = opt.strict;
   request.allow_dtypes = opt.allow_dtypes;
+  request.cast_quantized = opt.cast_quantized;
   request.sign.key = key.has_value() ? &*key : nullptr;
   request.sign.method =
       opt.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
@@ -260,7 +263,9 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
   convert
       ->add_option("--dtype", convert_opt->dtype,
                    "keep: every tensor keeps its dtype; bf16: float32 and float16 tensors "
-                   "become bfloat16 (round to nearest even), other dtypes are kept")
+                   "become bfloat16 (round to nearest even), other dtypes are kept, and so are "
+                   "the float tensors of layers that GPTQ, AWQ or bitsandbytes quantized (their "
+                   "kernels read scales in the saved dtype; see --cast-quantized)")
       ->check(CLI::IsMember({"keep", "bf16"}))
       ->capture_default_str();
   convert
@@ -278,6 +283,10 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
         absl::Status s = convert::CheckAllowDtype(v);
         return s.ok() ? std::string() : std::string(s.message());
       });
+  convert->add_flag("--cast-quantized", convert_opt->cast_quantized,
+                    "With --dtype bf16, cast the float tensors of quantized layers (GPTQ, AWQ, "
+                    "bitsandbytes: scales, bias, absmax) too; the report lists those layers "
+                    "either way");
   convert->add_flag("--force", convert_opt->force, "Replace OUT if it exists");
   CLI::Option* key_opt =
       convert

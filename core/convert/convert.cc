@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "base/checked.h"
 #include "base/escape.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/bf16/bf16.h"
 #include "core/safetensors/validator.h"
@@ -23,9 +25,9 @@ namespace {
 using torch::TensorFact;
 
 absl::Status Refuse(const TensorFact& t, std::string_view why) {
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "tensor '%s' cannot be converted: %s", base::AbslView(base::Escaped(t.name)),
-      base::AbslView(why)));
+  return absl::FailedPreconditionError(absl::StrFormat("tensor '%s' cannot be converted: %s",
+                                                       base::AbslView(base::Escaped(t.name)),
+                                                       base::AbslView(why)));
 }
 
 // A checkpoint that is one bare tensor (torch.save(t), an .npy file) has no name for it;
@@ -56,7 +58,74 @@ bool IsRowMajorContiguous(const TensorFact& t) {
 // file fails with InvalidHeaderDeserialization (docs/safetensors.md).
 constexpr std::string_view kGated[] = {"C64"};
 
+// Where a tensor's bytes are: its storage is in the facts, stored (not compressed), and holds
+// every element the tensor reaches.
+absl::Status CheckData(const torch::FileFacts& facts, const TensorFact& t) {
+  if (t.storage < 0 || static_cast<size_t>(t.storage) >= facts.storage_data.size()) {
+    return absl::FailedPreconditionError("no storage");
+  }
+  if (!facts.storage_data[static_cast<size_t>(t.storage)].stored) {
+    return absl::FailedPreconditionError("its storage is compressed in the container");
+  }
+  return torch::CheckBounds(t, facts.storages[static_cast<size_t>(t.storage)].numel);
+}
+
+std::string LittleEndian64(uint64_t v) {
+  std::string out(8, '\0');
+  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+// True when `name` is `leaf` itself or ends with "." + leaf; *prefix is what comes before.
+bool LeafOf(const std::string& name, std::string_view leaf, std::string* prefix) {
+  if (name == leaf) {
+    prefix->clear();
+    return true;
+  }
+  if (name.size() <= leaf.size() ||
+      name.compare(name.size() - leaf.size(), leaf.size(), leaf) != 0 ||
+      name[name.size() - leaf.size() - 1] != '.') {
+    return false;
+  }
+  *prefix = name.substr(0, name.size() - leaf.size() - 1);
+  return true;
+}
+
+std::string Member(const std::string& prefix, std::string_view leaf) {
+  return prefix.empty() ? std::string(leaf) : absl::StrCat(prefix, ".", base::AbslView(leaf));
+}
+
+bool IsFloat(std::string_view dtype) {
+  return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
+}
+
 }  // namespace
+
+std::vector<QuantizedLayer> FindQuantizedLayers(
+    const std::map<std::string, std::string_view>& names) {
+  auto dtype_of = [&](const std::string& name) -> std::string_view {
+    auto it = names.find(name);
+    return it == names.end() ? std::string_view("-") : it->second;
+  };
+  auto has = [&](const std::string& name) { return names.count(name) != 0; };
+  std::map<std::string, std::string> found;
+  for (const auto& [name, dtype] : names) {
+    std::string p;
+    if (LeafOf(name, "qweight", &p) && dtype == "int32" &&
+        dtype_of(Member(p, "qzeros")) == "int32" && IsFloat(dtype_of(Member(p, "scales")))) {
+      found[p] = has(Member(p, "g_idx")) ? "gptq" : "awq";
+    } else if (LeafOf(name, "SCB", &p) && dtype_of(Member(p, "weight")) == "int8") {
+      found[p] = "bitsandbytes-int8";
+    } else if ((LeafOf(name, "weight.quant_state.bitsandbytes__nf4", &p) ||
+                LeafOf(name, "weight.quant_state.bitsandbytes__fp4", &p)) &&
+               dtype_of(Member(p, "weight")) == "uint8") {
+      found[p] = "bitsandbytes-4bit";
+    }
+  }
+  std::vector<QuantizedLayer> out;
+  for (auto& [prefix, layout] : found) out.push_back(QuantizedLayer{prefix, std::move(layout)});
+  return out;
+}
 
 absl::Status CheckAllowDtype(std::string_view safetensors_dtype) {
   for (std::string_view g : kGated) {
@@ -89,6 +158,8 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   std::vector<safetensors::TensorSpec> specs;
   std::vector<std::string> as_real;  // output names of complex64 tensors written as F32 [..., 2]
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> uses;
+  std::set<std::string> out_names;
+  nlohmann::json quantized = nlohmann::json::object();  // kQuantizedKey, by output name
   // Identical views of one storage (tied weights): the first name in byte order is kept.
   using ViewKey = std::tuple<int32_t, uint64_t, std::vector<int64_t>, std::vector<int64_t>,
                              const torch::DTypeInfo*>;
@@ -98,71 +169,172 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return facts.tensors[a].name < facts.tensors[b].name;
   });
+
+  // Layers that GPTQ, AWQ or bitsandbytes quantized: under --dtype bf16 their float tensors keep
+  // their dtype unless --cast-quantized.
+  std::map<std::string, std::string_view> dtype_by_name;
+  for (const TensorFact& t : facts.tensors) {
+    dtype_by_name.emplace(t.name, t.dtype != nullptr ? t.dtype->name : std::string_view());
+  }
+  const std::vector<QuantizedLayer> layers = FindQuantizedLayers(dtype_by_name);
+  std::map<std::string, size_t> layer_by_prefix;
+  for (size_t k = 0; k < layers.size(); ++k) layer_by_prefix[layers[k].prefix] = k;
+  std::vector<uint64_t> kept_in_layer(layers.size(), 0);
+  std::vector<bool> layer_selected(layers.size(), false);
+  // The layer a tensor belongs to: the longest quantized prefix of its name, or -1.
+  auto layer_of = [&](const std::string& name) -> int {
+    if (layers.empty()) return -1;
+    for (size_t j = name.rfind('.'); j != std::string::npos;
+         j = j == 0 ? std::string::npos : name.rfind('.', j - 1)) {
+      auto it = layer_by_prefix.find(name.substr(0, j));
+      if (it != layer_by_prefix.end()) return static_cast<int>(it->second);
+    }
+    auto it = layer_by_prefix.find("");
+    return it == layer_by_prefix.end() ? -1 : static_cast<int>(it->second);
+  };
+
+  // One output tensor of `t` (entry.name), `elem_size` bytes per element.
+  auto add = [&](const TensorFact& t, Plan::Entry entry, std::string_view written,
+                 std::vector<uint64_t> shape, uint64_t elem_size, std::string_view source,
+                 std::string_view how) -> absl::Status {
+    std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(written);
+    if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
+    uint64_t numel = 1;
+    for (uint64_t d : shape) {
+      if (!base::CheckedMul<uint64_t>(numel, d, &numel)) return Refuse(t, "its size overflows");
+    }
+    safetensors::TensorSpec spec;
+    spec.name = entry.name;
+    spec.dtype = *dtype;
+    spec.shape = std::move(shape);
+    if (!base::CheckedMul<uint64_t>(numel, elem_size, &spec.byte_size)) {
+      return Refuse(t, "its size overflows");
+    }
+    if (!out_names.insert(entry.name).second) {
+      return Refuse(t, absl::StrFormat("the output name '%s' would be written twice",
+                                       base::AbslView(base::Escaped(entry.name))));
+    }
+    ++uses[{std::string(source), std::string(written), std::string(how)}];
+    specs.push_back(std::move(spec));
+    plan.entries.push_back(std::move(entry));
+    return absl::OkStatus();
+  };
+
   for (size_t i : order) {
     const TensorFact& t = facts.tensors[i];
     std::optional<std::string> name = SelectedName(t.name, options.select);
     if (!name.has_value()) continue;
     if (!t.problem.empty()) return Refuse(t, t.problem);
+    const int layer = layer_of(t.name);
+    if (layer >= 0) layer_selected[static_cast<size_t>(layer)] = true;
+    if (t.kind == TensorFact::Kind::kQuantized) {
+      // The integer data as it is stored, then the quantizer's parameters (never cast).
+      if (absl::Status q = torch::CheckQuantized(t); !q.ok()) {
+        return Refuse(t, base::StdView(q.message()));
+      }
+      if (absl::Status d = CheckData(facts, t); !d.ok()) {
+        return Refuse(t, base::StdView(d.message()));
+      }
+      const std::string_view source(t.dtype->name);
+      std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
+      std::string scheme = t.qscheme;
+      CKPT_RETURN_IF_ERROR(add(t, Plan::Entry{i, *name}, torch::QuantizedDataDtype(t.dtype), shape,
+                               t.dtype->size, source, "quantized"));
+      if (t.qchannel.empty()) {
+        Plan::Entry scale{i, absl::StrCat(*name, ".scale")};
+        scale.literal = LittleEndian64(std::bit_cast<uint64_t>(t.q_scale));
+        CKPT_RETURN_IF_ERROR(add(t, std::move(scale), "F64", {}, 8, "float64", "quantizer"));
+        Plan::Entry zero{i, absl::StrCat(*name, ".zero_point")};
+        zero.literal = LittleEndian64(static_cast<uint64_t>(t.q_zero_point));
+        CKPT_RETURN_IF_ERROR(add(t, std::move(zero), "I64", {}, 8, "int64", "quantizer"));
+      } else {
+        for (int k = 0; k < 2; ++k) {
+          const TensorFact& c = t.qchannel[static_cast<size_t>(k)];
+          if (absl::Status d = CheckData(facts, c); !d.ok()) {
+            return Refuse(t,
+                          absl::StrCat(k == 0 ? "its scales: " : "its zero_points: ", d.message()));
+          }
+          Plan::Entry e{i, absl::StrCat(*name, k == 0 ? ".scale" : ".zero_point")};
+          e.channel = k;
+          CKPT_RETURN_IF_ERROR(add(t, std::move(e), c.dtype->safetensors,
+                                   {static_cast<uint64_t>(c.shape[0])}, c.dtype->size,
+                                   c.dtype->name, "quantizer"));
+        }
+        Plan::Entry axis{i, absl::StrCat(*name, ".axis")};
+        axis.literal = LittleEndian64(static_cast<uint64_t>(t.q_axis));
+        CKPT_RETURN_IF_ERROR(add(t, std::move(axis), "I64", {}, 8, "int64", "quantizer"));
+        // torch.save writes the per_channel_affine tag for both per-channel schemes; float
+        // zero points are what makes one per_channel_affine_float_qparams.
+        if (t.qchannel[1].dtype->name == "float32") scheme = "per_channel_affine_float_qparams";
+      }
+      quantized[*name] = {{"scheme", scheme}, {"dtype", std::string(source)}};
+      continue;
+    }
     if (t.dtype == nullptr || t.dtype->safetensors.empty()) {
       return Refuse(t, absl::StrCat("safetensors has no dtype for ",
                                     t.dtype ? base::AbslView(t.dtype->name) : "an unknown dtype"));
     }
-    if (t.storage < 0 || static_cast<size_t>(t.storage) >= facts.storage_data.size()) {
-      return Refuse(t, "no storage");
+    if (absl::Status d = CheckData(facts, t); !d.ok()) {
+      return Refuse(t, base::StdView(d.message()));
     }
-    const torch::StorageData& sd = facts.storage_data[static_cast<size_t>(t.storage)];
-    if (!sd.stored) return Refuse(t, "its storage is compressed in the container");
-    const torch::StorageRef& s = facts.storages[static_cast<size_t>(t.storage)];
-    absl::Status bounds = torch::CheckBounds(t, s.numel);
-    if (!bounds.ok()) return Refuse(t, base::StdView(bounds.message()));
     ViewKey key{t.storage, t.storage_offset, t.shape, t.stride, t.dtype};
     auto [it, inserted] = kept.emplace(key, *name);
     if (!inserted) {
       plan.aliases[*name] = it->second;
       continue;
     }
-    const bool to_bf16 =
+    const bool castable =
         options.to_bf16 && (t.dtype->name == "float32" || t.dtype->name == "float16");
+    const bool keep_quantized = castable && layer >= 0 && !options.cast_quantized;
+    if (keep_quantized) ++kept_in_layer[static_cast<size_t>(layer)];
+    const bool to_bf16 = castable && !keep_quantized;
     // complex64 is interleaved (real, imaginary) float32 pairs: the same bytes are a float32
     // tensor with a trailing dimension of 2, as torch.view_as_real gives.
     const bool complex_as_real = t.dtype->safetensors == "C64" && !c64_native;
     std::string_view written = t.dtype->safetensors;
     if (to_bf16) written = "BF16";
     if (complex_as_real) written = "F32";
-    std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(written);
-    if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
-    safetensors::TensorSpec spec;
-    spec.name = *name;
-    spec.dtype = *dtype;
-    for (int64_t d : t.shape) spec.shape.push_back(static_cast<uint64_t>(d));
+    std::vector<uint64_t> shape;
+    for (int64_t d : t.shape) shape.push_back(static_cast<uint64_t>(d));
+    uint64_t elem_size = to_bf16 ? 2 : t.dtype->size;
     if (complex_as_real) {
-      if (spec.shape.size() >= safetensors::ValidatorLimits{}.max_rank) {
+      if (shape.size() >= safetensors::ValidatorLimits{}.max_rank) {
         return Refuse(t, absl::StrCat("complex64 is written as float32 with one more dimension "
                                       "(torch.view_as_real), and its rank ",
-                                      spec.shape.size(), " is already the most a file holds (",
+                                      shape.size(), " is already the most a file holds (",
                                       safetensors::ValidatorLimits{}.max_rank,
                                       "); --allow-dtype C64 writes it as C64"));
       }
-      spec.shape.push_back(2);
+      shape.push_back(2);
+      elem_size = 4;
       as_real.push_back(*name);
     }
     std::string_view how = "as-is";
     if (to_bf16) {
       how = "bf16";
+    } else if (keep_quantized) {
+      how = "quantized-layer";
     } else if (complex_as_real) {
       how = "as-real";
     } else if (c64_native && written == "C64") {
       how = "allowed";
     }
-    ++uses[{std::string(t.dtype->name), std::string(written), std::string(how)}];
-    uint64_t numel = t.numel();
-    const uint64_t out_size = to_bf16 ? 2 : t.dtype->size;
-    if (numel == UINT64_MAX || !base::CheckedMul<uint64_t>(numel, out_size, &spec.byte_size)) {
-      return Refuse(t, "its size overflows");
-    }
-    specs.push_back(std::move(spec));
-    plan.entries.push_back(Plan::Entry{i, *name, to_bf16});
+    CKPT_RETURN_IF_ERROR(add(t, Plan::Entry{i, *name, to_bf16}, written, std::move(shape),
+                             elem_size, t.dtype->name, how));
   }
+  for (size_t k = 0; k < layers.size(); ++k) {
+    if (!layer_selected[k]) continue;
+    auto it = std::find_if(plan.quantized_layers.begin(), plan.quantized_layers.end(),
+                           [&](const Plan::LayoutUse& u) { return u.layout == layers[k].layout; });
+    if (it == plan.quantized_layers.end()) {
+      plan.quantized_layers.push_back(Plan::LayoutUse{layers[k].layout, 0, 0, layers[k].prefix});
+      it = plan.quantized_layers.end() - 1;
+    }
+    ++it->layers;
+    it->kept += kept_in_layer[k];
+  }
+  std::sort(plan.quantized_layers.begin(), plan.quantized_layers.end(),
+            [](const Plan::LayoutUse& a, const Plan::LayoutUse& b) { return a.layout < b.layout; });
   for (const torch::OtherValue& v : facts.other_values.listed) {
     std::optional<std::string> name = SelectedName(v.name, options.select);
     if (!name.has_value()) continue;
@@ -177,18 +349,19 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
                       base::AbslView(base::Escaped(plan.not_written[i].name)), "' (",
                       base::AbslView(base::Escaped(plan.not_written[i].type)), ")");
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--strict: ", plan.not_written_total,
-        plan.not_written_total == 1 ? " value is" : " values are",
-        " not a tensor and would not be written: ", examples,
-        plan.not_written_total > 5 ? ", ..." : ""));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--strict: ", plan.not_written_total,
+                     plan.not_written_total == 1 ? " value is" : " values are",
+                     " not a tensor and would not be written: ", examples,
+                     plan.not_written_total > 5 ? ", ..." : ""));
   }
   std::map<std::string, std::string> metadata = plan.aliases;
   for (std::string_view reserved :
        {std::string_view("format"), std::string_view("ckptscan.source_sha256"),
         std::string_view("ckptscan.source_format"), std::string_view("ckptscan.version"),
         std::string_view("ckptscan.rules_version"), std::string_view("ckptscan.verdict"),
-        std::string_view("ckptscan.dtype_policy"), std::string_view(kComplexAsRealKey)}) {
+        std::string_view("ckptscan.dtype_policy"), std::string_view(kComplexAsRealKey),
+        std::string_view(kQuantizedKey)}) {
     if (auto it = metadata.find(std::string(reserved)); it != metadata.end()) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "tensor '%s' is a tied weight, recorded in __metadata__ under its name, which "
@@ -212,6 +385,10 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     metadata[kComplexAsRealKey] =
         nlohmann::json(as_real).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
+  if (!quantized.empty()) {
+    metadata[kQuantizedKey] =
+        quantized.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   for (const auto& [key, count] : uses) {
     const auto& [source, written, how] = key;
     plan.dtypes.push_back(Plan::DtypeUse{source, written, how, count});
@@ -233,6 +410,7 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.strict = spec.strict();
   options.rules_version = spec.rules_version();
   options.allow_dtypes.assign(spec.allow_dtypes().begin(), spec.allow_dtypes().end());
+  options.cast_quantized = spec.cast_quantized();
   return options;
 }
 
@@ -240,8 +418,8 @@ absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
                                   const worker::v1::ConvertSpec& spec) {
   absl::StatusOr<Plan> plan = PlanConversion(facts, OptionsFromSpec(spec, facts.format));
   if (plan.ok() && plan->entries.empty() && !spec.select().empty()) {
-    return absl::NotFoundError(absl::StrCat("no tensor under --select ",
-                                            base::AbslView(base::Escaped(spec.select()))));
+    return absl::NotFoundError(
+        absl::StrCat("no tensor under --select ", base::AbslView(base::Escaped(spec.select()))));
   }
   return plan;
 }
@@ -251,14 +429,20 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
                               const InputRelease& release) {
   if (buffer_bytes < 64) buffer_bytes = 64;
   if (absl::Status s = out.Write(plan.header.bytes); !s.ok()) return s;
-  std::string raw;              // source elements of one chunk, row-major
-  std::vector<float> f32;       // aligned copies for the bf16 kernels
+  std::string raw;         // source elements of one chunk, row-major
+  std::vector<float> f32;  // aligned copies for the bf16 kernels
   std::vector<uint16_t> f16;
   std::vector<uint16_t> bf16;
   std::string le;  // big-endian hosts only: the bf16 words byte-swapped
   for (const safetensors::Placement& p : plan.header.placements) {
     const Plan::Entry& entry = plan.entries[p.spec_index];
-    const TensorFact& t = facts.tensors[entry.tensor];
+    if (!entry.literal.empty()) {
+      if (absl::Status s = out.Write(entry.literal); !s.ok()) return s;
+      continue;
+    }
+    const TensorFact& owner = facts.tensors[entry.tensor];
+    const TensorFact& t =
+        entry.channel < 0 ? owner : owner.qchannel[static_cast<size_t>(entry.channel)];
     const torch::StorageData& sd = facts.storage_data[static_cast<size_t>(t.storage)];
     const uint64_t es = t.dtype->size;
     const uint64_t numel = t.numel();

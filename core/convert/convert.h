@@ -7,14 +7,19 @@
 // storage (tied weights) are stored once, the other names recorded in `__metadata__` as
 // removed name -> kept name (Hugging Face's convention). A checkpoint that is one bare tensor
 // (torch.save(t), an .npy file) writes it under the name "tensor". A tensor safetensors cannot
-// hold (quantized, sparse, meta, complex128, a compressed or big-endian storage) is an error
-// naming it. Output bytes are deterministic (core/safetensors/writer.h).
+// hold (packed 4-bit quantized, sparse, meta, complex128, a compressed or big-endian storage) is an
+// error naming it. Output bytes are deterministic (core/safetensors/writer.h).
 //
 // Which dtype is written how (docs/safetensors.md, "Dtypes: what is written"): every dtype
 // safetensors 0.4.5 (Debian 13) reads is written as is; complex64, which no safetensors
 // before 0.7.0 reads (the whole file fails with InvalidHeaderDeserialization), is written as
 // float32 with a trailing dimension of 2 (torch.view_as_real: the same bytes), its names listed
 // in __metadata__ under kComplexAsRealKey, unless Options::allow_dtypes holds "C64".
+//
+// Quantized weights: a torch-quantized tensor (qint8, quint8, qint32) is written as its integer
+// data plus its scale, zero point and axis as tensors of their own (kQuantizedKey); under
+// --dtype bf16 the float tensors of layers that GPTQ, AWQ or bitsandbytes quantized keep their
+// dtype (their kernels read them so) unless Options::cast_quantized.
 //
 // Thread-compatible; the sink is written from the calling thread only.
 //
@@ -51,9 +56,7 @@ class ByteSink {
 class FdSink final : public ByteSink {
  public:
   FdSink(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
-  absl::Status Write(std::string_view bytes) override {
-    return base::WriteAll(fd_, bytes, what_);
-  }
+  absl::Status Write(std::string_view bytes) override { return base::WriteAll(fd_, bytes, what_); }
 
  private:
   int fd_;
@@ -99,13 +102,44 @@ struct Options {
   // --allow-dtype: safetensors dtypes written as is although the widely deployed readers
   // cannot read them (CheckAllowDtype: only "C64").
   std::vector<std::string> allow_dtypes;
+  // --cast-quantized: under to_bf16, the float tensors of quantized layers (FindQuantizedLayers)
+  // are cast as well; without it they keep their dtype.
+  bool cast_quantized = false;
 };
+
+// __metadata__ key holding, as a JSON object by output name, how each torch-quantized tensor
+// was written: {"scheme": "per_tensor_affine" | "per_channel_affine" |
+// "per_channel_affine_float_qparams", "dtype": "qint8" | "quint8" | "qint32"}. The integer data
+// is the tensor itself; "<name>.scale", "<name>.zero_point" and, per channel, "<name>.axis" are
+// tensors of their own (docs/safetensors.md, "Quantized tensors").
+inline constexpr char kQuantizedKey[] = "ckptscan.quantized";
+
+// A layer that GPTQ, AWQ or bitsandbytes quantized, recognised from its tensors alone:
+//   gptq               P.qweight, P.qzeros (int32), P.scales (a float dtype), P.g_idx
+//   awq                the same without P.g_idx
+//   bitsandbytes-int8  P.weight (int8) and P.SCB
+//   bitsandbytes-4bit  P.weight (uint8) and P.weight.quant_state.bitsandbytes__nf4 or __fp4
+// Every tensor named P.<anything> belongs to the layer: the kernels that load such a layer read
+// its float tensors (scales, bias, absmax) in the dtype they were saved in.
+struct QuantizedLayer {
+  std::string prefix;  // P ("" when the tensors are at the top level)
+  std::string layout;  // "gptq", "awq", "bitsandbytes-int8", "bitsandbytes-4bit"
+};
+// The quantized layers among `names` (tensor name -> torch dtype name), by prefix.
+std::vector<QuantizedLayer> FindQuantizedLayers(
+    const std::map<std::string, std::string_view>& names);
 
 struct Plan {
   struct Entry {
     size_t tensor;         // index into FileFacts::tensors
     std::string name;      // output name
     bool to_bf16 = false;  // written as bfloat16 (from float32 or float16)
+    // A quantized tensor's per-channel parameter: the tensor's qchannel[channel] (0 scales,
+    // 1 zero_points) is written, not the tensor; -1 otherwise.
+    int channel = -1;
+    // Written instead of tensor bytes when not empty: a quantized tensor's per-tensor scale
+    // (F64), zero point or axis (I64), little-endian.
+    std::string literal;
   };
   std::vector<Entry> entries;                  // parallel to the header's specs
   std::map<std::string, std::string> aliases;  // removed name -> kept name
@@ -125,6 +159,15 @@ struct Plan {
     uint64_t tensors = 0;  // stored tensors (aliases not counted)
   };
   std::vector<DtypeUse> dtypes;
+  // Quantized layers (FindQuantizedLayers) per layout, in layout order: how many, and how many
+  // of their float tensors kept their dtype under --dtype bf16 (0 with --cast-quantized).
+  struct LayoutUse {
+    std::string layout;
+    uint64_t layers = 0;
+    uint64_t kept = 0;
+    std::string example;  // the first layer's prefix
+  };
+  std::vector<LayoutUse> quantized_layers;
 };
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/bf16/bf16.h"
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
@@ -48,11 +49,19 @@ std::string Sha256(std::string_view s) {
 
 std::string DtypeName(const std::string& torch_name) {
   static const std::map<std::string, std::string> m = {
-      {"float32", "F32"}, {"float64", "F64"}, {"float16", "F16"}, {"bfloat16", "BF16"},
-      {"int8", "I8"},     {"int16", "I16"},   {"int32", "I32"},   {"int64", "I64"},
+      {"float32", "F32"}, {"float64", "F64"}, {"float16", "F16"},  {"bfloat16", "BF16"},
+      {"int8", "I8"},     {"int16", "I16"},   {"int32", "I32"},    {"int64", "I64"},
       {"uint8", "U8"},    {"bool", "BOOL"},   {"complex64", "C64"}};
   auto it = m.find(torch_name);
   return it == m.end() ? "" : it->second;
+}
+
+// torch-quantized dtypes: written as their integer data (int_repr()).
+std::string QuantizedDataName(const std::string& torch_name) {
+  return torch_name == "qint8"    ? "I8"
+         : torch_name == "quint8" ? "U8"
+         : torch_name == "qint32" ? "I32"
+                                  : "";
 }
 
 TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
@@ -67,7 +76,10 @@ TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
     ASSERT_TRUE(facts.errors.empty()) << facts.errors[0].message();
     bool convertible = true;
     for (const auto& t : expected["tensors"]) {
-      if (t.contains("layout") || DtypeName(t["dtype"]).empty()) convertible = false;
+      if (t.contains("layout") ||
+          (DtypeName(t["dtype"]).empty() && QuantizedDataName(t["dtype"]).empty())) {
+        convertible = false;
+      }
     }
     absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
     if (!convertible) {
@@ -92,7 +104,14 @@ TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
       if (layout->metadata.count(name) > 0) name = layout->metadata.at(name);  // tied: alias
       ASSERT_EQ(by_name.count(name), 1u);
       const safetensors::TensorLayout& l = *by_name[name];
-      EXPECT_EQ(std::string(safetensors::DtypeName(l.dtype)), DtypeName(t["dtype"]));
+      const std::string quantized = QuantizedDataName(t["dtype"]);
+      EXPECT_EQ(std::string(safetensors::DtypeName(l.dtype)),
+                quantized.empty() ? DtypeName(t["dtype"]) : quantized);
+      if (!quantized.empty()) {
+        // Its scale and zero point beside it (per tensor: F64 and I64 scalars).
+        EXPECT_EQ(by_name.count(name + ".scale"), 1u);
+        EXPECT_EQ(by_name.count(name + ".zero_point"), 1u);
+      }
       std::vector<uint64_t> shape;
       for (int64_t d : t["shape"].get<std::vector<int64_t>>()) shape.push_back(d);
       EXPECT_EQ(l.shape, shape);
@@ -106,7 +125,7 @@ TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
     ++converted;
   }
   EXPECT_GE(converted, 12u);
-  EXPECT_GE(refused, 3u);  // complex128, quantized, sparse
+  EXPECT_GE(refused, 2u);  // complex128, sparse
 }
 
 TEST(ConvertTest, TiedWeightsAreStoredOnceWithAnAlias) {
@@ -390,5 +409,254 @@ TEST(ConvertDtypesTest, ATiedNameThatMetadataReservesIsRefused) {
     EXPECT_NE(plan.status().message().find("reserves"), std::string_view::npos);
   }
 }
+
+// ---------------------------------------------------------------- quantized weights
+
+namespace {
+
+const std::filesystem::path kQuantized =
+    std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/quantized";
+
+struct QuantizedWritten {
+  Plan plan;
+  std::string bytes;
+  safetensors::Layout layout;
+  std::map<std::string, const safetensors::TensorLayout*> by_name;
+  std::string_view Bytes(const std::string& name) const {
+    const safetensors::TensorLayout& l = *by_name.at(name);
+    return std::string_view(bytes).substr(l.begin, l.end - l.begin);
+  }
+};
+
+// Plans and writes `facts` of `file`; the output passes the strict validator.
+QuantizedWritten WriteQuantized(const std::string& file, const torch::FileFacts& facts,
+                                const Options& options) {
+  QuantizedWritten w;
+  absl::StatusOr<Plan> plan = PlanConversion(facts, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return w;
+  w.plan = *plan;
+  StringSink sink;
+  EXPECT_TRUE(WriteSafetensors(file, facts, w.plan, sink, 64).ok());
+  w.bytes = sink.str();
+  absl::StatusOr<safetensors::Layout> layout =
+      safetensors::Validate(w.bytes, safetensors::ValidatorLimits{});
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (layout.ok()) w.layout = *std::move(layout);
+  for (const safetensors::TensorLayout& l : w.layout.tensors) w.by_name[l.name] = &l;
+  return w;
+}
+
+std::vector<std::string> Uses(const Plan& plan) {
+  std::vector<std::string> uses;
+  for (const Plan::DtypeUse& u : plan.dtypes) {
+    uses.push_back(absl::StrCat(u.source, ">", u.written, ":", u.how, ":", u.tensors));
+  }
+  return uses;
+}
+
+TEST(QuantizedLayersTest, EachLayoutIsRecognisedByItsTensorsAndNothingElse) {
+  using Names = std::map<std::string, std::string_view>;
+  auto found = [](const Names& names) {
+    std::vector<std::string> out;
+    for (const QuantizedLayer& l : FindQuantizedLayers(names)) {
+      out.push_back(absl::StrCat(l.prefix, "=", l.layout));
+    }
+    return out;
+  };
+  EXPECT_EQ(found({{"a.qweight", "int32"},
+                   {"a.qzeros", "int32"},
+                   {"a.scales", "float16"},
+                   {"a.g_idx", "int32"},
+                   {"b.qweight", "int32"},
+                   {"b.qzeros", "int32"},
+                   {"b.scales", "float32"}}),
+            (std::vector<std::string>{"a=gptq", "b=awq"}));
+  EXPECT_EQ(found({{"x.weight", "int8"},
+                   {"x.SCB", "float32"},
+                   {"y.weight", "uint8"},
+                   {"y.weight.quant_state.bitsandbytes__fp4", "uint8"},
+                   {"qweight", "int32"},
+                   {"qzeros", "int32"},
+                   {"scales", "bfloat16"}}),
+            (std::vector<std::string>{"=awq", "x=bitsandbytes-int8", "y=bitsandbytes-4bit"}));
+  // Look-alikes: a float qweight, a qweight without qzeros, int scales, an SCB beside a float
+  // weight, a quant_state beside an int8 weight, a name that only ends in "qweight".
+  EXPECT_EQ(found({{"a.qweight", "float32"},
+                   {"a.qzeros", "int32"},
+                   {"a.scales", "float16"},
+                   {"b.qweight", "int32"},
+                   {"b.scales", "float16"},
+                   {"c.qweight", "int32"},
+                   {"c.qzeros", "int32"},
+                   {"c.scales", "int32"},
+                   {"d.weight", "float16"},
+                   {"d.SCB", "float32"},
+                   {"e.weight", "int8"},
+                   {"e.weight.quant_state.bitsandbytes__nf4", "uint8"},
+                   {"f.myqweight", "int32"},
+                   {"f.qzeros", "int32"},
+                   {"f.scales", "float16"}}),
+            std::vector<std::string>{});
+}
+
+TEST(QuantizedTest, PerTensorQuantizedTensorsAreTheirIntegersPlusScaleAndZeroPoint) {
+  const std::string file = Read(kQuantized / "torch_q_per_tensor.pt");
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  ASSERT_TRUE(facts.errors.empty());
+  nlohmann::json ex = nlohmann::json::parse(Read(kQuantized / "expectations.json"));
+  QuantizedWritten w = WriteQuantized(file, facts, Options{});
+  ASSERT_FALSE(w.bytes.empty());
+  for (const auto& t : ex["files"]["torch_q_per_tensor.pt"]["tensors"]) {
+    const std::string name = t["name"];
+    SCOPED_TRACE(name);
+    ASSERT_EQ(w.by_name.count(name), 1u);
+    if (!t.contains("qscheme")) {
+      EXPECT_EQ(Sha256(w.Bytes(name)), t["sha256"].get<std::string>());
+      continue;
+    }
+    EXPECT_EQ(std::string(safetensors::DtypeName(w.by_name[name]->dtype)),
+              QuantizedDataName(t["dtype"]));
+    EXPECT_EQ(Sha256(w.Bytes(name)), t["int_repr_sha256"].get<std::string>());
+    // The pickled double, bit for bit, and the zero point as a little-endian int64.
+    std::string scale_hex;
+    for (unsigned char c : w.Bytes(name + ".scale")) {
+      absl::StrAppend(&scale_hex, absl::Hex(c, absl::kZeroPad2));
+    }
+    EXPECT_EQ(scale_hex, t["scale_hex"].get<std::string>());
+    EXPECT_TRUE(w.by_name[name + ".scale"]->shape.empty());
+    int64_t zero = 0;
+    ASSERT_EQ(w.Bytes(name + ".zero_point").size(), 8u);
+    std::memcpy(&zero, w.Bytes(name + ".zero_point").data(), 8);
+    EXPECT_EQ(zero, t["zero_point"].get<int64_t>());
+  }
+  EXPECT_EQ(nlohmann::json::parse(w.layout.metadata.at(kQuantizedKey)), nlohmann::json::parse(R"({
+              "w_qint32": {"dtype": "qint32", "scheme": "per_tensor_affine"},
+              "w_qint8": {"dtype": "qint8", "scheme": "per_tensor_affine"},
+              "w_quint8": {"dtype": "quint8", "scheme": "per_tensor_affine"},
+              "w_view": {"dtype": "qint8", "scheme": "per_tensor_affine"}})"));
+  EXPECT_EQ(Uses(w.plan),
+            (std::vector<std::string>{"float32>F32:as-is:1", "float64>F64:quantizer:4",
+                                      "int64>I64:quantizer:4", "qint32>I32:quantized:1",
+                                      "qint8>I8:quantized:2", "quint8>U8:quantized:1"}));
+  // bf16 casts the float32 tensor, never a quantizer's parameters.
+  Options bf16;
+  bf16.to_bf16 = true;
+  QuantizedWritten b = WriteQuantized(file, facts, bf16);
+  EXPECT_EQ(b.by_name.at("plain")->dtype, safetensors::Dtype::kBF16);
+  EXPECT_EQ(b.by_name.at("w_qint8.scale")->dtype, safetensors::Dtype::kF64);
+}
+
+TEST(QuantizedTest, PerChannelParametersComeFromTheirOwnStorages) {
+  const std::string file = Read(kQuantized / "torch_q_per_channel.pt");
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  ASSERT_TRUE(facts.errors.empty());
+  nlohmann::json ex = nlohmann::json::parse(Read(kQuantized / "expectations.json"));
+  QuantizedWritten w = WriteQuantized(file, facts, Options{});
+  ASSERT_FALSE(w.bytes.empty());
+  for (const auto& t : ex["files"]["torch_q_per_channel.pt"]["tensors"]) {
+    const std::string name = t["name"];
+    SCOPED_TRACE(name);
+    EXPECT_EQ(Sha256(w.Bytes(name)), t["int_repr_sha256"].get<std::string>());
+    EXPECT_EQ(Sha256(w.Bytes(name + ".scale")), t["scales"]["sha256"].get<std::string>());
+    EXPECT_EQ(Sha256(w.Bytes(name + ".zero_point")), t["zero_points"]["sha256"].get<std::string>());
+    EXPECT_EQ(std::string(safetensors::DtypeName(w.by_name[name + ".scale"]->dtype)),
+              DtypeName(t["scales"]["dtype"]));
+    int64_t axis = -1;
+    std::memcpy(&axis, w.Bytes(name + ".axis").data(), 8);
+    EXPECT_EQ(axis, t["axis"].get<int64_t>());
+    EXPECT_EQ(nlohmann::json::parse(w.layout.metadata.at(kQuantizedKey))[name]["scheme"],
+              t["qscheme"]);
+  }
+}
+
+TEST(QuantizedTest, InconsistentParametersAndTakenNamesAreRefusedByName) {
+  const std::string file = Read(kQuantized / "torch_q_per_channel.pt");
+  const torch::FileFacts clean = torch::ReadFile(file, pickle::Vm());
+  auto refusal = [&](auto mutate) {
+    torch::FileFacts facts = clean;
+    for (torch::TensorFact& t : facts.tensors) {
+      if (t.name == "axis1") mutate(t);
+    }
+    absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << plan.status();
+    return std::string(plan.status().message());
+  };
+  EXPECT_NE(refusal([](torch::TensorFact& t) {
+              t.qchannel[0].shape = {3};
+            }).find("tensor 'axis1' cannot be converted: per-channel scales must be"),
+            std::string::npos);
+  EXPECT_NE(refusal([](torch::TensorFact& t) { t.q_axis = 2; }).find("axis"), std::string::npos);
+  EXPECT_NE(refusal([](torch::TensorFact& t) { t.qchannel.pop_back(); }).find("incomplete"),
+            std::string::npos);
+  EXPECT_NE(refusal([](torch::TensorFact& t) {
+              t.qchannel[1].storage_offset = 1000;
+            }).find("its zero_points: "),
+            std::string::npos);
+  EXPECT_NE(refusal([](torch::TensorFact& t) {
+              t.qscheme = "per_tensor_symmetric";
+            }).find("qscheme torch.per_tensor_symmetric is not converted"),
+            std::string::npos);
+  // A tensor really named like a quantized tensor's parameter.
+  torch::FileFacts facts = clean;
+  for (torch::TensorFact& t : facts.tensors) {
+    if (t.name == "axis0") t.name = "axis1.scale";
+  }
+  absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("'axis1.scale' would be written twice"), std::string::npos)
+      << plan.status();
+}
+
+TEST(QuantizedTest, PackedQuint4x2IsRefusedByName) {
+  const std::string file = Read(kQuantized / "torch_q_packed4.pt");
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("tensor 'packed' cannot be converted"), std::string::npos)
+      << plan.status();
+  EXPECT_NE(plan.status().message().find("quint4x2"), std::string::npos);
+}
+
+TEST(QuantizedTest, Bf16KeepsTheFloatTensorsOfQuantizedLayersUnlessCastQuantized) {
+  for (const char* rel :
+       {"gptq_layers.pt", "awq_layers.pt", "bnb_int8_layers.pt", "bnb_4bit_layers.pt"}) {
+    SCOPED_TRACE(rel);
+    const std::string file = Read(kQuantized / rel);
+    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    Options bf16;
+    bf16.to_bf16 = true;
+    QuantizedWritten w = WriteQuantized(file, facts, bf16);
+    ASSERT_FALSE(w.bytes.empty());
+    uint64_t kept = 0;
+    for (const torch::TensorFact& t : facts.tensors) {
+      SCOPED_TRACE(t.name);
+      const bool in_layer = t.name.rfind("model.layers.0.", 0) == 0;
+      const bool is_float = t.dtype->name == "float32" || t.dtype->name == "float16";
+      const safetensors::Dtype written = w.by_name.at(t.name)->dtype;
+      if (is_float && in_layer) {
+        EXPECT_EQ(safetensors::DtypeName(written), t.dtype->safetensors);
+        ++kept;
+      } else if (is_float) {
+        EXPECT_EQ(written, safetensors::Dtype::kBF16);
+      }
+    }
+    ASSERT_EQ(w.plan.quantized_layers.size(), 1u);
+    EXPECT_EQ(w.plan.quantized_layers[0].layers, 2u);
+    EXPECT_EQ(w.plan.quantized_layers[0].kept, kept);
+    EXPECT_EQ(w.plan.quantized_layers[0].example, "model.layers.0.mlp.down_proj");
+    bf16.cast_quantized = true;
+    QuantizedWritten c = WriteQuantized(file, facts, bf16);
+    for (const torch::TensorFact& t : facts.tensors) {
+      if (t.dtype->name == "float32" || t.dtype->name == "float16") {
+        EXPECT_EQ(c.by_name.at(t.name)->dtype, safetensors::Dtype::kBF16) << t.name;
+      }
+    }
+    ASSERT_EQ(c.plan.quantized_layers.size(), 1u);
+    EXPECT_EQ(c.plan.quantized_layers[0].kept, 0u);
+  }
+}
+
+}  // namespace
 
 }  // namespace ckptscan::convert

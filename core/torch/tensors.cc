@@ -651,7 +651,7 @@ class Extractor {
     }
     if (q) {
       t->kind = TensorFact::Kind::kQuantized;
-      t->problem = "quantized tensors have no safetensors form";
+      Quantizer(a[4], t);
       return true;
     }
     if ((v2 && a.size() == 7) || (v3 && a.size() == 8)) {
@@ -662,6 +662,77 @@ class Extractor {
       }
     }
     return true;
+  }
+
+  // _rebuild_qtensor's quantizer_params, as torch.save writes them (torch/_tensor.py
+  // _reduce_ex_internal) and _rebuild_qtensor reads them (torch/_utils.py):
+  // (torch.per_tensor_affine, scale: float, zero_point: int) or (torch.per_channel_affine,
+  // scales, zero_points, axis: int) with scales and zero_points tensors (float64 and int64; float32
+  // and float32 for per_channel_affine_float_qparams, which is saved under the per_channel_affine
+  // tag). Anything else leaves t->problem saying why the tensor is not converted; nested tensors
+  // are rebuilt one level deep only (a qtensor's parameters are plain tensors).
+  void Quantizer(NodeId params, TensorFact* t) {
+    auto fail = [&](std::string why) {
+      t->qchannel.clear();
+      t->problem = absl::StrCat("quantized tensor: ", why);
+    };
+    if (t->dtype != nullptr && t->dtype->per_byte > 1) {
+      return fail(absl::StrCat(base::AbslView(t->dtype->name),
+                               " packs several elements per byte; it is not converted"));
+    }
+    const Node* p = params < g_.nodes.size() ? &g_.nodes[params] : nullptr;
+    if (p == nullptr || p->kind != Kind::kTuple || p->items.empty()) {
+      return fail("quantizer_params is not a tuple");
+    }
+    const GlobalRef* scheme = GlobalOf(g_, p->items[0]);
+    if (scheme == nullptr || scheme->resolved_module != "torch") {
+      return fail("quantizer_params does not start with a torch qscheme");
+    }
+    t->qscheme = scheme->resolved_name;
+    const std::vector<NodeId>& it = p->items;
+    if (t->qscheme == "per_tensor_affine") {
+      const Node* scale = it.size() == 3 && it[1] < g_.nodes.size() ? &g_.nodes[it[1]] : nullptr;
+      const Node* zp = it.size() == 3 && it[2] < g_.nodes.size() ? &g_.nodes[it[2]] : nullptr;
+      if (scale == nullptr || scale->kind != Kind::kFloat || zp == nullptr ||
+          zp->kind != Kind::kInt || !zp->fits || zp->i < absl::int128(INT64_MIN) ||
+          zp->i > absl::int128(INT64_MAX)) {
+        return fail("per_tensor_affine parameters are not (qscheme, float scale, int zero_point)");
+      }
+      t->q_scale = scale->f;
+      t->q_zero_point = static_cast<int64_t>(zp->i);
+      if (absl::Status s = CheckQuantized(*t); !s.ok()) fail(std::string(s.message()));
+      return;
+    }
+    if (t->qscheme != "per_channel_affine" && t->qscheme != "per_channel_affine_float_qparams") {
+      return fail(absl::StrCat("qscheme torch.", t->qscheme, " is not converted"));
+    }
+    uint64_t axis = 0;
+    if (it.size() != 4 || !AsUInt(g_, it[3], &axis) || axis >= t->shape.size()) {
+      return fail("per-channel parameters are not (qscheme, scales, zero_points, axis in range)");
+    }
+    t->q_axis = static_cast<int64_t>(axis);
+    const char* const kParamNames[] = {".scale", ".zero_point"};
+    for (size_t k = 0; k < 2; ++k) {
+      const CallSite* c = CallOf(g_, it[1 + k]);
+      const GlobalRef* f =
+          c != nullptr && c->op == CallOp::kReduce ? GlobalOf(g_, c->callee) : nullptr;
+      TensorFact sub;
+      sub.name = absl::StrCat(t->name, kParamNames[k]);
+      if (f == nullptr || f->resolved_module != "torch._utils" ||
+          (f->resolved_name != "_rebuild_tensor_v2" && f->resolved_name != "_rebuild_tensor_v3" &&
+           f->resolved_name != "_rebuild_tensor")) {
+        return fail(absl::StrCat("per-channel ", k == 0 ? "scales" : "zero_points",
+                                 " are not a plain tensor"));
+      }
+      sub.offset = c->offset;
+      sub.node = it[1 + k];
+      if (!Rebuild(*f, ArgsOf(g_, *c), &sub) || !sub.problem.empty()) {
+        return fail(absl::StrCat("per-channel ", k == 0 ? "scales" : "zero_points", ": ",
+                                 sub.problem.empty() ? "malformed" : sub.problem));
+      }
+      t->qchannel.push_back(std::move(sub));
+    }
+    if (absl::Status s = CheckQuantized(*t); !s.ok()) fail(std::string(s.message()));
   }
 
   const pickle::PickleFacts& p_;
@@ -701,6 +772,47 @@ const DTypeInfo* DTypeFromName(std::string_view name) {
     if (d.name == name) return &d;
   }
   return nullptr;
+}
+
+std::string_view QuantizedDataDtype(const DTypeInfo* dtype) {
+  if (dtype == nullptr || dtype->per_byte != 1) return {};
+  if (dtype->name == "qint8") return "I8";
+  if (dtype->name == "quint8") return "U8";
+  if (dtype->name == "qint32") return "I32";
+  return {};
+}
+
+absl::Status CheckQuantized(const TensorFact& t) {
+  auto refuse = [](std::string why) { return absl::FailedPreconditionError(std::move(why)); };
+  if (t.kind != TensorFact::Kind::kQuantized) return refuse("not a quantized tensor");
+  if (QuantizedDataDtype(t.dtype).empty()) {
+    return refuse(absl::StrCat(t.dtype ? base::AbslView(t.dtype->name) : "an unknown dtype",
+                               " has no integer form that safetensors holds"));
+  }
+  if (t.qscheme == "per_tensor_affine") {
+    if (!t.qchannel.empty()) return refuse("per_tensor_affine with per-channel parameters");
+    return absl::OkStatus();
+  }
+  if (t.qscheme != "per_channel_affine" && t.qscheme != "per_channel_affine_float_qparams") {
+    return refuse(absl::StrCat("qscheme torch.", base::AbslView(t.qscheme), " is not converted"));
+  }
+  if (t.qchannel.size() != 2 || t.q_axis < 0 || static_cast<uint64_t>(t.q_axis) >= t.shape.size()) {
+    return refuse("per-channel parameters are incomplete or the axis is outside the shape");
+  }
+  const int64_t channels = t.shape[static_cast<size_t>(t.q_axis)];
+  for (size_t k = 0; k < 2; ++k) {
+    const TensorFact& c = t.qchannel[k];
+    const std::string_view d = c.dtype ? c.dtype->name : "";
+    const bool dtype_ok =
+        k == 0 ? d == "float64" || d == "float32" : d == "int64" || d == "float32";
+    if (!dtype_ok || c.shape.size() != 1 || c.shape[0] != channels || !c.problem.empty()) {
+      return refuse(absl::StrFormat("per-channel %s must be %s of shape [%d] (the size of axis %d)",
+                                    k == 0 ? "scales" : "zero_points",
+                                    k == 0 ? "float64 or float32" : "int64 or float32", channels,
+                                    t.q_axis));
+    }
+  }
+  return absl::OkStatus();
 }
 
 uint64_t TensorFact::numel() const {

@@ -65,6 +65,16 @@ struct TensorFact {
   pickle::NodeId node = pickle::kNoNode;
   // Non-empty when the tensor cannot be described or converted as a plain dense tensor.
   std::string problem;
+  // kQuantized (torch._utils._rebuild_qtensor's quantizer_params, torch/_tensor.py): the
+  // qscheme global's name ("per_tensor_affine", "per_channel_affine"), with either the
+  // per-tensor scale and zero point or the per-channel axis and `qchannel` = {scales,
+  // zero_points}, each a dense tensor with its own storage (torch.save writes them as nested
+  // _rebuild_tensor_v2 calls). Their names are this tensor's plus ".scale" / ".zero_point".
+  std::string qscheme;
+  double q_scale = 0;
+  int64_t q_zero_point = 0;
+  int64_t q_axis = 0;
+  std::vector<TensorFact> qchannel;
 
   uint64_t numel() const;  // 0 for empty shapes; saturates at UINT64_MAX
 };
@@ -115,6 +125,17 @@ struct KeyedObjects {
 // as torch's persistent_load would), the result's storages are `keyed->storages`, and a
 // persistent id that names a tensor is that tensor.
 TensorExtraction ExtractTensors(const pickle::PickleFacts& p, const KeyedObjects* keyed = nullptr);
+
+// The safetensors dtype of a quantized dtype's integer data ("I8" for qint8, "U8" for quint8,
+// "I32" for qint32), or empty (the packed quint4x2 and quint2x4, anything else).
+std::string_view QuantizedDataDtype(const DTypeInfo* dtype);
+
+// Checks that a kQuantized tensor can be written as its integer data plus its quantization
+// parameters: a dtype QuantizedDataDtype names; per_tensor_affine without per-channel tensors;
+// per_channel_affine (or _float_qparams) with an axis inside the shape and scales (float64 or
+// float32) and zero_points (int64 or float32) of shape [size(axis)]. OK, or FailedPrecondition
+// saying what is not so.
+absl::Status CheckQuantized(const TensorFact& t);
 
 // Checks that the tensor's elements lie inside its storage of `storage_numel` elements:
 // offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides

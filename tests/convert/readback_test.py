@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,45 @@ import gen_readback  # noqa: E402  (stdlib only: inputs, normalized_sha256, conv
 
 failures = []
 unrecorded_bf16 = []  # bf16 tensors whose elements have no recorded torch digest
+
+
+# torch-quantized dtypes: written as their integer data, the parameters beside them
+# (docs/safetensors.md, "Quantized weights").
+QDATA = {"qint8": "int8", "quint8": "uint8", "qint32": "int32"}
+
+
+def digest(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def quantized_params(t, got):
+    """suffix -> (torch dtype, shape, SHA-256) of a quantized tensor's parameter tensors, from
+    what torch recorded: the quantized corpus (scale_hex / scales), the modern corpus
+    ("quantized"), or nothing (None: only their presence is checked)."""
+    name = t["name"]
+    if "scale_hex" in t:
+        return {".scale": ("torch.float64", [], digest(bytes.fromhex(t["scale_hex"]))),
+                ".zero_point": ("torch.int64", [], digest(struct.pack("<q", t["zero_point"])))}
+    if "scales" in t:
+        return {".scale": ("torch." + t["scales"]["dtype"], t["scales"]["shape"],
+                           t["scales"]["sha256"]),
+                ".zero_point": ("torch." + t["zero_points"]["dtype"], t["zero_points"]["shape"],
+                                t["zero_points"]["sha256"]),
+                ".axis": ("torch.int64", [], digest(struct.pack("<q", t["axis"])))}
+    q = t.get("quantized", {})
+    if "scale" in q:
+        return {".scale": ("torch.float64", [], digest(struct.pack("<d", q["scale"]))),
+                ".zero_point": ("torch.int64", [], digest(struct.pack("<q", q["zero_point"])))}
+    if "scales" in q:
+        n = len(q["scales"])
+        return {".scale": ("torch.float64", [n], digest(struct.pack(f"<{n}d", *q["scales"]))),
+                ".zero_point": ("torch.int64", [n],
+                                digest(struct.pack(f"<{n}q", *q["zero_points"]))),
+                ".axis": ("torch.int64", [], digest(struct.pack("<q", q["axis"])))}
+    out = {".scale": None, ".zero_point": None}
+    if name + ".axis" in got:
+        out[".axis"] = None
+    return out
 
 
 def check(cond, what):
@@ -89,6 +129,9 @@ def compare_with_torch(label, entry, folder, files, rts):
         # torch files list "tensors"; numpy and joblib files (the modern corpus) "arrays", whose
         # object arrays are values, not tensors, and are never written.
         kept = files[src].get("tensors", files[src].get("arrays", []))
+        # Layers that GPTQ/AWQ/bitsandbytes quantized (the quantized corpus): their float
+        # tensors keep their dtype under bf16.
+        layers = files[src].get("layers", {})
         for t in (t for t in kept if t.get("dtype") != "object"):
             name = t["name"] or "tensor"  # a bare tensor is written under this name
             names.add(name)
@@ -97,8 +140,22 @@ def compare_with_torch(label, entry, folder, files, rts):
                          (label, name)):
                 continue
             lib = got[stored]
-            want_dtype, want_shape, want_sha = "torch." + t["dtype"], t["shape"], t["sha256"]
-            if entry["dtype"] == "bf16" and t["dtype"] in ("float32", "float16"):
+            want_dtype, want_shape = "torch." + t["dtype"], t["shape"]
+            want_sha = t.get("sha256")
+            in_layer = any(p == "" or name.startswith(p + ".") for p in layers)
+            if t["dtype"] in QDATA:
+                want_dtype = "torch." + QDATA[t["dtype"]]
+                want_sha = t.get("int_repr_sha256", want_sha)
+                for suffix, spec in quantized_params(t, got).items():
+                    names.add(name + suffix)
+                    p = got.get(name + suffix)
+                    if check(p is not None, "%s: %r missing from what the library read" %
+                             (label, name + suffix)) and spec is not None:
+                        check((p["dtype"], p["shape"], p["sha256"]) == spec,
+                              "%s: %r read as %s %s, torch's is %s %s" %
+                              (label, name + suffix, p["dtype"], p["shape"], spec[0], spec[1]))
+            elif (entry["dtype"] == "bf16" and t["dtype"] in ("float32", "float16") and
+                  not in_layer):
                 want_dtype, want_sha = "torch.bfloat16", bf16.get(t["name"])
             elif stored in as_real:
                 check(t["dtype"] == "complex64",

@@ -17,7 +17,10 @@ recorded by gen_roundtrip.py):
   both          the report's conversion.not_written lists exactly the values torch returned
                 beside the tensors.
 
-A file holding a tensor safetensors cannot represent (complex128, quantized, sparse) must
+A torch-quantized tensor (qint8, quint8, qint32) is its int_repr() plus NAME.scale,
+NAME.zero_point (and NAME.axis), checked against the values torch recorded where it recorded
+them (tests/convert/quantized_test.py checks quantized conversions in depth).
+A file holding a tensor safetensors cannot represent (complex128, quint4x2, sparse) must
 instead fail with exit 2, name that tensor, and write nothing. The sharded set converts
 through its index and each output shard is checked against its source shard the same way.
 The safetensors files are read here by an independent parser (header, offsets tiling the
@@ -39,6 +42,10 @@ ST = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", 
 SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4,
          "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8, "F8_E4M3": 1,
          "F8_E5M2": 1}
+
+# torch-quantized dtypes written as their integer data (docs/safetensors.md, "Quantized
+# weights"); quint4x2 and quint2x4 are refused.
+QDATA = {"qint8": "I8", "quint8": "U8", "qint32": "I32"}
 
 failures = []
 
@@ -83,7 +90,7 @@ def convert(ckptscan, src, out, dtype):
 
 def unconvertible(tensors):
     for t in tensors:
-        if t.get("layout") == "sparse_coo" or t["dtype"] not in ST or t["dtype"].startswith("q"):
+        if t.get("layout") == "sparse_coo" or (t["dtype"] not in ST and t["dtype"] not in QDATA):
             return t["name"]
     return None
 
@@ -93,12 +100,16 @@ def check_file(label, src, out, expected, rt, dtype, not_written):
     # complex64 is written as F32 with a trailing dimension of 2 (torch.view_as_real: the same
     # bytes), its names listed in __metadata__ (docs/safetensors.md).
     as_real = set(json.loads(meta.get("ckptscan.complex64_as_real", "[]")))
+    qnames = set()  # a quantized tensor's parameters, written beside it
     for t in expected:
         name = t["name"] or "tensor"  # a bare tensor is written under this name
         stored = name if name in got else meta.get(name)
         if not check(stored in got, f"{label}: tensor {name!r} missing"):
             continue
         st_dtype, shape, raw = got[stored]
+        if t["dtype"] in QDATA:
+            qnames.update(check_quantized(label, t, got, meta))
+            continue
         if stored in as_real:
             check(t["dtype"] == "complex64", f"{label}: {name} written as real but is {t['dtype']}")
             check(shape == t["shape"] + [2] and st_dtype == "F32",
@@ -114,12 +125,43 @@ def check_file(label, src, out, expected, rt, dtype, not_written):
             check(st_dtype == ST[t["dtype"]], f"{label}: {name} is {st_dtype}")
             want = t["sha256"]
         check(hashlib.sha256(raw).hexdigest() == want, f"{label}: {name} bytes differ from torch")
-    names = {t["name"] or "tensor" for t in expected}
+    names = {t["name"] or "tensor" for t in expected} | qnames
     for name in got:
         check(name in names, f"{label}: output holds {name!r}, which torch did not return")
     if not_written is not None:
         check(sorted(not_written) == sorted(rt["other_values"]),
               f"{label}: not written {sorted(not_written)} != torch's {sorted(rt['other_values'])}")
+
+
+def check_quantized(label, t, got, meta):
+    """A torch-quantized tensor: its integer data under its name, with torch's bytes, and its
+    scale and zero point (and axis) beside it, with the values torch recorded where it did."""
+    name = t["name"]
+    st_dtype, shape, raw = got[name]
+    check(st_dtype == QDATA[t["dtype"]] and shape == t["shape"] and
+          hashlib.sha256(raw).hexdigest() == t["sha256"],
+          f"{label}: {name} is {st_dtype} {shape}, want torch's int_repr {QDATA[t['dtype']]}")
+    q = t.get("quantized", {})
+    per_channel = "axis" in q or name + ".axis" in got
+    names = [name + ".scale", name + ".zero_point"] + ([name + ".axis"] if per_channel else [])
+    if not check(all(n in got for n in names), f"{label}: {name}: {names} not all written"):
+        return names
+    listed = json.loads(meta.get("ckptscan.quantized", "{}")).get(name, {})
+    check(listed.get("dtype") == t["dtype"], f"{label}: ckptscan.quantized[{name!r}] = {listed}")
+    if "scale" in q:
+        check(got[name + ".scale"] == ("F64", [], struct.pack("<d", q["scale"])),
+              f"{label}: {name}.scale is not F64 {q['scale']}")
+        check(got[name + ".zero_point"] == ("I64", [], struct.pack("<q", q["zero_point"])),
+              f"{label}: {name}.zero_point is not I64 {q['zero_point']}")
+    if "scales" in q:
+        n = len(q["scales"])
+        check(got[name + ".scale"] == ("F64", [n], struct.pack(f"<{n}d", *q["scales"])),
+              f"{label}: {name}.scale is not F64 {q['scales']}")
+        check(got[name + ".zero_point"] == ("I64", [n], struct.pack(f"<{n}q", *q["zero_points"])),
+              f"{label}: {name}.zero_point is not I64 {q['zero_points']}")
+        check(got[name + ".axis"] == ("I64", [], struct.pack("<q", q["axis"])),
+              f"{label}: {name}.axis is not {q['axis']}")
+    return names
 
 
 def main():

@@ -435,9 +435,17 @@ TEST(ScanFileInProcessTest, TensorSummaryCountsTiedAndUnsupportedTensors) {
   EXPECT_EQ(tied->tensors().storages(), 2u);
   EXPECT_EQ(tied->tensors().shared(), 4u);
   EXPECT_EQ(tied->tensors().bytes(), 5u * 3 * 4 + 8 * 4);
+  // A torch-quantized qint8 tensor is converted (its integers, scale and zero point); a packed
+  // quint4x2 one is not.
   absl::StatusOr<v1::FileReport> q = ScanFileInProcess(dir + "quantized.pt", DefaultRules(), {});
   ASSERT_TRUE(q.ok()) << q.status();
-  EXPECT_EQ(q->tensors().unsupported(), 1u);
+  EXPECT_EQ(q->tensors().unsupported(), 0u);
+  absl::StatusOr<v1::FileReport> packed = ScanFileInProcess(
+      std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/quantized/torch_q_packed4.pt", DefaultRules(),
+      {});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(packed->verdict(), v1::VERDICT_SAFE);
+  EXPECT_EQ(packed->tensors().unsupported(), 1u);
 }
 
 }  // namespace

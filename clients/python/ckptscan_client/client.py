@@ -134,21 +134,23 @@ class ScanClient:
 
     # pylint: disable-next=redefined-builtin
     def convert_path(self, input, output, dtype="keep", select="", strict=False, replace=False,
-                     sign_method="", timeout=None, allow_dtypes=()):
+                     sign_method="", timeout=None, allow_dtypes=(), cast_quantized=False):
         """Converts a file beneath the daemon's roots to safetensors at `output` (beneath a root
         too: a file, or a new/empty directory for a sharded set), signed beside it
-        (OUTPUT.sig). `allow_dtypes` is `ckptscan convert --allow-dtype` (only "C64").
+        (OUTPUT.sig). `allow_dtypes` is `ckptscan convert --allow-dtype` (only "C64"),
+        `cast_quantized` its `--cast-quantized` (with dtype "bf16").
         Returns the ConvertResponse: `converted`, and the report with
         files[0].conversion when written."""
         pb = self._pb.scanner_pb2
         request = pb.ConvertPathRequest(
             input=os.fspath(input), output=os.fspath(output),
             options=self._convert_options(dtype, select, strict, replace, sign_method,
-                                          allow_dtypes))
+                                          allow_dtypes, cast_quantized))
         return self._call(self._scanner.ConvertPath, request, self._deadline(timeout, 0))
 
     def convert_bytes(self, name, data, dtype="keep", select="", strict=False, sign_method="",
-                      chunk=CHUNK_BYTES, out=None, timeout=None, allow_dtypes=()):
+                      chunk=CHUNK_BYTES, out=None, timeout=None, allow_dtypes=(),
+                      cast_quantized=False):
         """Uploads a checkpoint and converts it. Returns ConvertResult(response, data,
         signature): the safetensors bytes and the daemon's signature bundle over them when
         response.converted, else b"". With `out` (a binary file object) the bytes are written to
@@ -161,7 +163,7 @@ class ScanClient:
         header = pb.UploadHeader(
             name=name, size=size,
             convert=self._convert_options(dtype, select, strict, False, sign_method,
-                                          allow_dtypes))
+                                          allow_dtypes, cast_quantized))
         requests = _Requests(pb, header, chunks)
         # Twice the transfer: the input goes up and the output comes back.
         call = self._scanner.ConvertUpload(iter(requests),
@@ -214,10 +216,12 @@ class ScanClient:
 
     # ------------------------------------------------------------------ internals
 
-    def _convert_options(self, dtype, select, strict, replace, sign_method, allow_dtypes=()):
+    def _convert_options(self, dtype, select, strict, replace, sign_method, allow_dtypes=(),
+                         cast_quantized=False):
         return self._pb.scanner_pb2.ConvertOptions(
             dtype=dtype or "keep", select=select, strict=strict, replace=replace,
-            sign_method=sign_method, allow_dtypes=list(allow_dtypes))
+            sign_method=sign_method, allow_dtypes=list(allow_dtypes),
+            cast_quantized=cast_quantized)
 
     def _deadline(self, timeout, transfer_bytes):
         if timeout is not None:
