@@ -67,7 +67,19 @@ absl::Status CheckData(const torch::FileFacts& facts, const TensorFact& t) {
   if (!facts.storage_data[static_cast<size_t>(t.storage)].stored) {
     return absl::FailedPreconditionError("its storage is compressed in the container");
   }
-  return torch::CheckBounds(t, facts.storages[static_cast<size_t>(t.storage)].numel);
+  return torch::CheckBounds(
+      t, torch::StorageElements(t, facts.storages[static_cast<size_t>(t.storage)]));
+}
+
+Plan::Entry MakeEntry(size_t tensor, std::string name, bool to_bf16 = false, int channel = -1,
+                      std::string literal = {}) {
+  Plan::Entry e;
+  e.tensor = tensor;
+  e.name = std::move(name);
+  e.to_bf16 = to_bf16;
+  e.channel = channel;
+  e.literal = std::move(literal);
+  return e;
 }
 
 std::string LittleEndian64(uint64_t v) {
@@ -181,16 +193,22 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   for (size_t k = 0; k < layers.size(); ++k) layer_by_prefix[layers[k].prefix] = k;
   std::vector<uint64_t> kept_in_layer(layers.size(), 0);
   std::vector<bool> layer_selected(layers.size(), false);
-  // The layer a tensor belongs to: the longest quantized prefix of its name, or -1.
+  // The layer a tensor belongs to, or -1: P.LEAF for a quantized layer P, where LEAF is one
+  // name (qweight, scales, bias, SCB) or a member of the weight (bitsandbytes' weight.absmax,
+  // weight.quant_state.*). A deeper name (P.lora_A.weight) is another module's.
   auto layer_of = [&](const std::string& name) -> int {
     if (layers.empty()) return -1;
-    for (size_t j = name.rfind('.'); j != std::string::npos;
-         j = j == 0 ? std::string::npos : name.rfind('.', j - 1)) {
+    auto leaf_of_layer = [](std::string_view leaf) {
+      return leaf.find('.') == std::string_view::npos || leaf.rfind("weight.", 0) == 0;
+    };
+    for (size_t j = name.find('.'); j != std::string::npos; j = name.find('.', j + 1)) {
       auto it = layer_by_prefix.find(name.substr(0, j));
-      if (it != layer_by_prefix.end()) return static_cast<int>(it->second);
+      if (it != layer_by_prefix.end() && leaf_of_layer(std::string_view(name).substr(j + 1))) {
+        return static_cast<int>(it->second);
+      }
     }
     auto it = layer_by_prefix.find("");
-    return it == layer_by_prefix.end() ? -1 : static_cast<int>(it->second);
+    return it != layer_by_prefix.end() && leaf_of_layer(name) ? static_cast<int>(it->second) : -1;
   };
 
   // One output tensor of `t` (entry.name), `elem_size` bytes per element.
@@ -238,15 +256,17 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
       const std::string_view source(t.dtype->name);
       std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
       std::string scheme = t.qscheme;
-      CKPT_RETURN_IF_ERROR(add(t, Plan::Entry{i, *name}, torch::QuantizedDataDtype(t.dtype), shape,
+      CKPT_RETURN_IF_ERROR(add(t, MakeEntry(i, *name), torch::QuantizedDataDtype(t.dtype), shape,
                                t.dtype->size, source, "quantized"));
       if (t.qchannel.empty()) {
-        Plan::Entry scale{i, absl::StrCat(*name, ".scale")};
-        scale.literal = LittleEndian64(std::bit_cast<uint64_t>(t.q_scale));
-        CKPT_RETURN_IF_ERROR(add(t, std::move(scale), "F64", {}, 8, "float64", "quantizer"));
-        Plan::Entry zero{i, absl::StrCat(*name, ".zero_point")};
-        zero.literal = LittleEndian64(static_cast<uint64_t>(t.q_zero_point));
-        CKPT_RETURN_IF_ERROR(add(t, std::move(zero), "I64", {}, 8, "int64", "quantizer"));
+        CKPT_RETURN_IF_ERROR(add(t,
+                                 MakeEntry(i, absl::StrCat(*name, ".scale"), false, -1,
+                                           LittleEndian64(std::bit_cast<uint64_t>(t.q_scale))),
+                                 "F64", {}, 8, "float64", "quantizer"));
+        CKPT_RETURN_IF_ERROR(add(t,
+                                 MakeEntry(i, absl::StrCat(*name, ".zero_point"), false, -1,
+                                           LittleEndian64(static_cast<uint64_t>(t.q_zero_point))),
+                                 "I64", {}, 8, "int64", "quantizer"));
       } else {
         for (int k = 0; k < 2; ++k) {
           const TensorFact& c = t.qchannel[static_cast<size_t>(k)];
@@ -254,15 +274,15 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
             return Refuse(t,
                           absl::StrCat(k == 0 ? "its scales: " : "its zero_points: ", d.message()));
           }
-          Plan::Entry e{i, absl::StrCat(*name, k == 0 ? ".scale" : ".zero_point")};
-          e.channel = k;
-          CKPT_RETURN_IF_ERROR(add(t, std::move(e), c.dtype->safetensors,
-                                   {static_cast<uint64_t>(c.shape[0])}, c.dtype->size,
-                                   c.dtype->name, "quantizer"));
+          CKPT_RETURN_IF_ERROR(
+              add(t, MakeEntry(i, absl::StrCat(*name, k == 0 ? ".scale" : ".zero_point"), false, k),
+                  c.dtype->safetensors, {static_cast<uint64_t>(c.shape[0])}, c.dtype->size,
+                  c.dtype->name, "quantizer"));
         }
-        Plan::Entry axis{i, absl::StrCat(*name, ".axis")};
-        axis.literal = LittleEndian64(static_cast<uint64_t>(t.q_axis));
-        CKPT_RETURN_IF_ERROR(add(t, std::move(axis), "I64", {}, 8, "int64", "quantizer"));
+        CKPT_RETURN_IF_ERROR(add(t,
+                                 MakeEntry(i, absl::StrCat(*name, ".axis"), false, -1,
+                                           LittleEndian64(static_cast<uint64_t>(t.q_axis))),
+                                 "I64", {}, 8, "int64", "quantizer"));
         // torch.save writes the per_channel_affine tag for both per-channel schemes; float
         // zero points are what makes one per_channel_affine_float_qparams.
         if (t.qchannel[1].dtype->name == "float32") scheme = "per_channel_affine_float_qparams";
@@ -319,8 +339,17 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     } else if (c64_native && written == "C64") {
       how = "allowed";
     }
-    CKPT_RETURN_IF_ERROR(add(t, Plan::Entry{i, *name, to_bf16}, written, std::move(shape),
-                             elem_size, t.dtype->name, how));
+    CKPT_RETURN_IF_ERROR(add(t, MakeEntry(i, *name, to_bf16), written, std::move(shape), elem_size,
+                             t.dtype->name, how));
+  }
+  // A tied name is recorded as an alias in __metadata__: it must not be a written tensor's name
+  // too (a quantized tensor's NAME.scale, say), or a reader restoring aliases would lose one.
+  for (const auto& [alias, target] : plan.aliases) {
+    if (out_names.count(alias) != 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "tensor '%s' is a tied weight of '%s', and a tensor of that name is written as well",
+          base::AbslView(base::Escaped(alias)), base::AbslView(base::Escaped(target))));
+    }
   }
   for (size_t k = 0; k < layers.size(); ++k) {
     if (!layer_selected[k]) continue;
@@ -450,6 +479,12 @@ absl::Status WriteSafetensors(std::string_view file, const torch::FileFacts& fac
       return Refuse(t, "its storage lies outside the file");
     }
     const std::string_view storage = file.substr(sd.offset, sd.nbytes);
+    // The plan checked the tensor against its storage's declared size; the bytes actually there
+    // must hold it as well: nothing is ever read past them.
+    if (absl::Status b = torch::CheckBounds(t, torch::ElementsIn(storage.size(), t.dtype));
+        !b.ok()) {
+      return Refuse(t, base::StdView(b.message()));
+    }
     const uint64_t chunk = std::max<uint64_t>(1, buffer_bytes / es);
     const bool contiguous = IsRowMajorContiguous(t);
     std::vector<int64_t> index(t.shape.size(), 0);  // the odometer for strided views

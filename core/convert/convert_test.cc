@@ -584,7 +584,7 @@ TEST(QuantizedTest, InconsistentParametersAndTakenNamesAreRefusedByName) {
   };
   EXPECT_NE(refusal([](torch::TensorFact& t) {
               t.qchannel[0].shape = {3};
-            }).find("tensor 'axis1' cannot be converted: per-channel scales must be"),
+            }).find("tensor 'axis1' cannot be converted: per-channel scales must have shape [4]"),
             std::string::npos);
   EXPECT_NE(refusal([](torch::TensorFact& t) { t.q_axis = 2; }).find("axis"), std::string::npos);
   EXPECT_NE(refusal([](torch::TensorFact& t) { t.qchannel.pop_back(); }).find("incomplete"),

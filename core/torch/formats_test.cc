@@ -313,11 +313,15 @@ TEST(BoundsTest, PackedQuantizedStoragesHoldSeveralElementsPerByte) {
     t.name = "t";
     t.dtype = DTypeFromName(name);
     ASSERT_NE(t.dtype, nullptr) << name;
+    StorageRef s;
+    s.dtype = t.dtype;  // the QUInt4x2Storage's numel counts bytes
+    s.numel = bytes;
+    EXPECT_EQ(StorageElements(t, s), bytes * per_byte) << name;
     t.shape = {static_cast<int64_t>(bytes * per_byte)};
     t.stride = {1};
-    EXPECT_TRUE(CheckBounds(t, bytes).ok()) << name;
+    EXPECT_TRUE(CheckBounds(t, StorageElements(t, s)).ok()) << name;
     t.shape = {static_cast<int64_t>(bytes * per_byte + 1)};
-    absl::Status past = CheckBounds(t, bytes);
+    absl::Status past = CheckBounds(t, StorageElements(t, s));
     EXPECT_FALSE(past.ok()) << name;
     EXPECT_NE(std::string(past.message()).find("past its storage"), std::string::npos) << name;
   }
@@ -327,6 +331,37 @@ TEST(BoundsTest, PackedQuantizedStoragesHoldSeveralElementsPerByte) {
   plain.shape = {4};
   plain.stride = {1};
   EXPECT_FALSE(CheckBounds(plain, 3).ok());
+}
+
+TEST(BoundsTest, AV3TensorCountsItsStoragesBytesInItsOwnDtype) {
+  // torch 2.x _rebuild_tensor_v3(ByteStorage of 64 bytes, ..., dtype=float32): set_() on the
+  // untyped bytes, so 16 float32 elements, not 64 (64 read 192 bytes past the storage).
+  TensorFact t;
+  t.name = "x";
+  t.dtype = DTypeFromName("float32");
+  t.stride = {1};
+  StorageRef bytes;
+  bytes.dtype = DTypeFromName("uint8");
+  bytes.numel = 64;
+  EXPECT_EQ(StorageElements(t, bytes), 16u);
+  t.shape = {16};
+  EXPECT_TRUE(CheckBounds(t, StorageElements(t, bytes)).ok());
+  t.shape = {17};
+  EXPECT_FALSE(CheckBounds(t, StorageElements(t, bytes)).ok());
+  StorageRef untyped;
+  untyped.untyped = true;
+  untyped.numel = 7;  // bytes: not one whole float64
+  t.dtype = DTypeFromName("float64");
+  t.shape = {1};
+  EXPECT_EQ(StorageElements(t, untyped), 0u);
+  EXPECT_FALSE(CheckBounds(t, StorageElements(t, untyped)).ok());
+  StorageRef doubles;  // and the other way: float16 over a DoubleStorage of 2 elements
+  doubles.dtype = DTypeFromName("float64");
+  doubles.numel = 2;
+  t.dtype = DTypeFromName("float16");
+  EXPECT_EQ(StorageElements(t, doubles), 8u);
+  doubles.numel = UINT64_MAX / 4;  // bytes overflow: saturates, never wraps
+  EXPECT_EQ(StorageElements(t, doubles), UINT64_MAX);
 }
 
 TEST(TarTest, TensorPastItsStorageIsAnError) {

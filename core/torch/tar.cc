@@ -366,7 +366,8 @@ class TorchTar {
         return false;
       }
       t.name = absl::StrCat("tensors record ", key);
-      absl::Status b = CheckBounds(t, keyed_.storages[static_cast<size_t>(t.storage)].numel);
+      absl::Status b =
+          CheckBounds(t, StorageElements(t, keyed_.storages[static_cast<size_t>(t.storage)]));
       if (!b.ok()) {
         // torch grows a root storage to fit (uninitialised bytes) and fails on a view.
         Error("tensors", p.start, std::string(b.message()));

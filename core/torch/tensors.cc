@@ -789,6 +789,9 @@ absl::Status CheckQuantized(const TensorFact& t) {
     return refuse(absl::StrCat(t.dtype ? base::AbslView(t.dtype->name) : "an unknown dtype",
                                " has no integer form that safetensors holds"));
   }
+  if (t.requires_grad) {
+    return refuse("it requires grad, which no integer tensor can (torch.load fails on it)");
+  }
   if (t.qscheme == "per_tensor_affine") {
     if (!t.qchannel.empty()) return refuse("per_tensor_affine with per-channel parameters");
     return absl::OkStatus();
@@ -802,15 +805,20 @@ absl::Status CheckQuantized(const TensorFact& t) {
   const int64_t channels = t.shape[static_cast<size_t>(t.q_axis)];
   for (size_t k = 0; k < 2; ++k) {
     const TensorFact& c = t.qchannel[k];
-    const std::string_view d = c.dtype ? c.dtype->name : "";
-    const bool dtype_ok =
-        k == 0 ? d == "float64" || d == "float32" : d == "int64" || d == "float32";
-    if (!dtype_ok || c.shape.size() != 1 || c.shape[0] != channels || !c.problem.empty()) {
-      return refuse(absl::StrFormat("per-channel %s must be %s of shape [%d] (the size of axis %d)",
-                                    k == 0 ? "scales" : "zero_points",
-                                    k == 0 ? "float64 or float32" : "int64 or float32", channels,
-                                    t.q_axis));
+    if (c.dtype == nullptr || c.shape.size() != 1 || c.shape[0] != channels || !c.problem.empty()) {
+      return refuse(absl::StrFormat("per-channel %s must have shape [%d] (the size of axis %d)",
+                                    k == 0 ? "scales" : "zero_points", channels, t.q_axis));
     }
+  }
+  // What torch.save writes (q_per_channel_scales / _zero_points): float64 scales with int64
+  // zero points (per_channel_affine), or float32 with float32 (_float_qparams). torch converts
+  // any other pair when it loads, so its values would not be the saved ones: refused.
+  const std::string_view scales = t.qchannel[0].dtype->name;
+  const std::string_view zeros = t.qchannel[1].dtype->name;
+  if (!(scales == "float64" && zeros == "int64") && !(scales == "float32" && zeros == "float32")) {
+    return refuse(absl::StrCat("per-channel scales and zero points are ", base::AbslView(scales),
+                               " and ", base::AbslView(zeros),
+                               "; torch.save writes float64 with int64, or float32 with float32"));
   }
   return absl::OkStatus();
 }
@@ -823,13 +831,28 @@ uint64_t TensorFact::numel() const {
   return n;
 }
 
-absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
-  // Packed sub-byte dtypes: the storage's bytes hold per_byte elements each (torch 2.6:
+uint64_t ElementsIn(uint64_t bytes, const DTypeInfo* dtype) {
+  if (dtype == nullptr || dtype->size == 0) return bytes;
+  uint64_t n = bytes == UINT64_MAX ? UINT64_MAX : bytes / dtype->size;
+  // Packed sub-byte dtypes: each byte holds per_byte elements (torch 2.6:
   // quantize_per_tensor(arange(5), 1.0, 0, torch.quint4x2) has a 3-byte storage).
-  if (t.dtype != nullptr && t.dtype->per_byte > 1 &&
-      !base::CheckedMul<uint64_t>(storage_numel, t.dtype->per_byte, &storage_numel)) {
-    storage_numel = UINT64_MAX;
+  if (dtype->per_byte > 1 && !base::CheckedMul<uint64_t>(n, dtype->per_byte, &n)) {
+    return UINT64_MAX;
   }
+  return n;
+}
+
+uint64_t StorageElements(const TensorFact& t, const StorageRef& s) {
+  if (t.dtype == nullptr) return s.numel;
+  uint64_t bytes = s.numel;
+  if (!s.untyped && s.dtype != nullptr &&
+      !base::CheckedMul<uint64_t>(s.numel, s.dtype->size, &bytes)) {
+    bytes = UINT64_MAX;
+  }
+  return ElementsIn(bytes, t.dtype);
+}
+
+absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
   if (t.shape.size() != t.stride.size()) {
     return absl::InvalidArgumentError(absl::StrFormat("tensor '%s': %d sizes but %d strides",
                                                       base::AbslView(t.name), t.shape.size(),

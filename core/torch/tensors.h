@@ -137,7 +137,18 @@ std::string_view QuantizedDataDtype(const DTypeInfo* dtype);
 // saying what is not so.
 absl::Status CheckQuantized(const TensorFact& t);
 
-// Checks that the tensor's elements lie inside its storage of `storage_numel` elements:
+// How many elements of `dtype` `bytes` bytes hold: bytes / size, times per_byte for a packed
+// dtype. Saturates at UINT64_MAX; `bytes` itself for a null dtype.
+uint64_t ElementsIn(uint64_t bytes, const DTypeInfo* dtype);
+
+// How many elements of `t`'s dtype its storage `s` holds: s's bytes (numel elements of s's
+// dtype, or numel bytes when untyped) in t's element size. _rebuild_tensor_v3 names its own
+// dtype and torch 2.x sets the tensor on the storage's bytes, so the two dtypes may differ (a
+// float64 tensor over a ByteStorage of 8 bytes has one element, not eight).
+uint64_t StorageElements(const TensorFact& t, const StorageRef& s);
+
+// Checks that the tensor's elements lie inside a storage of `storage_numel` elements of the
+// tensor's own dtype (StorageElements):
 // offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides
 // and sizes are errors; empty tensors only need offset <= storage_numel.
 absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel);
