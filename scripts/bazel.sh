@@ -6,7 +6,8 @@
 #   scripts/bazel.sh //clients/...    the same for some targets only
 # Environment: BAZEL_JOBS (default 2; the machines are shared), BAZEL_OUTPUT_USER_ROOT (Bazel's
 # cache; default ~/.cache/bazel), BAZEL_FLAGS (more build/test flags, e.g. --config=ci; split on
-# spaces). CI runs this through scripts/ci_bazel.sh.
+# spaces), BAZEL_TEST_EXCLUDE (test targets built but not run, split on spaces: CI's list is
+# in scripts/ci_bazel.sh). CI runs this through scripts/ci_bazel.sh.
 # The Bazel server is shut down at the end whatever happened (it is a Java daemon that otherwise
 # stays alive). Each step's wall time is printed at the end. Exit code: that of the first failing
 # step.
@@ -52,7 +53,8 @@ step standalone_refs /usr/bin/python3 "$root/tests/docs/standalone_refs.py" "$ro
 # The first command starts the server; timed alone so that the build's time is the build's.
 step server bazel "${startup[@]}" info release
 step build bazel "${startup[@]}" build "${flags[@]}" -- "${targets[@]}"
-step test bazel "${startup[@]}" test "${flags[@]}" -- "${targets[@]}"
+read -r -a excluded <<<"${BAZEL_TEST_EXCLUDE:-}"
+step test bazel "${startup[@]}" test "${flags[@]}" -- "${targets[@]}" "${excluded[@]/#/-}"
 # Always, even after a failure (rc is saved and restored around it).
 saved=$rc rc=0
 step shutdown bazel "${startup[@]}" shutdown

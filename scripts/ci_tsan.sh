@@ -36,11 +36,15 @@ targets=(tsan_shim_test job_slots_test metrics_test log_test confine_test facts_
 # The gtest suites of those binaries (ctest names are Suite.Test).
 suites='TsanShim|JobSlots|StallWatchdog|Metrics|LogLine|TraceIdOf|Confine|FactsBudget|OutputFile'
 suites+='|CurrentUmask|Sha256|Oms'
+# shellcheck source=scripts/ccache_env.sh
+source "$root/scripts/ccache_env.sh"
+ckpt_ccache_setup "$root"
 if [[ ! -f $build/build.ninja ]] || ! grep -q '^CKPT_TSAN:BOOL=ON' "$build/CMakeCache.txt"; then
   # -O1 -gline-tables-only: reports with file:line at about half the build time of -O2 -g.
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DCKPT_TSAN=ON >&2
+        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DCKPT_TSAN=ON \
+        "${ckpt_ccache_flags[@]}" >&2
 fi
 # clang-14's TSan runtime cannot map its shadow memory when the kernel randomises more than 28
 # bits of mmap addresses (vm.mmap_rnd_bits 32 on some hosts: "FATAL: ThreadSanitizer: unexpected

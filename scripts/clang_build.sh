@@ -17,9 +17,13 @@ if [[ -z $cxx ]]; then
   echo "clang_build.sh: no clang++ (Debian: apt-get install clang-14 libclang-rt-14-dev)" >&2
   exit 1
 fi
+# shellcheck source=scripts/ccache_env.sh
+source "$root/scripts/ccache_env.sh"
+ckpt_ccache_setup "$root"
 if [[ ! -f $build/build.ninja ]] || ! grep -q '^CKPT_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DCKPT_FUZZ=ON >&2
+        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DCKPT_FUZZ=ON \
+        "${ckpt_ccache_flags[@]}" >&2
 fi
 cmake --build "$build" -j"$jobs" ${1:+--target "$@"} >&2

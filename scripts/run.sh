@@ -6,6 +6,7 @@
 #   scripts/run.sh <cmd> ...        any other ckptscan command (disasm, rules, ...)
 # Environment: BUILD_DIR (default: build), CI=true turns compiler warnings into errors and
 # leaves out debug info (-O2 without -g, as Bazel's CI config: the same code, built faster).
+# Compiles go through ccache when it is installed (scripts/ccache_env.sh; CKPT_CCACHE=0: off).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -14,6 +15,9 @@ cmd="${1:-}"
 shift
 
 "$root/scripts/setup.sh" >&2
+# shellcheck source=scripts/ccache_env.sh
+source "$root/scripts/ccache_env.sh"
+ckpt_ccache_setup "$root"
 werror=OFF
 ci_flags=()
 if [[ "${CI:-}" == "true" ]]; then
@@ -22,9 +26,9 @@ if [[ "${CI:-}" == "true" ]]; then
 fi
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR="$werror" \
-        "${ci_flags[@]}" >&2
+        "${ci_flags[@]}" "${ckpt_ccache_flags[@]}" >&2
 else
-  cmake -S "$root" -B "$build" -DCKPT_WERROR="$werror" >/dev/null
+  cmake -S "$root" -B "$build" -DCKPT_WERROR="$werror" "${ckpt_ccache_flags[@]}" >/dev/null
 fi
 cmake --build "$build" -j"$(nproc)" >&2
 
