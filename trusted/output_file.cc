@@ -29,6 +29,11 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_rules_version(request.rules_version);
   for (const std::string& d : request.allow_dtypes) spec.add_allow_dtypes(d);
   spec.set_cast_quantized(request.cast_quantized);
+  for (const convert::QuantizedLayer& l : request.quantized_layers) {
+    worker::v1::QuantizedLayerSpec* q = spec.add_quantized_layers();
+    q->set_prefix(l.prefix);
+    q->set_layout(l.layout);
+  }
   return spec;
 }
 namespace {

@@ -61,6 +61,9 @@ struct ConvertRequest {
   bool strict = false;                    // --strict (convert::Options::strict)
   std::vector<std::string> allow_dtypes;  // --allow-dtype (convert::Options::allow_dtypes)
   bool cast_quantized = false;            // --cast-quantized (convert::Options::cast_quantized)
+  // A sharded set's quantized layers, from its index (convert::Options::extra_layers); set by
+  // ConvertShardSet for each shard.
+  std::vector<convert::QuantizedLayer> quantized_layers;
   // --key / --sign-method: outputs are signed (trusted/sign_output.h) with this key, held by
   // the trusted side only (not owned; a null key = unsigned).
   SignOptions sign;

@@ -337,6 +337,11 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
   result->status = [&]() -> absl::Status {
     std::map<std::string, std::set<std::string>> shards;  // file -> names, in byte order
     for (const auto& [name, file] : index.weight_map) shards[file].insert(name);
+    // Quantized layers by the index's names: a layer split over two shards is one in both.
+    std::map<std::string, std::string_view> all_names;
+    for (const auto& [name, file] : index.weight_map) all_names.emplace(name, std::string_view());
+    const std::vector<convert::QuantizedLayer> layers =
+        convert::FindQuantizedLayers(all_names, /*names_only=*/true);
     if (shards.empty()) {
       return absl::FailedPreconditionError("the index maps no tensor to any shard");
     }
@@ -363,8 +368,15 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
     uint64_t total_size = 0, tensors = 0, aliases = 0;
     // The set's dtypes: the shards' entries summed by (source, written, how).
     std::map<std::tuple<std::string, std::string, std::string>, uint64_t> dtypes;
-    // Quantized layers per layout, summed over the shards (the first shard's example kept).
+    // Quantized layers per layout: the index's layers (a layer split over two shards counts
+    // once), and the float tensors the shards kept.
     std::map<std::string, v1::QuantizedLayers> layouts;
+    for (const convert::QuantizedLayer& l : layers) {
+      v1::QuantizedLayers& q = layouts[l.layout];
+      if (q.layers() == 0) q.set_example(l.prefix);
+      q.set_layout(l.layout);
+      q.set_layers(q.layers() + 1);
+    }
     absl::Status first_error;
     size_t i = 0;
     for (const auto& [file, names] : shards) {
@@ -376,6 +388,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
       r.output_dir_fd = staging->fd();
       r.replace = false;
       r.allow_index = false;
+      r.quantized_layers = layers;
       r.sign.key = nullptr;  // the set is signed as one model below
       r.staging_hook_for_test = nullptr;
       ShardOutcome outcome;
@@ -396,6 +409,17 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
         staging->Created(out_name);  // published under that name in the staging directory
         one->report.mutable_conversion()->set_output(absl::StrCat(out_dir, "/", out_name));
       }
+      if (one->status.ok()) {
+        // Summed before the report moves into shard_reports (the index's entry used to read
+        // the moved-from report: its dtypes were always empty).
+        for (const v1::DtypeConversion& d : one->report.conversion().dtypes()) {
+          dtypes[{d.source(), d.written(), d.how()}] += d.tensors();
+        }
+        for (const v1::QuantizedLayers& q : one->report.conversion().quantized_layers()) {
+          v1::QuantizedLayers& set = layouts[q.layout()];
+          set.set_kept(set.kept() + q.kept());
+        }
+      }
       result->shard_reports.push_back(std::move(one->report));
       step(absl::StrCat("shard ", i));
       if (!one->status.ok()) {
@@ -407,16 +431,6 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
         continue;
       }
       for (const std::string& n : outcome.names) weight_map[n] = out_name;
-      for (const v1::DtypeConversion& d : one->report.conversion().dtypes()) {
-        dtypes[{d.source(), d.written(), d.how()}] += d.tensors();
-      }
-      for (const v1::QuantizedLayers& q : one->report.conversion().quantized_layers()) {
-        auto [it, added] = layouts.try_emplace(q.layout(), q);
-        if (!added) {
-          it->second.set_layers(it->second.layers() + q.layers());
-          it->second.set_kept(it->second.kept() + q.kept());
-        }
-      }
       total_size += outcome.tensor_bytes;
       tensors += outcome.tensors;
       aliases += outcome.aliases;

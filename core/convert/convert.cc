@@ -114,23 +114,26 @@ bool IsFloat(std::string_view dtype) {
 }  // namespace
 
 std::vector<QuantizedLayer> FindQuantizedLayers(
-    const std::map<std::string, std::string_view>& names) {
-  auto dtype_of = [&](const std::string& name) -> std::string_view {
-    auto it = names.find(name);
-    return it == names.end() ? std::string_view("-") : it->second;
-  };
+    const std::map<std::string, std::string_view>& names, bool names_only) {
   auto has = [&](const std::string& name) { return names.count(name) != 0; };
+  // Whether tensor `name` exists with a dtype that `ok` accepts (any dtype with names_only).
+  auto is = [&](const std::string& name, auto ok) {
+    auto it = names.find(name);
+    return it != names.end() && (names_only || ok(it->second));
+  };
+  auto int32 = [](std::string_view d) { return d == "int32"; };
   std::map<std::string, std::string> found;
   for (const auto& [name, dtype] : names) {
     std::string p;
-    if (LeafOf(name, "qweight", &p) && dtype == "int32" &&
-        dtype_of(Member(p, "qzeros")) == "int32" && IsFloat(dtype_of(Member(p, "scales")))) {
+    if (LeafOf(name, "qweight", &p) && is(name, int32) && is(Member(p, "qzeros"), int32) &&
+        is(Member(p, "scales"), IsFloat)) {
       found[p] = has(Member(p, "g_idx")) ? "gptq" : "awq";
-    } else if (LeafOf(name, "SCB", &p) && dtype_of(Member(p, "weight")) == "int8") {
+    } else if (LeafOf(name, "SCB", &p) &&
+               is(Member(p, "weight"), [](std::string_view d) { return d == "int8"; })) {
       found[p] = "bitsandbytes-int8";
     } else if ((LeafOf(name, "weight.quant_state.bitsandbytes__nf4", &p) ||
                 LeafOf(name, "weight.quant_state.bitsandbytes__fp4", &p)) &&
-               dtype_of(Member(p, "weight")) == "uint8") {
+               is(Member(p, "weight"), [](std::string_view d) { return d == "uint8"; })) {
       found[p] = "bitsandbytes-4bit";
     }
   }
@@ -188,7 +191,15 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   for (const TensorFact& t : facts.tensors) {
     dtype_by_name.emplace(t.name, t.dtype != nullptr ? t.dtype->name : std::string_view());
   }
-  const std::vector<QuantizedLayer> layers = FindQuantizedLayers(dtype_by_name);
+  std::vector<QuantizedLayer> layers = FindQuantizedLayers(dtype_by_name);
+  for (const QuantizedLayer& extra : options.extra_layers) {
+    if (std::none_of(layers.begin(), layers.end(),
+                     [&](const QuantizedLayer& l) { return l.prefix == extra.prefix; })) {
+      layers.push_back(extra);
+    }
+  }
+  std::sort(layers.begin(), layers.end(),
+            [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.prefix < b.prefix; });
   std::map<std::string, size_t> layer_by_prefix;
   for (size_t k = 0; k < layers.size(); ++k) layer_by_prefix[layers[k].prefix] = k;
   std::vector<uint64_t> kept_in_layer(layers.size(), 0);
@@ -440,6 +451,9 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.rules_version = spec.rules_version();
   options.allow_dtypes.assign(spec.allow_dtypes().begin(), spec.allow_dtypes().end());
   options.cast_quantized = spec.cast_quantized();
+  for (const worker::v1::QuantizedLayerSpec& l : spec.quantized_layers()) {
+    options.extra_layers.push_back(QuantizedLayer{l.prefix(), l.layout()});
+  }
   return options;
 }
 

@@ -84,6 +84,17 @@ inline constexpr char kComplexAsRealKey[] = "ckptscan.complex64_as_real";
 // saying why not.
 absl::Status CheckAllowDtype(std::string_view safetensors_dtype);
 
+// A layer that GPTQ, AWQ or bitsandbytes quantized, recognised from its tensors alone:
+//   gptq               P.qweight, P.qzeros (int32), P.scales (a float dtype), P.g_idx
+//   awq                the same without P.g_idx
+//   bitsandbytes-int8  P.weight (int8) and P.SCB
+//   bitsandbytes-4bit  P.weight (uint8) and P.weight.quant_state.bitsandbytes__nf4 or __fp4
+// Every tensor named P.<anything> belongs to the layer: the kernels that load such a layer read
+// its float tensors (scales, bias, absmax) in the dtype they were saved in.
+struct QuantizedLayer {
+  std::string prefix;  // P ("" when the tensors are at the top level)
+  std::string layout;  // "gptq", "awq", "bitsandbytes-int8", "bitsandbytes-4bit"
+};
 struct Options {
   // Provenance recorded in __metadata__ (besides "format": "pt").
   std::string source_sha256;
@@ -105,6 +116,10 @@ struct Options {
   // --cast-quantized: under to_bf16, the float tensors of quantized layers (FindQuantizedLayers)
   // are cast as well; without it they keep their dtype.
   bool cast_quantized = false;
+  // Quantized layers recognised beyond this file's tensors: a sharded set's, from its index's
+  // names (FindQuantizedLayers names_only), so that a layer whose tensors are split over two
+  // shards keeps its float tensors in both. Added to the ones this file's tensors show.
+  std::vector<QuantizedLayer> extra_layers;
 };
 
 // __metadata__ key holding, as a JSON object by output name, how each torch-quantized tensor
@@ -114,20 +129,11 @@ struct Options {
 // tensors of their own (docs/safetensors.md, "Quantized tensors").
 inline constexpr char kQuantizedKey[] = "ckptscan.quantized";
 
-// A layer that GPTQ, AWQ or bitsandbytes quantized, recognised from its tensors alone:
-//   gptq               P.qweight, P.qzeros (int32), P.scales (a float dtype), P.g_idx
-//   awq                the same without P.g_idx
-//   bitsandbytes-int8  P.weight (int8) and P.SCB
-//   bitsandbytes-4bit  P.weight (uint8) and P.weight.quant_state.bitsandbytes__nf4 or __fp4
-// Every tensor named P.<anything> belongs to the layer: the kernels that load such a layer read
-// its float tensors (scales, bias, absmax) in the dtype they were saved in.
-struct QuantizedLayer {
-  std::string prefix;  // P ("" when the tensors are at the top level)
-  std::string layout;  // "gptq", "awq", "bitsandbytes-int8", "bitsandbytes-4bit"
-};
-// The quantized layers among `names` (tensor name -> torch dtype name), by prefix.
+// The quantized layers among `names` (tensor name -> torch dtype name), by prefix. With
+// `names_only` the dtypes are not looked at (a sharded set's index names its tensors, not their
+// dtypes): a layer is recognised by its tensors' names alone.
 std::vector<QuantizedLayer> FindQuantizedLayers(
-    const std::map<std::string, std::string_view>& names);
+    const std::map<std::string, std::string_view>& names, bool names_only = false);
 
 struct Plan {
   struct Entry {

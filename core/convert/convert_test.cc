@@ -500,6 +500,38 @@ TEST(QuantizedLayersTest, EachLayoutIsRecognisedByItsTensorsAndNothingElse) {
             std::vector<std::string>{});
 }
 
+TEST(QuantizedLayersTest, AnIndexsNamesAloneRecogniseItsLayers) {
+  // A sharded set's index names its tensors without dtypes.
+  std::map<std::string, std::string_view> names = {
+      {"a.qweight", ""}, {"a.qzeros", ""}, {"a.scales", ""},  {"a.g_idx", ""},
+      {"b.SCB", ""},     {"b.weight", ""}, {"c.qweight", ""}, {"c.scales", ""}};
+  std::vector<std::string> found;
+  for (const QuantizedLayer& l : FindQuantizedLayers(names, /*names_only=*/true)) {
+    found.push_back(absl::StrCat(l.prefix, "=", l.layout));
+  }
+  EXPECT_EQ(found, (std::vector<std::string>{"a=gptq", "b=bitsandbytes-int8"}));
+  EXPECT_TRUE(FindQuantizedLayers(names).empty());  // with dtypes required, none
+}
+
+TEST(QuantizedTest, ExtraLayersFromTheIndexKeepAShardsPartOfASplitLayer) {
+  // The second shard of the split set holds the layer's scales and bias but not its qweight.
+  const std::string file = Read(kQuantized / "sharded_gptq/pytorch_model-00002-of-00002.bin");
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  Options bf16;
+  bf16.to_bf16 = true;
+  QuantizedWritten alone = WriteQuantized(file, facts, bf16);
+  EXPECT_EQ(alone.by_name.at("model.layers.0.self_attn.q_proj.scales")->dtype,
+            safetensors::Dtype::kBF16);
+  bf16.extra_layers = {QuantizedLayer{"model.layers.0.self_attn.q_proj", "gptq"}};
+  QuantizedWritten w = WriteQuantized(file, facts, bf16);
+  EXPECT_EQ(w.by_name.at("model.layers.0.self_attn.q_proj.scales")->dtype,
+            safetensors::Dtype::kF16);
+  EXPECT_EQ(w.by_name.at("model.layers.0.self_attn.q_proj.bias")->dtype, safetensors::Dtype::kF16);
+  EXPECT_EQ(w.by_name.at("lm_head.weight")->dtype, safetensors::Dtype::kBF16);
+  ASSERT_EQ(w.plan.quantized_layers.size(), 1u);
+  EXPECT_EQ(w.plan.quantized_layers[0].kept, 2u);
+}
+
 TEST(QuantizedTest, PerTensorQuantizedTensorsAreTheirIntegersPlusScaleAndZeroPoint) {
   const std::string file = Read(kQuantized / "torch_q_per_tensor.pt");
   torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());

@@ -123,6 +123,55 @@ def flatten_loaded(obj):
             stack[0:0] = [((f"{name}.{i}" if name else str(i)), x) for i, x in enumerate(v)]
 
 
+def check_sets(a, files, tmp):
+    """A sharded set whose quantized layer is split over its shards: recognised from the
+    index's names, so each shard keeps that layer's float tensors under bf16."""
+    sets = {}
+    for rel, exp in files.items():
+        if "shard_of" in exp:
+            sets.setdefault(exp["shard_of"], []).append(rel)
+    n = 0
+    for index, shards in sorted(sets.items()):
+        for flags in (["--dtype", "bf16"], ["--dtype", "bf16", "--cast-quantized"]):
+            label = f"{index} {' '.join(flags)}"
+            outdir = os.path.join(tmp, f"set-{len(flags)}")
+            rc, report, err = convert(a.ckptscan, os.path.join(a.fixtures, index), outdir, flags)
+            if not check(rc == 0, f"{label}: exit {rc}: {err.strip()}"):
+                continue
+            n += 1
+            cast = "--cast-quantized" in flags
+            kept = 0
+            new_index = json.load(open(os.path.join(outdir, "model.safetensors.index.json")))
+            for rel in sorted(shards):
+                layers = files[rel]["layers"]
+                for t in files[rel]["tensors"]:
+                    name = t["name"]
+                    out = os.path.join(outdir, new_index["weight_map"][name])
+                    dt = read_safetensors(out)[1][name][0]
+                    is_float = t["dtype"] in ("float32", "float16")
+                    in_layer = layer_of(name, layers) is not None
+                    if is_float and in_layer and not cast:
+                        kept += 1
+                        check(dt == ST[t["dtype"]], f"{label}: {name} is {dt}, want it kept")
+                    elif is_float:
+                        check(dt == "BF16", f"{label}: {name} is {dt}, want BF16")
+            # The index's entry sums its shards' dtypes.
+            summed = {}
+            for f in report["files"][1:]:
+                for d in f["conversion"]["dtypes"]:
+                    key = (d["source"], d["written"], d["how"])
+                    summed[key] = summed.get(key, 0) + d["tensors"]
+            index_dtypes = {(d["source"], d["written"], d["how"]): d["tensors"]
+                            for d in report["files"][0]["conversion"]["dtypes"]}
+            check(summed and index_dtypes == summed,
+                  f"{label}: the index's dtypes {index_dtypes} are not its shards' {summed}")
+            layout = next(iter(files[shards[0]]["layers"].items()))
+            got = report["files"][0]["conversion"].get("quantized_layers")
+            want = [{"layout": layout[1], "layers": 1, "kept": kept, "example": layout[0]}]
+            check(got == want, f"{label}: the set's quantized_layers {got}, want {want}")
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckptscan", required=True)
@@ -137,6 +186,8 @@ def main():
     conversions = round_trips = 0
     with tempfile.TemporaryDirectory() as tmp:
         for rel, exp in sorted(files.items()):
+            if "shard_of" in exp:
+                continue  # converted as its set, below
             src = os.path.join(a.fixtures, rel)
             tensors = exp["tensors"]
             if "refused" in exp:
@@ -201,6 +252,7 @@ def main():
                 if have_torch and flags[1] == "keep":
                     round_trips += torch_round_trip(label, src, tensors, got)
                 os.unlink(out)
+        conversions += check_sets(a, files, tmp)
     for f in failures:
         print("FAIL", f)
     print(f"{conversions} conversions of {len(files)} quantized fixtures checked against "
