@@ -165,6 +165,12 @@ if run "$name" 0 "$bin" convert -f json --allow-dtype C64 "$dtypes" -o out/c64.s
   elif ! contains out.txt '"how": "allowed"'; then fail "$name" "$(cat out.txt)"
   else pass "$name"; fi
 fi
+name="--cast-quantized without --dtype bf16 is a usage error (exit 64), nothing written"
+if run "$name" 64 "$bin" convert --cast-quantized "$dtypes" -o out/bad.safetensors; then
+  if [[ -e out/bad.safetensors ]]; then fail "$name" "output written"
+  elif ! contains err.txt "only means something with --dtype bf16"; then fail "$name" "$(cat err.txt)"
+  else pass "$name"; fi
+fi
 for bad in U16 F32 c64 X; do
   name="--allow-dtype $bad is a usage error (exit 64), nothing written"
   if run "$name" 64 "$bin" convert --allow-dtype "$bad" "$dtypes" -o out/bad.safetensors; then

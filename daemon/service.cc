@@ -161,6 +161,9 @@ absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method d
   request->select = in.select();
   request->strict = in.strict();
   request->cast_quantized = in.cast_quantized();
+  if (request->cast_quantized && !request->to_bf16) {
+    return absl::InvalidArgumentError("cast_quantized: only with dtype \"bf16\"");
+  }
   request->replace = in.replace();
   for (const std::string& d : in.allow_dtypes()) {
     if (absl::Status s = convert::CheckAllowDtype(d); !s.ok()) {

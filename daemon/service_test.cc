@@ -327,6 +327,14 @@ TEST_F(ServiceTest, ConvertPathWritesComplex64AsRealUnlessAllowDtypesNamesC64) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("--allow-dtype takes only C64"), std::string::npos)
       << status.error_message();
+  // cast_quantized is convert --cast-quantized: with dtype "bf16" only.
+  grpc::ClientContext ctx2;
+  request.clear_options();
+  request.mutable_options()->set_cast_quantized(true);
+  status = stub_->ConvertPath(&ctx2, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("cast_quantized: only with dtype"), std::string::npos)
+      << status.error_message();
 }
 
 }  // namespace

@@ -164,6 +164,10 @@ int RunConvertRemote(const ConvertOptions& opt) {
 }
 
 int RunConvert(const ConvertOptions& opt) {
+  if (opt.cast_quantized && opt.dtype != "bf16") {
+    PrintError("--cast-quantized only means something with --dtype bf16 (nothing else is cast)");
+    return kExitUsage;
+  }
   if (!opt.server.server.empty()) return RunConvertRemote(opt);
   std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
   if (!engine) return kExitUsage;
