@@ -122,6 +122,9 @@ Json FileJson(const v1::FileReport& f) {
       }
       j["conversion"]["quantized_layers"] = std::move(layers);
     }
+    if (!c.declared_quantization().empty()) {
+      j["conversion"]["declared_quantization"] = c.declared_quantization();
+    }
   }
   return j;
 }
@@ -453,6 +456,10 @@ std::string FileReportToText(const v1::FileReport& f) {
       absl::StrAppend(&out, "    quantized layers (", TerminalSafe(q.layout()), "): ", q.layers(),
                       ", e.g. ", TerminalSafe(q.example()), "; ", Plural(q.kept(), "float tensor"),
                       " kept in their dtype\n");
+    }
+    if (!c.declared_quantization().empty()) {
+      absl::StrAppend(&out, "    config.json declares quantization_config: quant_method ",
+                      TerminalSafe(c.declared_quantization()), "\n");
     }
     if (c.not_written_total() != 0) {
       absl::StrAppend(&out, "  not written (not tensors): ", Plural(c.not_written_total(), "value"),

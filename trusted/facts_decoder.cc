@@ -473,6 +473,10 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     return absl::InvalidArgumentError("a weight map without a shard index");
   }
   facts->shard_index.present = in.shard_index();
+  if (!in.quant_method().empty() && !torch::IsPlainQuantMethod(in.quant_method())) {
+    return absl::InvalidArgumentError("quant_method is not a plain name");
+  }
+  facts->quant_method = in.quant_method();
   facts->shard_index.has_total_size = in.has_total_size();
   facts->shard_index.total_size = in.total_size();
   absl::flat_hash_set<std::string_view> names;

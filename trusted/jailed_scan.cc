@@ -403,11 +403,45 @@ class WritebackKicker {
 
 }  // namespace
 
-absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& request,
+namespace {
+
+// The quant_method that the config.json beside `request.input` declares (transformers' layout),
+// parsed by a jailed worker like any untrusted bytes: "" when there is none, when the request's
+// opener does not give it (an upload has no neighbours; the daemon's roots and the caller's
+// access apply), or when it is not such JSON.
+std::string DeclaredQuantization(const ConvertRequest& request, const pickle::Limits& limits,
+                                 const JailOptions& options) {
+  constexpr uint64_t kMaxConfigBytes = 16 << 20;  // transformers' configs are a few KiB
+  const size_t slash = request.input.find_last_of('/');
+  const std::string path = slash == std::string::npos
+                               ? "config.json"
+                               : absl::StrCat(request.input.substr(0, slash + 1), "config.json");
+  if (path == request.input) return "";
+  absl::StatusOr<base::UniqueFd> fd =
+      request.open_input ? request.open_input(path) : OpenRegularFile(path);
+  struct stat st;
+  if (!fd.ok() || ::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) > kMaxConfigBytes) {
+    return "";
+  }
+  const JailedRun run = RunJailedJob(*std::move(fd), static_cast<uint64_t>(st.st_size),
+                                     worker::v1::Job::MODE_SCAN, limits, options);
+  return run.result.ok() ? run.facts.quant_method : "";
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& original,
                                                 const rules::RuleSet& rules,
                                                 const pickle::Limits& limits,
                                                 const JailOptions& options,
                                                 const PlanCheck& check) {
+  // The top-level input (not a shard: its set's request already carries it) may have a
+  // config.json beside it declaring a quantization (docs/safetensors.md, "Quantized weights").
+  ConvertRequest request = original;
+  if (request.allow_index && request.declared_quantization.empty()) {
+    request.declared_quantization = DeclaredQuantization(request, limits, options);
+  }
   CKPT_ASSIGN_OR_RETURN(base::UniqueFd fd, request.open_input ? request.open_input(request.input)
                                                               : OpenRegularFile(request.input));
   struct stat st;

@@ -29,6 +29,7 @@ worker::v1::ConvertSpec SpecFor(const ConvertRequest& request, const std::string
   spec.set_rules_version(request.rules_version);
   for (const std::string& d : request.allow_dtypes) spec.add_allow_dtypes(d);
   spec.set_cast_quantized(request.cast_quantized);
+  spec.set_declared_quantization(request.declared_quantization);
   for (const convert::QuantizedLayer& l : request.quantized_layers) {
     worker::v1::QuantizedLayerSpec* q = spec.add_quantized_layers();
     q->set_prefix(l.prefix);
@@ -319,6 +320,7 @@ absl::StatusOr<v1::Conversion> ValidateAndPublish(OutputFile& out, const convert
     d->set_how(u.how);
     d->set_tensors(u.tensors);
   }
+  c.set_declared_quantization(plan.declared_quantization);
   for (const convert::Plan::LayoutUse& u : plan.quantized_layers) {
     v1::QuantizedLayers* q = c.add_quantized_layers();
     q->set_layout(u.layout);

@@ -64,6 +64,10 @@ struct ConvertRequest {
   // A sharded set's quantized layers, from its index (convert::Options::extra_layers); set by
   // ConvertShardSet for each shard.
   std::vector<convert::QuantizedLayer> quantized_layers;
+  // quantization_config.quant_method of the config.json beside the input
+  // (convert::Options::declared_quantization); read by ConvertFileJailed for the top-level
+  // input, never for an upload (its opener reads nothing but the upload).
+  std::string declared_quantization;
   // --key / --sign-method: outputs are signed (trusted/sign_output.h) with this key, held by
   // the trusted side only (not owned; a null key = unsigned).
   SignOptions sign;

@@ -483,6 +483,7 @@ void ConvertShardSet(const ConvertRequest& request, const v1::FileReport& index_
       d->set_tensors(count);
     }
     for (auto& [layout, q] : layouts) *c->add_quantized_layers() = std::move(q);
+    c->set_declared_quantization(request.declared_quantization);
     if (request.sign.key != nullptr) {
       c->set_signature(absl::StrCat(out_dir, "/", kSignatureName));
       c->set_signer(request.sign.key->public_key().hint());

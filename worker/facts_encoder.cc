@@ -166,6 +166,7 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
   }
   out->set_other_values_total(facts.other_values.total);
   out->set_shard_index(facts.shard_index.present);
+  out->set_quant_method(facts.quant_method);
   out->set_has_total_size(facts.shard_index.has_total_size);
   out->set_total_size(facts.shard_index.total_size);
   for (const auto& [name, file] : facts.shard_index.weight_map) {

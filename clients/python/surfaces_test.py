@@ -208,6 +208,29 @@ class SurfacesTest(unittest.TestCase):
                     else:
                         self.assertEqual(got[name][:2], ("BF16", shape), name)
 
+    def test_a_declared_quantization_is_read_beside_the_input_on_every_surface(self):
+        # tests/fixtures/quantized/declared_hqq: an HQQ-shaped checkpoint beside a config.json
+        # declaring "hqq" (docs/safetensors.md, "Quantized weights"): --dtype bf16 is refused
+        # locally, by path and through the Python client; an upload has no neighbours to read.
+        source = os.path.join(ct.ARGS.fixtures, "quantized", "declared_hqq", "pytorch_model.bin")
+        addr = self.daemon.address
+        out = os.path.join(self.sets, "declared-%s.safetensors")
+        ct.cli("convert", "--dtype", "bf16", source, "-o", out % "local", check_rc=2)
+        ct.cli("convert", "--server", addr, "--by-path", "--dtype", "bf16", source, "-o",
+               out % "path", check_rc=2)
+        response = self.client.convert_path(source, out % "py", dtype="bf16")
+        self.assertFalse(response.converted)
+        self.assertIn('quant_method "hqq"', response.error)
+        for name in ("local", "path", "py"):
+            self.assertFalse(os.path.exists(out % name), name)
+        _, text = ct.cli("convert", "--server", addr, "--by-path", "--format", "json", source,
+                         "-o", out % "keep", check_rc=0)
+        self.assertEqual(json.loads(text)["files"][0]["conversion"]["declared_quantization"],
+                         "hqq")
+        _, text = ct.cli("convert", "--server", addr, "--format", "json", "--dtype", "bf16",
+                         source, "-o", out % "upload", check_rc=0)
+        self.assertNotIn("declared_quantization", json.loads(text)["files"][0]["conversion"])
+
     def test_python_scan_path_is_the_cli_report(self):
         for path in self.files:
             if path in self.indexes:

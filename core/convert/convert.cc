@@ -200,6 +200,16 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
   }
   std::sort(layers.begin(), layers.end(),
             [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.prefix < b.prefix; });
+  plan.declared_quantization = options.declared_quantization;
+  if (options.to_bf16 && !options.cast_quantized && !options.declared_quantization.empty() &&
+      layers.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the config.json beside the input declares quantization_config (quant_method \"",
+        options.declared_quantization,
+        "\"), and no layer of a layout ckptscan knows (GPTQ, AWQ, bitsandbytes) is among the "
+        "tensors: --dtype bf16 could cast tensors its loader reads in their saved dtype. "
+        "Convert with --dtype keep, or add --cast-quantized to cast them anyway"));
+  }
   std::map<std::string, size_t> layer_by_prefix;
   for (size_t k = 0; k < layers.size(); ++k) layer_by_prefix[layers[k].prefix] = k;
   std::vector<uint64_t> kept_in_layer(layers.size(), 0);
@@ -451,6 +461,7 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   options.rules_version = spec.rules_version();
   options.allow_dtypes.assign(spec.allow_dtypes().begin(), spec.allow_dtypes().end());
   options.cast_quantized = spec.cast_quantized();
+  options.declared_quantization = spec.declared_quantization();
   for (const worker::v1::QuantizedLayerSpec& l : spec.quantized_layers()) {
     options.extra_layers.push_back(QuantizedLayer{l.prefix(), l.layout()});
   }

@@ -120,6 +120,11 @@ struct Options {
   // names (FindQuantizedLayers names_only), so that a layer whose tensors are split over two
   // shards keeps its float tensors in both. Added to the ones this file's tensors show.
   std::vector<QuantizedLayer> extra_layers;
+  // The quant_method that a config.json beside the input declares ("" for none). Under to_bf16
+  // without cast_quantized, a declared quantization with no layer recognised among the tensors
+  // refuses the conversion: its layout is one this list does not know, and casting could break
+  // what its loader reads in the saved dtype.
+  std::string declared_quantization;
 };
 
 // __metadata__ key holding, as a JSON object by output name, how each torch-quantized tensor
@@ -174,6 +179,7 @@ struct Plan {
     std::string example;  // the first layer's prefix
   };
   std::vector<LayoutUse> quantized_layers;
+  std::string declared_quantization;  // Options::declared_quantization, for the report
 };
 
 absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options);

@@ -72,6 +72,20 @@ struct SafetensorsFacts {
 // bytes, no '/' or NUL, not "." or "..".
 absl::Status CheckShardFileName(std::string_view name);
 
+inline constexpr size_t kMaxQuantMethodBytes = 64;
+
+// A quant_method worth keeping (it is shown in reports and messages): 1 to kMaxQuantMethodBytes
+// characters of [A-Za-z0-9_.-].
+inline bool IsPlainQuantMethod(std::string_view s) {
+  if (s.empty() || s.size() > kMaxQuantMethodBytes) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
@@ -88,7 +102,12 @@ struct FileFacts {
   std::vector<StorageData> storage_data;  // parallel to `storages`
   // Values beside the tensors (torch formats), which a conversion does not write.
   OtherValues other_values;
-  ShardIndex shard_index;        // format "hf-index" only
+  ShardIndex shard_index;  // format "hf-index" only
+  // A JSON file's top-level quantization_config.quant_method (transformers' config.json:
+  // "gptq", "awq", "bitsandbytes", "hqq", "fp8", ...), at most kMaxQuantMethodBytes of
+  // [A-Za-z0-9_.-]; "" when absent or anything else. convert reads the config.json beside its
+  // input for it (docs/safetensors.md, "Quantized weights").
+  std::string quant_method;
   SafetensorsFacts safetensors;  // format "safetensors" only
 };
 

@@ -29,8 +29,8 @@ std::string Esc(std::string_view s) {
 class IndexHandler final : public nlohmann::json_sax<Json> {
  public:
   IndexHandler(const IndexLimits& limits, const char* base, const char* const* cursor,
-               ShardIndex* index)
-      : limits_(limits), base_(base), cursor_(cursor), index_(index) {}
+               ShardIndex* index, std::string* quant_method)
+      : limits_(limits), base_(base), cursor_(cursor), index_(index), quant_method_(quant_method) {}
 
   const absl::Status& status() const { return status_; }
   bool saw_weight_map() const { return saw_weight_map_; }
@@ -52,6 +52,11 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
   bool binary(binary_t&) override { return Scalar("binary data"); }
 
   bool string(string_t& s) override {
+    if (state_ == State::kQuantMethod) {
+      *quant_method_ = IsPlainQuantMethod(s) ? s : std::string();
+      state_ = State::kQuantKey;
+      return true;
+    }
     if (state_ != State::kMapValue) return Scalar("a string");
     if (absl::Status ok = CheckShardFileName(s); !ok.ok()) {
       return Fail(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)), "\"]: ", ok.message()));
@@ -74,6 +79,10 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
         state_ = State::kMetaKey;
         keys_.emplace_back();
         return true;
+      case State::kQuantStart:
+        state_ = State::kQuantKey;
+        keys_.emplace_back();
+        return true;
       default:
         return Open(/*object=*/true, "an object");
     }
@@ -89,6 +98,8 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
           state_ = State::kMapStart;
         } else if (k == "metadata") {
           state_ = State::kMetaStart;
+        } else if (k == "quantization_config") {
+          state_ = State::kQuantStart;
         } else {
           Skip(State::kTopKey);
         }
@@ -99,6 +110,14 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
           state_ = State::kTotalSize;
         } else {
           Skip(State::kMetaKey);
+        }
+        return true;
+      case State::kQuantKey:
+        if (!keys_.back().insert(k).second) return Fail(Dup("quantization_config", k));
+        if (k == "quant_method") {
+          state_ = State::kQuantMethod;
+        } else {
+          Skip(State::kQuantKey);
         }
         return true;
       case State::kMapKey:
@@ -135,6 +154,7 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
         state_ = State::kTopKey;
         return true;
       case State::kMetaKey:
+      case State::kQuantKey:
         keys_.pop_back();
         state_ = State::kTopKey;
         return true;
@@ -167,6 +187,9 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
     kMetaStart,
     kMetaKey,
     kTotalSize,
+    kQuantStart,   // the value of quantization_config
+    kQuantKey,     // inside it
+    kQuantMethod,  // the value of its quant_method
     kSkip,
     kDone,
   };
@@ -206,6 +229,12 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
       case State::kTotalSize:  // another type: kept as metadata, not read
         state_ = State::kMetaKey;
         return true;
+      case State::kQuantStart:  // not an object (null, say): nothing declared
+        state_ = State::kTopKey;
+        return true;
+      case State::kQuantMethod:  // not a string: nothing declared
+        state_ = State::kQuantKey;
+        return true;
       case State::kMapStart:
         return Fail(absl::StrCat("weight_map must be an object, not ", AbslView(what)));
       case State::kMetaStart:
@@ -220,6 +249,8 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
 
   bool Open(bool object, std::string_view what) {
     if (state_ == State::kTotalSize) Skip(State::kMetaKey);
+    if (state_ == State::kQuantStart) Skip(State::kTopKey);
+    if (state_ == State::kQuantMethod) Skip(State::kQuantKey);
     if (state_ != State::kSkip) return Scalar(what);
     if (skip_.size() >= limits_.max_depth) {
       return Limit(absl::StrCat("values nested deeper than ", limits_.max_depth,
@@ -240,6 +271,7 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
   const char* base_;
   const char* const* cursor_;
   ShardIndex* index_;
+  std::string* quant_method_;
   State state_ = State::kTop;
   State back_ = State::kTop;
   std::vector<std::set<std::string>> keys_;  // keys seen at the top level and in metadata
@@ -270,12 +302,13 @@ void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts*
   }
   ShardIndex index;
   const char* cursor = data.data();
-  IndexHandler handler(limits, data.data(), &cursor, &index);
+  IndexHandler handler(limits, data.data(), &cursor, &index, &out->quant_method);
   const bool ok = Json::sax_parse(base::JsonCursor(data.data(), &cursor),
                                   base::JsonCursor(data.data() + data.size(), &cursor), &handler,
                                   nlohmann::detail::input_format_t::json, /*strict=*/true,
                                   /*ignore_comments=*/false);
   if (!ok) {
+    out->quant_method.clear();  // not JSON that transformers would read
     const absl::Status& s = handler.status();
     out->errors.push_back(
         StatusError(s,

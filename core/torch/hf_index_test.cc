@@ -53,6 +53,39 @@ TEST(HfIndexTest, ExtraMembersAreSkippedWhateverTheirShape) {
   EXPECT_EQ(f.shard_index.weight_map.size(), 1u);
 }
 
+TEST(HfIndexTest, AConfigsQuantizationMethodIsReadAsAPlainNameOnly) {
+  // transformers' config.json: not an index (the unsupported error), but its declared method
+  // is kept for convert.
+  FileFacts f = Read(R"({"architectures": ["LlamaForCausalLM"], "quantization_config":)"
+                     R"( {"bits": 4, "group_size": 128, "quant_method": "gptq",)"
+                     R"( "meta": {"quant_method": "not this one"}}, "torch_dtype": "float16"})");
+  EXPECT_EQ(f.format, "json");
+  EXPECT_EQ(f.quant_method, "gptq");
+  ExpectError(f, v1::ERROR_CODE_UNSUPPORTED, "not a sharded checkpoint index");
+  EXPECT_EQ(
+      Read(R"({"quantization_config": {"quant_method": "fp8"}, "weight_map": {}})").quant_method,
+      "fp8");
+  // Not a plain name, not a string, not an object, too long: nothing is declared.
+  for (const char* json :
+       {R"({"quantization_config": {"quant_method": "gptq\u001b[31m"}})",
+        R"({"quantization_config": {"quant_method": ["gptq"]}})",
+        R"({"quantization_config": {"quant_method": 4}})", R"({"quantization_config": null})",
+        R"({"quantization_config": ["quant_method", "gptq"]})",
+        R"({"config": {"quantization_config": {"quant_method": "gptq"}}})"}) {
+    SCOPED_TRACE(json);
+    EXPECT_EQ(Read(json).quant_method, "");
+  }
+  EXPECT_EQ(Read(absl::StrCat(R"({"quantization_config": {"quant_method": ")",
+                              std::string(kMaxQuantMethodBytes + 1, 'a'), R"("}})"))
+                .quant_method,
+            "");
+  // A duplicate key inside it is an error like anywhere else, and invalid JSON keeps nothing.
+  f = Read(R"({"quantization_config": {"quant_method": "awq", "quant_method": "gptq"}})");
+  ExpectError(f, v1::ERROR_CODE_MALFORMED, "duplicate key");
+  EXPECT_EQ(f.quant_method, "");
+  EXPECT_EQ(Read(R"({"quantization_config": {"quant_method": "awq"}, )").quant_method, "");
+}
+
 TEST(HfIndexTest, ATotalSizeThatIsNotACountIsNotRead) {
   const FileFacts f = Read(R"({"metadata": {"total_size": 1.5e3}, "weight_map": {}})");
   EXPECT_TRUE(f.errors.empty());
