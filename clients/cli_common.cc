@@ -161,7 +161,8 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* ex
 void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path) {
   cmd->add_option("--server", f->server,
                   "Use the ckptscand daemon at ADDR instead of the embedded jail: local (this "
-                  "user's default socket), unix:PATH, or HOST:PORT (TLS)")
+                  "user's default socket), unix:PATH (or a bare path starting with /, ./ or "
+                  "../), or HOST:PORT (TLS)")
       ->type_name("ADDR");
   if (with_by_path) {
     cmd->add_flag("--by-path", f->by_path,

@@ -175,6 +175,12 @@ absl::Status FromGrpc(const grpc::Status& status, const std::string& target) {
 
 absl::StatusOr<std::unique_ptr<RemoteClient>> RemoteClient::Create(const RemoteOptions& options) {
   std::string target = options.address;
+  // A bare socket path ("/run/ckptscan/ckptscand.sock", "./d.sock") is unix:PATH; gRPC would
+  // resolve it as a host name and fail with a DNS error.
+  if (absl::StartsWith(target, "/") || absl::StartsWith(target, "./") ||
+      absl::StartsWith(target, "../")) {
+    target = absl::StrCat("unix:", target);
+  }
   std::shared_ptr<grpc::ChannelCredentials> creds;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(kChunkBytes + (1u << 20)));

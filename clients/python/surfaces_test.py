@@ -143,6 +143,17 @@ class SurfacesTest(unittest.TestCase):
                             "json", *batch)
             self.assertSameBytes(out, self.local_text[n], "--by-path batch %d" % n)
 
+    def test_a_bare_socket_path_is_the_unix_address(self):
+        # --server /path/to.sock is unix:/path/to.sock (it used to fail with a DNS error).
+        source = self.files[0]
+        _, want = ct.cli("scan", "--server", self.daemon.address, "--format", "json", source)
+        for address in (self.daemon.socket,
+                        "./" + os.path.relpath(self.daemon.socket, os.getcwd())):
+            with self.subTest(address):
+                _, got = ct.cli("scan", "--server", address, "--format", "json", source)
+                self.assertTrue(got.strip(), address)  # a report, not a connection error
+                self.assertSameBytes(got, want, address)
+
     def test_cli_upload_prints_the_local_bytes(self):
         for n, batch in enumerate(self.batches()):
             _, out = ct.cli("scan", "--server", self.daemon.address, "--format", "json", *batch)
