@@ -203,6 +203,17 @@ if run "$name" 0 "$bin" scan --help; then
     && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# Each command's --help gives its own exit codes, not scan's verdict codes.
+for cmd in keygen "rules show" "rules check" version; do
+  name="HelpOf ${cmd}: its own exit codes"
+  # shellcheck disable=SC2086  # "rules show" is two words
+  if run "$name" 0 "$bin" $cmd --help; then
+    if contains out.txt "worst verdict"; then fail "$name" "scan's exit codes: $(cat out.txt)"
+    elif ! contains out.txt "Exit code"; then fail "$name" "no exit codes: $(cat out.txt)"
+    else pass "$name"; fi
+  fi
+done
+
 name=RulesShowPrintsARulesFileThatChecksOk
 if run "$name" 0 "$bin" rules show; then
   cp out.txt shown.textproto

@@ -140,6 +140,9 @@ void AddKeyCommands(CLI::App* app, Commands* out) {
       ->add_option("--public", keygen_opt->public_output,
                    "The public key file to create (default: KEY.pub)")
       ->type_name("PUB");
+  keygen->footer(
+      "Exit codes: 0 the key pair was written; 2 it could not be (an existing file is never\n"
+      "overwritten); 64 usage error.");
   out->push_back({keygen, [keygen_opt] { return RunKeygen(*keygen_opt); }});
 
   auto verify_opt = std::make_shared<VerifyCliOptions>();

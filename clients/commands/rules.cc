@@ -91,7 +91,14 @@ void AddRulesCommands(CLI::App* app, Commands* out) {
       "check", "Validate a rules file: exit 0 if valid, 64 with the error otherwise");
   check->add_option("FILE", *check_file, "The rules file")->required();
 
+  show->footer(
+      "Exit codes: 0 printed; 2 the rules could not be printed or written; 64 the rules, an\n"
+      "overlay or an --allow entry is invalid.");
+  check->footer("Exit codes: 0 the file is valid; 64 it is not (the error says where).");
+  rules_cmd->footer("Exit codes: those of `rules show` and `rules check`.");
+
   CLI::App* version = app->add_subcommand("version", "Print the scanner and rules versions");
+  version->footer("Exit code: 0.");
   out->push_back({show, [show_rules] { return RunRulesShow(*show_rules); }});
   out->push_back({check, [check_file] { return RunRulesCheck(*check_file); }});
   out->push_back({version, [] { return RunVersion(); }});
