@@ -59,7 +59,8 @@ bool IsRowMajorContiguous(const TensorFact& t) {
 constexpr std::string_view kGated[] = {"C64"};
 
 // Where a tensor's bytes are: its storage is in the facts, stored (not compressed), and holds
-// every element the tensor reaches.
+// every element the tensor reaches. `t` alone: the planner checks a quantized tensor's
+// per-channel parameters one by one, naming which failed.
 absl::Status CheckData(const torch::FileFacts& facts, const TensorFact& t) {
   if (t.storage < 0 || static_cast<size_t>(t.storage) >= facts.storage_data.size()) {
     return absl::FailedPreconditionError("no storage");

@@ -710,18 +710,11 @@ class Reader {
       out_->storage_data[i] = StorageData{s.key, MemberName(outer, e->name), base + e->data_offset,
                                           nbytes, e->method == 0};
     }
-    for (const TensorFact& tensor : t.tensors) {
-      // A quantized tensor's per-channel scales and zero points have storages of their own.
-      std::vector<const TensorFact*> all = {&tensor};
-      for (const TensorFact& c : tensor.qchannel) all.push_back(&c);
-      for (const TensorFact* x : all) {
-        if (x->storage < 0) continue;
-        absl::Status b =
-            CheckBounds(*x, StorageElements(*x, t.storages[static_cast<size_t>(x->storage)]));
-        if (!b.ok()) {
-          Error(v1::ERROR_CODE_MALFORMED, std::string(b.message()), MemberName(outer, "data.pkl"),
-                x->offset);
-        }
+    for (const TensorFact& x : t.tensors) {
+      absl::Status b = CheckStorageBounds(x, t.storages);
+      if (!b.ok()) {
+        Error(v1::ERROR_CODE_MALFORMED, std::string(b.message()), MemberName(outer, "data.pkl"),
+              x.offset);
       }
     }
   }

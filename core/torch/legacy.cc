@@ -168,16 +168,8 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
                                            "", out->storages[s].pid_offset));
     }
   }
-  std::vector<const TensorFact*> all;  // with quantized tensors' per-channel parameters
   for (const TensorFact& t : out->tensors) {
-    all.push_back(&t);
-    for (const TensorFact& c : t.qchannel) all.push_back(&c);
-  }
-  for (const TensorFact* tp : all) {
-    const TensorFact& t = *tp;
-    if (t.storage < 0) continue;
-    absl::Status b =
-        CheckBounds(t, StorageElements(t, out->storages[static_cast<size_t>(t.storage)]));
+    absl::Status b = CheckStorageBounds(t, out->storages);
     if (!b.ok()) {
       out->errors.push_back(
           ContainerError(v1::ERROR_CODE_MALFORMED, std::string(b.message()), "", t.offset));

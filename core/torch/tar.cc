@@ -366,8 +366,7 @@ class TorchTar {
         return false;
       }
       t.name = absl::StrCat("tensors record ", key);
-      absl::Status b =
-          CheckBounds(t, StorageElements(t, keyed_.storages[static_cast<size_t>(t.storage)]));
+      absl::Status b = CheckStorageBounds(t, keyed_.storages);
       if (!b.ok()) {
         // torch grows a root storage to fit (uninitialised bytes) and fails on a view.
         Error("tensors", p.start, std::string(b.message()));

@@ -852,6 +852,22 @@ uint64_t StorageElements(const TensorFact& t, const StorageRef& s) {
   return ElementsIn(bytes, t.dtype);
 }
 
+absl::Status CheckStorageBounds(const TensorFact& t, const std::vector<StorageRef>& storages) {
+  auto one = [&](const TensorFact& x) {
+    if (x.storage < 0) return absl::OkStatus();
+    if (static_cast<size_t>(x.storage) >= storages.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s': no storage %d", base::AbslView(x.name), x.storage));
+    }
+    return CheckBounds(x, StorageElements(x, storages[static_cast<size_t>(x.storage)]));
+  };
+  if (absl::Status s = one(t); !s.ok()) return s;
+  for (const TensorFact& c : t.qchannel) {
+    if (absl::Status s = one(c); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckBounds(const TensorFact& t, uint64_t storage_numel) {
   if (t.shape.size() != t.stride.size()) {
     return absl::InvalidArgumentError(absl::StrFormat("tensor '%s': %d sizes but %d strides",

@@ -147,6 +147,11 @@ uint64_t ElementsIn(uint64_t bytes, const DTypeInfo* dtype);
 // float64 tensor over a ByteStorage of 8 bytes has one element, not eight).
 uint64_t StorageElements(const TensorFact& t, const StorageRef& s);
 
+// CheckBounds of `t` against its storage in `storages` (StorageElements), and of a quantized
+// tensor's per-channel scales and zero points against theirs; OK for a tensor without a storage.
+// Every reader checks what it extracted with this.
+absl::Status CheckStorageBounds(const TensorFact& t, const std::vector<StorageRef>& storages);
+
 // Checks that the tensor's elements lie inside a storage of `storage_numel` elements of the
 // tensor's own dtype (StorageElements):
 // offset + sum((size_i - 1) * stride_i) < storage_numel, overflow-checked; negative strides
