@@ -242,6 +242,27 @@ class SurfacesTest(unittest.TestCase):
                          source, "-o", out % "upload", check_rc=0)
         self.assertNotIn("declared_quantization", json.loads(text)["files"][0]["conversion"])
 
+    def test_a_config_json_leaving_the_roots_is_not_read_by_the_daemon(self):
+        # A hostile caller's folder beneath a root whose config.json is a symlink to a file
+        # outside every root: the daemon opens neighbours through the same confined opener as
+        # inputs, so it never reads (or reports) that file; the local CLI, reading as its user,
+        # follows it.
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside, exist_ok=True)
+        with open(os.path.join(outside, "config.json"), "w", encoding="utf-8") as f:
+            json.dump({"quantization_config": {"quant_method": "hqq"}}, f)
+        folder = os.path.join(self.sets, "config_escape")
+        os.makedirs(folder, exist_ok=True)
+        source = os.path.join(folder, "pytorch_model.bin")
+        shutil.copy(os.path.join(ct.ARGS.fixtures, "quantized", "declared_hqq",
+                                 "pytorch_model.bin"), source)
+        os.symlink(os.path.join(outside, "config.json"), os.path.join(folder, "config.json"))
+        out = os.path.join(self.sets, "escape-%s.safetensors")
+        _, text = ct.cli("convert", "--server", self.daemon.address, "--by-path", "--format",
+                         "json", "--dtype", "bf16", source, "-o", out % "path", check_rc=0)
+        self.assertNotIn("declared_quantization", json.loads(text)["files"][0]["conversion"])
+        ct.cli("convert", "--dtype", "bf16", source, "-o", out % "local", check_rc=2)
+
     def test_python_scan_path_is_the_cli_report(self):
         for path in self.files:
             if path in self.indexes:

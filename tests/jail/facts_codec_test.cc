@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "protocol/protocol.h"
 #include "tests/inprocess/local_scan.h"
 #include "trusted/facts_decoder.h"
+#include "worker/extract_facts.h"
 #include "worker/facts_encoder.h"
 
 namespace ckptscan::pipeline {
@@ -716,6 +718,65 @@ TEST(FactsCodecTest, CountFrameValuesCountsWhatTheDecoderCounts) {
   // weight map entries, and one for the nodes' list items (fewer than kListItemsPerValue).
   EXPECT_EQ(CountFrameValues(facts), 16u);
   EXPECT_EQ(AdmittedValues(Payload(facts)), CountFrameValues(facts));
+}
+
+// A real per-channel quantized checkpoint (torch 1.13's quantize_per_channel): its facts carry
+// the scales and zero points as ChannelTensors.
+FileFacts QuantizedFacts() {
+  std::ifstream in(
+      std::string(CKPT_SOURCE_DIR) + "/tests/fixtures/quantized/torch_q_per_channel.pt",
+      std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return ExtractFacts(bytes, {});
+}
+
+TEST(FactsCodecTest, QuantizedTensorsKeepTheirParametersAndAreCountedAsTheDecoderCounts) {
+  const FileFacts facts = QuantizedFacts();
+  ASSERT_EQ(facts.tensors.size(), 3u);
+  for (const torch::TensorFact& t : facts.tensors) ASSERT_EQ(t.qchannel.size(), 2u) << t.name;
+  absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (size_t i = 0; i < facts.tensors.size(); ++i) {
+    const torch::TensorFact& a = facts.tensors[i];
+    const torch::TensorFact& b = back->facts.tensors[i];
+    EXPECT_EQ(a.qscheme, b.qscheme);
+    EXPECT_EQ(a.q_axis, b.q_axis);
+    ASSERT_EQ(b.qchannel.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(a.qchannel[k].name, b.qchannel[k].name);
+      EXPECT_EQ(a.qchannel[k].dtype, b.qchannel[k].dtype);
+      EXPECT_EQ(a.qchannel[k].shape, b.qchannel[k].shape);
+      EXPECT_EQ(a.qchannel[k].stride, b.qchannel[k].stride);
+      EXPECT_EQ(a.qchannel[k].storage, b.qchannel[k].storage);
+      EXPECT_EQ(a.qchannel[k].storage_offset, b.qchannel[k].storage_offset);
+    }
+  }
+  // The worker's frame budget counts the ChannelTensors exactly as the decoder admits them.
+  EXPECT_EQ(AdmittedValues(Payload(facts)), CountFrameValues(facts));
+}
+
+TEST(FactsCodecTest, AHostileWorkersPerChannelParametersAreRejected) {
+  // What a compromised worker could claim: parameters on a dense tensor, three of them, a
+  // storage that is not in the facts, an unknown dtype, sizes without strides.
+  const FileFacts clean = QuantizedFacts();
+  auto rejected = [&](auto mutate) {
+    wv1::Result r;
+    EncodeFacts(clean, r.mutable_facts());
+    mutate(r.mutable_facts()->mutable_tensors(0));
+    return !DecodeResult(r.SerializeAsString()).ok();
+  };
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { t->set_kind(0); }));
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { *t->add_qchannel() = t->qchannel(0); }));
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { t->mutable_qchannel(1)->set_storage(99); }));
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { t->mutable_qchannel(1)->set_storage(-1); }));
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { t->mutable_qchannel(0)->set_dtype("float128"); }));
+  EXPECT_TRUE(rejected([](wv1::TensorFact* t) { t->mutable_qchannel(0)->add_shape(2); }));
+  EXPECT_FALSE(rejected([](wv1::TensorFact*) {}));
+  // A declared quantization method that is not a plain name (it is shown in reports).
+  wv1::Result r;
+  EncodeFacts(clean, r.mutable_facts());
+  r.mutable_facts()->set_quant_method("gptq\x1b[2J");
+  EXPECT_FALSE(DecodeResult(r.SerializeAsString()).ok());
 }
 
 TEST(FactsCodecTest, EveryTruncationOfAValidPayloadIsRejectedOrConsistent) {
