@@ -24,7 +24,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TARGETS = ("pickle", "zip", "legacy", "extract", "safetensors", "signing", "facts_codec",
-           "rules", "compress")
+           "rules", "compress", "content")
 MAX_SEED_BYTES = 256 << 10  # the largest input cap of any target (tests/fuzz/*_fuzz.cc)
 # Not checkpoints: generators, checkers, manifests and expectations of the fixture corpus.
 NOT_INPUTS = (".py", ".md", ".pyc")
@@ -48,6 +48,24 @@ def files_under(*dirs):
 def read(path):
     with open(path, "rb") as f:
         return f.read()
+
+
+def repository_files():
+    """The files of the fixture repository (text, JSON, an image, a SentencePiece model, ...)."""
+    return list(files_under("tests/fixtures/repo/model"))
+
+
+def chat_templates():
+    """Templates in the shapes real models ship, and escapes of the kinds the checker reports."""
+    return {
+        "chatml.jinja": b"{% for message in messages %}{{'<|im_start|>' + message['role'] + "
+                        b"'\\n' + message['content'] + '<|im_end|>\\n'}}{% endfor %}",
+        "ns.jinja": b"{%- set ns = namespace(found=false) %}{%- for m in messages %}"
+                    b"{%- if m.role == 'tool' %}{%- set ns.found = true %}{%- endif %}"
+                    b"{{- m.content | tojson }}{%- endfor %}{# comment #}",
+        "escape.jinja": b"{{ ()|attr('\\x5f\\x5fclass\\x5f\\x5f') }}{{ lipsum.__globals__ }}"
+                        b"{{ '%c%c'|format(95,95) ~ 'x' }}{% import 'a' as b %}{{ '\\N{LOW LINE}' }}",
+    }
 
 
 def checkpoint_files():
@@ -164,7 +182,7 @@ def seeds_for(target, seed_tool):
     if target == "legacy":
         return from_files(checkpoint_files(), lambda d: d.startswith(LEGACY_MAGIC))
     if target == "extract":
-        out = from_files(checkpoint_files())
+        out = from_files(checkpoint_files()) | from_files(repository_files())
         out.update(generated_safetensors())
         out["pytorch_model.bin.index.json"] = read(
             os.path.join(FIXTURES, "torch", "sharded", "pytorch_model.bin.index.json"))
@@ -176,6 +194,8 @@ def seeds_for(target, seed_tool):
         return from_files(files_under("tests/fixtures/joblib"),
                           lambda d: d.startswith((b"\x78", b"\x1f\x8b", b"BZ", b"\x5d\x00",
                                                   b"\xfd7zXZ", b"\x04\x22\x4d\x18")))
+    if target == "content":
+        return from_files(repository_files()) | chat_templates()
     if target == "signing":
         return signing_seeds()
     if target == "facts_codec":
