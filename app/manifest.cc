@@ -39,6 +39,17 @@ std::string Join(std::string_view manifest_path, std::string_view path) {
   return absl::StrCat(AbslView(manifest_path.substr(0, slash + 1)), AbslView(path));
 }
 
+}  // namespace
+
+std::string ManifestFolder(std::string_view manifest_path) {
+  const size_t slash = manifest_path.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(manifest_path.substr(0, slash));
+}
+
+namespace {
+
 std::string Shown(std::string_view s) { return base::Escaped(s.substr(0, 200)); }
 
 absl::StatusOr<std::vector<ManifestEntry>> ParseSha256Sum(std::string_view text,

@@ -42,6 +42,9 @@ absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(std::string_view text,
                                                          std::string_view manifest_path,
                                                          const ManifestLimits& limits = {});
 
+// The folder a manifest's relative paths are relative to: its own ("." for a bare name).
+std::string ManifestFolder(std::string_view manifest_path);
+
 // Reads `path` (at most limits.max_bytes) and parses it.
 absl::StatusOr<std::vector<ManifestEntry>> ReadManifest(const std::string& path,
                                                         const ManifestLimits& limits = {});

@@ -18,7 +18,7 @@ namespace ckptscan::app {
 v1::Report NewReport(std::string_view scanner_version, std::string_view rules_version);
 
 // The report's verdict: the worst of its files' verdicts. No file at all is nothing verified:
-// ERROR, never SAFE.
+// ERROR, never SAFE. Also fills the summary (counts per verdict and kind, files skipped).
 void FoldVerdict(v1::Report* report);
 
 // Adds an error to `file` and makes its verdict at least ERROR (findings keep a worse one).

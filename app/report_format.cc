@@ -71,6 +71,7 @@ Json FileJson(const v1::FileReport& f) {
   j["sha256"] = f.sha256();
   j["size"] = f.size();
   j["format"] = f.format();
+  j["kind"] = f.kind();
   j["verdict"] = VerdictName(f.verdict());
   Json findings = Json::array();
   for (const v1::Finding& x : f.findings()) findings.push_back(FindingJson(x));
@@ -401,6 +402,22 @@ std::string ReportToJson(const v1::Report& report) {
   Json files = Json::array();
   for (const v1::FileReport& f : report.files()) files.push_back(FileJson(f));
   j["files"] = std::move(files);
+  const v1::Summary& s = report.summary();
+  Json kinds = Json::object();
+  // Sorted by kind: the map's order is not the wire's.
+  for (const auto& [kind, n] :
+       std::map<std::string, uint32_t>(s.kinds().begin(), s.kinds().end())) {
+    kinds[kind] = n;
+  }
+  j["summary"] =
+      Json{{"files", s.files()},         {"safe", s.safe()},   {"suspicious", s.suspicious()},
+           {"dangerous", s.dangerous()}, {"error", s.error()}, {"skipped", s.skipped()},
+           {"kinds", std::move(kinds)}};
+  Json skipped = Json::array();
+  for (const v1::SkippedPath& x : report.skipped()) {
+    skipped.push_back(Json{{"path", x.path()}, {"reason", x.reason()}});
+  }
+  j["skipped"] = std::move(skipped);
   return Dump(j);
 }
 
@@ -495,10 +512,20 @@ std::string ReportToText(const v1::Report& report) {
                   " ERROR");
   if (unspecified != 0) absl::StrAppend(&out, ", ", unspecified, " UNSPECIFIED");
   absl::StrAppend(&out, "; verdict ", base::AbslView(VerdictName(report.verdict())), "\n");
+  if (report.summary().kinds_size() > 0 || report.skipped_size() > 0) {
+    std::string kinds;
+    for (const auto& [kind, n] : std::map<std::string, uint32_t>(report.summary().kinds().begin(),
+                                                                 report.summary().kinds().end())) {
+      absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", n, " ", TerminalSafe(kind));
+    }
+    absl::StrAppend(&out, "kinds: ", kinds.empty() ? "none" : kinds, "; ", report.skipped_size(),
+                    " skipped\n");
+  }
   return out;
 }
 
-std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue) {
+std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue,
+                          int exit_code) {
   // Rules actually used, sorted by id; ruleIndex points into this list.
   std::set<std::string> used;
   for (const v1::FileReport& f : report.files()) {
@@ -523,7 +550,10 @@ std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::Rule
       Json r;
       r["ruleId"] = x.rule_id();
       r["ruleIndex"] = index[x.rule_id()];
-      r["level"] = SarifLevel(x.verdict());
+      // A data file's SUSPICIOUS finding (a config naming code) is a note, not an alert.
+      r["level"] = f.kind() == "data" && x.verdict() == v1::VERDICT_SUSPICIOUS
+                       ? std::string("note")
+                       : SarifLevel(x.verdict());
       r["message"] = Json{{"text", text}};
       r["locations"] = Json::array({SarifLocation(f)});
       r["partialFingerprints"] =
@@ -582,6 +612,11 @@ std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::Rule
   Json run;
   run["tool"] = Json{{"driver", std::move(driver)}};
   run["results"] = std::move(results);
+  if (exit_code >= 0) {
+    // ckptscan ran to the end whenever it reached a verdict: exit 0, 1 or 2.
+    run["invocations"] =
+        Json::array({Json{{"executionSuccessful", exit_code <= 2}, {"exitCode", exit_code}}});
+  }
   run["properties"] =
       Json{{"rules_version", report.rules_version()}, {"verdict", VerdictName(report.verdict())}};
 
@@ -623,15 +658,21 @@ std::string ReportToJunit(const v1::Report& report, FailOn fail_on) {
       cases += "/>\n";
     }
   }
-  const std::string counts = absl::StrCat("tests=\"", report.files_size(), "\" failures=\"",
-                                          failures, "\" errors=\"", errors, "\"");
+  for (const v1::SkippedPath& x : report.skipped()) {
+    absl::StrAppend(&cases, "    <testcase classname=\"ckptscan.scan\" name=\"",
+                    XmlEscape(x.path()), "\" file=\"", XmlEscape(x.path()),
+                    "\">\n      <skipped message=\"", XmlEscape(x.reason()),
+                    "\"/>\n    </testcase>\n");
+  }
+  const std::string counts = absl::StrCat("tests=\"", report.files_size() + report.skipped_size(),
+                                          "\" failures=\"", failures, "\" errors=\"", errors, "\"");
   return absl::StrCat(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", "<testsuites name=\"ckptscan\" ", counts,
-      ">\n", "  <testsuite name=\"ckptscan scan\" ", counts, " skipped=\"0\">\n",
-      "    <properties>\n", "      <property name=\"scanner_version\" value=\"",
-      XmlEscape(report.scanner_version()), "\"/>\n",
-      "      <property name=\"rules_version\" value=\"", XmlEscape(report.rules_version()),
-      "\"/>\n", "      <property name=\"verdict\" value=\"",
+      " skipped=\"", report.skipped_size(), "\">\n", "  <testsuite name=\"ckptscan scan\" ", counts,
+      " skipped=\"", report.skipped_size(), "\">\n", "    <properties>\n",
+      "      <property name=\"scanner_version\" value=\"", XmlEscape(report.scanner_version()),
+      "\"/>\n", "      <property name=\"rules_version\" value=\"",
+      XmlEscape(report.rules_version()), "\"/>\n", "      <property name=\"verdict\" value=\"",
       base::AbslView(VerdictName(report.verdict())), "\"/>\n", "    </properties>\n", cases,
       "  </testsuite>\n</testsuites>\n");
 }

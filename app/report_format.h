@@ -44,15 +44,18 @@ std::string FileReportToText(const v1::FileReport& file);
 
 // SARIF 2.1.0, one run. `catalogue` describes the rule ids (pass
 // rules::Catalogue()); an id missing from it still gets a descriptor, with the
-// id as its description.
-std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue);
+// id as its description. `exit_code` (0, 1, 2; -1: not known) goes into the run's
+// invocations. A SUSPICIOUS finding on a data file is a note.
+std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue,
+                          int exit_code = -1);
 
 // JUnit XML (the de-facto schema Jenkins, GitLab and most CI test views read):
 // one <testsuite>, one <testcase> per file (name = path). A file whose verdict
 // fails under `fail_on` has a <failure> (SUSPICIOUS, DANGEROUS), an ERROR file
 // an <error>; their body lists the findings and errors, one per line. A passing
 // file with findings (SUSPICIOUS under kDangerous, informational ones) lists
-// them in <system-out>.
+// them in <system-out>. Every skipped path is a <testcase> with <skipped>, counted in
+// tests= and skipped=.
 std::string ReportToJunit(const v1::Report& report, FailOn fail_on);
 
 // `text` with everything that could act on a terminal made visible: C0/C1

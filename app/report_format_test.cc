@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "app/report.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -93,10 +94,87 @@ const std::vector<rules::RuleInfo>& TestCatalogue() {
 
 // ------------------------------------------------------------------ JSON
 
+// A repository scan's report: a model, a data file with a SUSPICIOUS finding, an unreadable
+// file without a kind, a skipped folder; FoldVerdict's summary and each rendering of it.
+v1::Report RepositoryReport() {
+  v1::Report r = SampleReport();
+  r.mutable_files(0)->set_kind("model");
+  r.mutable_files(1)->set_kind("model");
+  v1::FileReport* cfg = r.add_files();
+  cfg->set_path("repo/config.json");
+  cfg->set_format("json");
+  cfg->set_kind("data");
+  cfg->set_verdict(v1::VERDICT_SUSPICIOUS);
+  v1::Finding* f = cfg->add_findings();
+  f->set_rule_id("repo.remote_code");
+  f->set_severity(v1::SEVERITY_MEDIUM);
+  f->set_verdict(v1::VERDICT_SUSPICIOUS);
+  f->set_message("auto_map names the repository's own code");
+  v1::FileReport* gone = r.add_files();
+  gone->set_path("repo/gone.bin");
+  gone->set_verdict(v1::VERDICT_ERROR);
+  v1::SkippedPath* s = r.add_skipped();
+  s->set_path("repo/.git");
+  s->set_reason("git metadata (.git): no model loader reads it");
+  FoldVerdict(&r);
+  return r;
+}
+
+TEST(ReportSummaryTest, CountsPerVerdictAndKindAndTheSkippedList) {
+  const v1::Report r = RepositoryReport();
+  EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
+  const v1::Summary& s = r.summary();
+  EXPECT_EQ(s.files(), 4u);
+  EXPECT_EQ(s.safe(), 1u);
+  EXPECT_EQ(s.suspicious(), 1u);
+  EXPECT_EQ(s.dangerous(), 1u);
+  EXPECT_EQ(s.error(), 1u);
+  EXPECT_EQ(s.skipped(), 1u);
+  EXPECT_EQ(s.kinds().at("model"), 2u);
+  EXPECT_EQ(s.kinds().at("data"), 1u);
+  EXPECT_EQ(s.kinds().at("unverified"), 1u);  // never read to the end: no kind
+
+  const Json j = Json::parse(ReportToJson(r));
+  EXPECT_EQ(j["summary"]["files"], 4);
+  EXPECT_EQ(j["summary"]["error"], 1);
+  EXPECT_EQ(j["summary"]["skipped"], 1);
+  EXPECT_EQ(j["summary"]["kinds"]["data"], 1);
+  ASSERT_EQ(j["skipped"].size(), 1u);
+  EXPECT_EQ(j["skipped"][0]["path"], "repo/.git");
+  EXPECT_EQ(j["files"][2]["kind"], "data");
+
+  const std::string text = ReportToText(r);
+  EXPECT_THAT(text, HasSubstr("kinds: 1 data, 2 model, 1 unverified; 1 skipped"));
+
+  const std::string xml = ReportToJunit(r, FailOn::kDangerous);
+  EXPECT_THAT(xml, HasSubstr("tests=\"5\""));
+  EXPECT_THAT(xml, HasSubstr("skipped=\"1\""));
+  EXPECT_THAT(xml, HasSubstr("name=\"repo/.git\""));
+  EXPECT_THAT(xml, HasSubstr("<skipped message=\"git metadata (.git): no model loader reads it\""));
+
+  // SARIF: the run's exit code, and a data file's SUSPICIOUS finding as a note (no error-level
+  // alert for a config file); a model's finding keeps its level.
+  const Json sarif = Json::parse(ReportToSarif(r, TestCatalogue(), 1));
+  const Json& run = sarif["runs"][0];
+  EXPECT_EQ(run["invocations"][0]["exitCode"], 1);
+  EXPECT_EQ(run["invocations"][0]["executionSuccessful"], true);
+  bool saw_note = false;
+  for (const Json& res : run["results"]) {
+    if (res["ruleId"] == "repo.remote_code") {
+      EXPECT_EQ(res["level"], "note");
+      saw_note = true;
+    }
+    if (res["ruleId"] == "global.denied.shell") {
+      EXPECT_EQ(res["level"], "error");
+    }
+  }
+  EXPECT_TRUE(saw_note);
+}
+
 TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   const Json j = Json::parse(ReportToJson(SampleReport()));
-  EXPECT_THAT(Keys(j),
-              ElementsAre("schema", "scanner_version", "rules_version", "verdict", "files"));
+  EXPECT_THAT(Keys(j), ElementsAre("schema", "scanner_version", "rules_version", "verdict", "files",
+                                   "summary", "skipped"));
   EXPECT_EQ(j["schema"], "ckptscan.report.v1");
   EXPECT_EQ(j["scanner_version"], "0.1.0");
   EXPECT_EQ(j["rules_version"], "2024.1");
@@ -104,8 +182,8 @@ TEST(ReportJsonTest, KeysAndNestingFollowDesign) {
   ASSERT_EQ(j["files"].size(), 2u);
 
   const Json& f = j["files"][0];
-  EXPECT_THAT(Keys(f), ElementsAre("path", "sha256", "size", "format", "verdict", "findings",
-                                   "errors", "tensors", "pickles", "globals"));
+  EXPECT_THAT(Keys(f), ElementsAre("path", "sha256", "size", "format", "kind", "verdict",
+                                   "findings", "errors", "tensors", "pickles", "globals"));
   EXPECT_EQ(f["path"], "models/evil.pkl");
   EXPECT_EQ(f["sha256"], std::string(64, 'a'));
   EXPECT_EQ(f["format"], "pickle");
@@ -470,8 +548,10 @@ TEST(ReportJunitTest, FailuresForFindingsErrorsForErrorsAndCounts) {
   broken->set_verdict(v1::VERDICT_ERROR);
   *broken->add_errors() = LimitError();
   const std::string xml = ReportToJunit(r, FailOn::kSuspicious);
-  EXPECT_THAT(xml,
-              HasSubstr("<testsuites name=\"ckptscan\" tests=\"3\" failures=\"1\" errors=\"1\">"));
+  EXPECT_THAT(
+      xml,
+      HasSubstr(
+          "<testsuites name=\"ckptscan\" tests=\"3\" failures=\"1\" errors=\"1\" skipped=\"0\">"));
   EXPECT_THAT(xml, HasSubstr("<failure type=\"DANGEROUS\""));
   EXPECT_THAT(xml, HasSubstr("<error type=\"ERROR\""));
   EXPECT_THAT(xml, HasSubstr("error limit at byte 90, opcode MARK: too many opcodes"));

@@ -2,11 +2,14 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "app/report.h"
 #include "app/report_format.h"
+#include "rules/catalogue.h"
+#include "rules/rule_set.h"
 #include "trusted/judge_facts.h"
 
 namespace ckptscan::app {
@@ -20,6 +23,30 @@ namespace {
 // The format of a sharded checkpoint's index (core/torch's hf-index reading).
 constexpr std::string_view kIndexFormat = "hf-index";
 
+// A finding that explains, and changes no verdict by itself unless its rule says so.
+v1::Finding RuleFinding(std::string_view rule_id, std::string message) {
+  const rules::RuleInfo* info = rules::FindRule(rule_id);
+  v1::Finding f;
+  f.set_rule_id(std::string(rule_id));
+  f.set_category(std::string(rule_id.substr(0, rule_id.find('.'))));
+  f.set_verdict(info != nullptr ? info->verdict : v1::VERDICT_SUSPICIOUS);
+  f.set_severity(info != nullptr ? info->severity : v1::SEVERITY_MEDIUM);
+  f.set_message(std::move(message));
+  return f;
+}
+
+void AddFinding(v1::FileReport* file, v1::Finding f) {
+  file->set_verdict(rules::WorseVerdict(file->verdict(), f.verdict()));
+  *file->add_findings() = std::move(f);
+}
+
+// A file no reading applies to, with nothing else against it: what --unknown decides.
+bool OnlyUnknown(const v1::FileReport& f) {
+  return f.kind() == "unknown" && f.findings_size() == 0 && f.errors_size() == 1 &&
+         f.errors(0).code() == v1::ERROR_CODE_UNSUPPORTED &&
+         f.errors(0).location().member().empty();
+}
+
 class SetScanner {
  public:
   SetScanner(FileSource* source, v1::Report* report) : source_(source), report_(report) {}
@@ -30,6 +57,20 @@ class SetScanner {
     const int at = report_->files_size() - 1;
     if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) scanned_.emplace(*id, at);
     return at;
+  }
+
+  // The place in the report of the file `path` names if it was scanned already, or -1.
+  int Scanned(const std::string& path) {
+    absl::StatusOr<FileId> id = source_->Find(path);
+    if (!id.ok()) return -1;
+    const auto it = scanned_.find(*id);
+    return it == scanned_.end() ? -1 : it->second;
+  }
+
+  // A path a pattern skipped, by identity, so that a shard scanned anyway is not listed as
+  // skipped without a word.
+  void RememberSkipped(const std::string& path, int skipped_at) {
+    if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) skipped_.emplace(*id, skipped_at);
   }
 
   // Every shard of every index in the report, the shards appended as they are scanned (the loop
@@ -54,6 +95,14 @@ class SetScanner {
         } else {
           const auto seen = scanned_.find(*id);
           const int at = seen != scanned_.end() ? seen->second : Scan(path);
+          shards_.insert(at);
+          if (const auto skipped = skipped_.find(*id); skipped != skipped_.end()) {
+            v1::SkippedPath* entry = report_->mutable_skipped(skipped->second);
+            if (entry->reason().find(", but scanned") == std::string::npos) {
+              entry->set_reason(absl::StrCat(entry->reason(), ", but scanned: a shard of ",
+                                             TerminalSafe(index_path)));
+            }
+          }
           // A loader torch.load()s every shard: an index (this one, or another) is no shard.
           if (report_->files(at).format() == kIndexFormat) {
             AddError(report_->mutable_files(i), v1::ERROR_CODE_MALFORMED,
@@ -71,27 +120,61 @@ class SetScanner {
   FileSource* source_;
   v1::Report* report_;
   std::map<FileId, int> scanned_;  // every file scanned, by identity -> its place in the report
+  std::map<FileId, int> skipped_;  // skipped targets, by identity -> their skipped entry
+  std::set<int> shards_;           // report places of files some index names as a shard
+
+ public:
+  const std::set<int>& shards() const { return shards_; }
 };
 
 }  // namespace
 
 void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestEntry>& manifest,
-             FileSource* source, v1::Report* report) {
+             FileSource* source, v1::Report* report, const ScanSetOptions& options) {
   SetScanner set(source, report);
+  std::vector<int> target_files;  // report places of the files scanned as targets
   for (const ScanTarget& t : targets) {
     switch (t.kind) {
-      case ScanTarget::Kind::kSkipped:
+      case ScanTarget::Kind::kSkipped: {
+        v1::SkippedPath* s = report->add_skipped();
+        s->set_path(t.path);
+        s->set_reason(t.reason);
+        set.RememberSkipped(t.path, report->skipped_size() - 1);
         break;
+      }
       case ScanTarget::Kind::kUnreadable:
         *report->add_files() = pipeline::UnreadableFileReport(t.path, t.status);
         break;
-      case ScanTarget::Kind::kFile:
-        set.Scan(t.path);
+      case ScanTarget::Kind::kFile: {
+        if (const int seen = set.Scanned(t.path); seen >= 0) {
+          v1::SkippedPath* s = report->add_skipped();
+          s->set_path(t.path);
+          s->set_reason(absl::StrCat("the same file as ", TerminalSafe(report->files(seen).path()),
+                                     ", which is scanned"));
+          break;
+        }
+        const int at = set.Scan(t.path);
+        target_files.push_back(at);
+        v1::FileReport* file = report->mutable_files(at);
+        if (!t.note.empty()) {
+          v1::Finding f = RuleFinding("scan.selection", t.note);
+          *file->add_findings() = std::move(f);
+        }
+        if (!t.expected_sha256.empty()) {
+          file->set_expected_sha256(t.expected_sha256);
+          if (!file->sha256().empty() && file->sha256() != t.expected_sha256) {
+            AddError(file, v1::ERROR_CODE_DIGEST_MISMATCH,
+                     absl::StrCat("sha256 ", file->sha256(), " is not the ", t.expected_sha256,
+                                  " its cache blob is named by: the blob was changed or replaced"));
+          }
+        }
         break;
+      }
     }
   }
   // A listed file that is missing is an ERROR entry; a digest that differs is an error of its
   // own (digest_mismatch), so that the file is never SAFE, whatever its content.
+  std::set<int> listed;
   for (const ManifestEntry& entry : manifest) {
     v1::FileReport* file;
     if (absl::StatusOr<FileId> id = source->Find(entry.path); !id.ok()) {
@@ -103,7 +186,10 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
                                     absl::IsNotFound(id.status()) ? "missing: " : "unreadable: ",
                                     id.status().message())));
     } else {
-      file = report->mutable_files(set.Scan(entry.path));
+      const int seen = set.Scanned(entry.path);
+      const int at = seen >= 0 ? seen : set.Scan(entry.path);
+      if (!listed.insert(at).second) continue;  // listed twice under two names: once is enough
+      file = report->mutable_files(at);
     }
     file->set_expected_sha256(entry.sha256);
     if (!file->sha256().empty() && file->sha256() != entry.sha256) {
@@ -112,7 +198,45 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
                             " the manifest lists: the file was changed or replaced"));
     }
   }
+  if (options.report_unlisted) {
+    for (int at : target_files) {
+      if (listed.count(at) != 0) continue;
+      AddFinding(report->mutable_files(at),
+                 RuleFinding("manifest.unlisted",
+                             "the file is in the scanned folder but the manifest does not list "
+                             "it: its digest is not pinned"));
+    }
+  }
   set.FollowIndexes();
+  if (options.unknown != UnknownPolicy::kError) {
+    // Only a file found in a folder or named: a listed file or an index's shard is required,
+    // and stays ERROR.
+    std::set<int> eligible;
+    for (int at : target_files) {
+      if (listed.count(at) == 0 && set.shards().count(at) == 0) eligible.insert(at);
+    }
+    auto* files = report->mutable_files();
+    int original = 0;
+    for (int i = 0; i < files->size(); ++original) {
+      v1::FileReport* f = files->Mutable(i);
+      if (eligible.count(original) == 0 || !OnlyUnknown(*f)) {
+        ++i;
+        continue;
+      }
+      if (options.unknown == UnknownPolicy::kWarn) {
+        const std::string message = f->errors(0).message();
+        f->clear_errors();
+        f->set_verdict(v1::VERDICT_SAFE);
+        AddFinding(f, RuleFinding("file.unknown_format", message));
+        ++i;
+      } else {
+        v1::SkippedPath* s = report->add_skipped();
+        s->set_path(f->path());
+        s->set_reason("not a format ckptscan verifies (--unknown skip)");
+        files->DeleteSubrange(i, 1);
+      }
+    }
+  }
   FoldVerdict(report);
 }
 

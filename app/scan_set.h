@@ -48,11 +48,29 @@ class FileSource {
 // not there, whichever source looked.
 absl::Status MissingFile(const std::string& path, int err);
 
-// Scans the targets (kSkipped ones are the caller's to mention), then the manifest's files,
-// each compared with its digest (a mismatch is an error, code digest_mismatch), then every
-// index's shards; appends each file to `report` and folds its verdict (FoldVerdict).
+// scan --unknown: what a file in no format ckptscan verifies (kind "unknown", no finding, no
+// other error) becomes.
+enum class UnknownPolicy {
+  kError,  // ERROR (the default): it was not verified
+  kWarn,   // SUSPICIOUS, finding file.unknown_format instead of the error
+  kSkip,   // left out of the files, listed as skipped
+};
+
+struct ScanSetOptions {
+  UnknownPolicy unknown = UnknownPolicy::kError;
+  // With a manifest: every target file it does not list gets a manifest.unlisted finding.
+  bool report_unlisted = false;
+};
+
+// Scans the targets (kSkipped ones go to the report's skipped list; a file already scanned
+// under another name, by identity, is scanned once and the other name listed as skipped; a
+// target's expected_sha256 is compared like a manifest's), then the manifest's files, each
+// compared with its digest (a mismatch is an error, code digest_mismatch; a file scanned as a
+// target is not scanned again), then every index's shards (a shard a pattern skipped is
+// scanned all the same, and its skipped entry says so); applies the unknown policy; appends
+// each file to `report` and folds its verdict and summary (FoldVerdict).
 void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestEntry>& manifest,
-             FileSource* source, v1::Report* report);
+             FileSource* source, v1::Report* report, const ScanSetOptions& options = {});
 
 }  // namespace ckptscan::app
 

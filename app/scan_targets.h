@@ -13,12 +13,19 @@
 //   entries).
 // The entries of one command-line directory are sorted by path (bytewise), so
 // the same tree gives the same order.
-// `excludes` (scan --exclude) are fnmatch(3) patterns, flags 0 (`*` also matches
-// '/'), matched against an entry's path relative to the command-line directory
-// it was found in ("sub/x.bin"). A matching file is kSkipped ("excluded by
-// --exclude PATTERN"); a matching directory is kSkipped once and not entered.
-// Paths named on the command line themselves are never excluded. Command-line paths keep their
-// order. Not thread-safe (reads the filesystem, no shared state).
+// Selection (scan --include / --exclude, app/path_glob.h): gitignore-style patterns matched
+// against an entry's path relative to the command-line folder it was found in ("sub/x.bin").
+// A file or folder an exclude matches is kSkipped ("excluded by --exclude PATTERN"; a folder
+// once, not entered); with includes, a file that no include matches (nor a folder above it)
+// is kSkipped ("not matched by --include"). A file named *.index.json that a pattern would
+// skip is scanned anyway (a sharded checkpoint's index is always checked) and `note` says so.
+// Paths named on the command line themselves are never excluded.
+// Repository layouts: a `.git` entry (a git checkout's metadata, which no loader reads) is
+// kSkipped. A Hugging Face cache folder (models--ORG--NAME, datasets--..., spaces--... holding
+// a `snapshots` folder) is walked through its snapshots only: `blobs` (reached through the
+// snapshots' links), `refs` and `.no_exist` are kSkipped. A snapshot's link into blobs/ whose
+// blob is named by a SHA-256 gets that digest as `expected_sha256` (the scan compares it).
+// Command-line paths keep their order. Not thread-safe (reads the filesystem, no shared state).
 #ifndef CKPTSCAN_APP_SCAN_TARGETS_H_
 #define CKPTSCAN_APP_SCAN_TARGETS_H_
 
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace ckptscan::app {
 
@@ -33,12 +41,31 @@ struct ScanTarget {
   enum class Kind { kFile, kUnreadable, kSkipped };
   Kind kind = Kind::kFile;
   std::string path;
-  absl::Status status;  // kUnreadable: why
-  std::string reason;   // kSkipped: why, e.g. "symlink to a directory, not followed"
+  absl::Status status;          // kUnreadable: why
+  std::string reason;           // kSkipped: why, e.g. "symlink to a directory, not followed"
+  std::string note;             // kFile: why it is scanned although a pattern matched it
+  std::string expected_sha256;  // kFile: the digest its name promises (a cache blob), or ""
 };
 
+struct WalkOptions {
+  std::vector<std::string> includes;  // scan --include (none: every file)
+  std::vector<std::string> excludes;  // scan --exclude
+};
+
+struct Expansion {
+  std::vector<ScanTarget> targets;
+  // Patterns that matched nothing anywhere ("--exclude PATTERN"), to warn about.
+  std::vector<std::string> unmatched;
+};
+
+// Fails (InvalidArgument) only for a pattern PathGlob refuses.
+absl::StatusOr<Expansion> ExpandScanPaths(const std::vector<std::string>& paths,
+                                          const WalkOptions& options);
+// The same without patterns.
+std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths);
+// Excludes only (tests and older callers); a pattern PathGlob refuses is ignored.
 std::vector<ScanTarget> ExpandScanPaths(const std::vector<std::string>& paths,
-                                        const std::vector<std::string>& excludes = {});
+                                        const std::vector<std::string>& excludes);
 
 }  // namespace ckptscan::app
 

@@ -10,7 +10,13 @@
 #define CKPTSCAN_BASE_JSON_CURSOR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "base/escape.h"
 
 namespace ckptscan::base {
 
@@ -41,6 +47,16 @@ class JsonCursor final {
   const char* p_;
   const char** cursor_;
 };
+
+// For a SAX handler's parse_error(position, token, exception): sets `offset` to the byte the
+// lexer stopped at (it has read one past it) and returns InvalidArgument quoting the parser's
+// message (`what`), escaped for reports.
+inline absl::Status JsonSyntaxError(std::size_t position, const char* what, uint64_t* offset) {
+  *offset = position > 0 ? position - 1 : 0;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "not valid JSON: ", Escaped(what, EscapeOptions{.escape_backslash = true,
+                                                     .escape_invisible = true})));
+}
 
 }  // namespace ckptscan::base
 

@@ -76,7 +76,8 @@ printf "cposix\nsystem\n(S'id'\ntR." >evil.pkl
 printf '\x80\x02}q\x00' >truncated.pkl
 printf "cposix\nsystem\n(S'id'\ntR." >'sp ace%&#?é.pkl'
 printf "cposix\nsystem\n(S'id'\ntR." >"$(printf 'bad\xffname.pkl')"
-sha256sum safe.pkl | sed 's/^./0/' >SUMS            # a digest that does not match
+mkdir -p sums && cp safe.pkl sums/                  # a folder holding only what SUMS lists
+(cd sums && sha256sum safe.pkl | sed 's/^./0/' >SUMS)  # a digest that does not match
 
 check() {  # check NAME EXPECTED_RC WANTED_RULES ARGS...
   local name="$1" rc="$2" want="$3"
@@ -94,7 +95,7 @@ check SafeFileGivesAValidEmptyRun 0 "" safe.pkl
 check DangerousAndErrorResultsAreValid 1 "global.denied.shell,scan.error" evil.pkl truncated.pkl
 check OddFileNamesAreEncodedAsValidUris 1 "global.denied.shell" 'sp ace%&#?é.pkl' "$(printf 'bad\xffname.pkl')" "$PWD/evil.pkl"
 check MissingFileIsAValidErrorResult 2 "scan.error" does-not-exist.pkl
-check DigestMismatchHasItsOwnRule 2 "manifest.digest_mismatch" --manifest SUMS
+check DigestMismatchHasItsOwnRule 2 "manifest.digest_mismatch" --manifest sums/SUMS
 check MaliciousPickleFixturesAreValid 1 "" "$fixtures/pickles/malicious"
 check ContainerFixturesAreValid 1 "" "$fixtures/containers"
 check TorchFixturesAreValid 1 "" "$fixtures/torch"

@@ -329,7 +329,7 @@ run "new job while draining" 2 "$bin" scan --server "$small_sock" "$fixtures/tor
   grep -qE "UNAVAILABLE" out.txt && pass "a new job during the drain is refused (UNAVAILABLE)"
 wait "$client"
 rc=$?
-if [[ $rc -eq 2 ]] && grep -q '"code": "malformed"' drained.txt &&
+if [[ $rc -eq 2 ]] && grep -q '"code": "unsupported"' drained.txt &&
    grep -qE '"sha256": "[0-9a-f]{64}"' drained.txt; then
   pass "the job in flight at SIGTERM finished with its report (3 GB hashed, verdict ERROR)"
 else

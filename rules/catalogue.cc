@@ -265,6 +265,37 @@ std::vector<RuleInfo> Build() {
       RuleInfo{"container.crc_mismatch", "CRC mismatch",
                "The bytes do not match the CRC-32 in the directory. torch does not check CRCs; Python's zipfile refuses the member (CVE-2025-10156).",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      // Repository files (core/torch/repo_json.h, core/content): what loaders run on purpose.
+      RuleInfo{"scan.selection", "Scanned although a pattern matched it",
+               "An --include or --exclude pattern would have left the file out, but it is "
+               "scanned: a sharded checkpoint's index is always checked, so that its shards are "
+               "found. Informational.",
+               v1::VERDICT_SAFE, v1::SEVERITY_INFO},
+      RuleInfo{"repo.remote_code", "Code the repository asks loaders to run",
+               "A config's auto_map names classes in the repository's own Python files, or the "
+               "file is one (*.py): transformers imports and runs them when the model is loaded "
+               "with trust_remote_code=True. ckptscan does not judge Python code. Review it, or "
+               "load the model without trust_remote_code.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"template.sandbox_escape", "Chat template with a sandbox-escape construct",
+               "A chat template (tokenizer_config.json chat_template, a *.jinja file) uses a "
+               "construct that Jinja sandbox escapes are built from: dunder attributes, the "
+               "attr filter, attribute chains on Jinja's globals (lipsum, cycler, joiner, "
+               "namespace, self), imports and includes, characters built from numbers. "
+               "Templates are rendered when a chat is formatted, by loaders that are not "
+               "always sandboxed (CVE-2024-34359). A heuristic: benign templates do not "
+               "contain these. Do not render the template; remove it or replace it with a "
+               "reviewed one.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"file.unknown_format", "A file in no format ckptscan verifies",
+               "No reading applies to the file (not a checkpoint, archive or data class, and "
+               "no pickle loader reads a byte of it). Reported so with --unknown warn; by "
+               "default such a file is ERROR, with --unknown skip it is listed as skipped.",
+               kSuspicious, v1::SEVERITY_LOW},
+      RuleInfo{"manifest.unlisted", "A file the manifest does not list",
+               "scan --manifest: the file is in a scanned folder but not in the manifest, so "
+               "its digest was never pinned. It is scanned like any file.",
+               kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"sandbox.violation", "The scanner's sandbox was violated",
                "Parsing this file made the jailed worker attempt a system call outside its "
                "seccomp policy (open a file, create a socket, execute a program, ...); the "

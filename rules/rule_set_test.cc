@@ -1583,8 +1583,12 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
     EXPECT_FALSE(info->title.empty()) << id;
     EXPECT_FALSE(info->help.empty()) << id;
   }
-  // The pipeline, not the RuleSet, emits the sandbox's own finding (trusted/jailed_scan.h).
-  const std::set<std::string> emitted_by_pipeline = {"sandbox.violation"};
+  // The pipeline, not the RuleSet, emits the sandbox's own finding (trusted/jailed_scan.h),
+  // the findings of repository files (trusted/judge_facts.h) and of file selection
+  // (app/scan_set.h).
+  const std::set<std::string> emitted_by_pipeline = {
+      "sandbox.violation", "template.sandbox_escape", "repo.remote_code", "file.unknown_format",
+      "manifest.unlisted", "scan.selection"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
     // Container anomalies (container.*) are emitted by the pipeline from the worker's facts.
@@ -1603,7 +1607,8 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
       "call.build",       "call.build_state", "call.setitem",
       "call.append",      "persid.shape",     "persid.text",
       "stream.trailing",  "scan.error",       "scan.findings_truncated",
-      "sandbox.violation"};
+      "sandbox.violation", "template.sandbox_escape", "repo.remote_code",
+      "file.unknown_format", "manifest.unlisted", "scan.selection"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));

@@ -368,8 +368,14 @@ bool CountValues(pb::io::CodedInputStream* in, int type, int depth, WireCount* c
 absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   constexpr size_t kMaxDims = torch::kMaxTensorDims;
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
-    facts->anomalies.push_back(
-        torch::ContainerAnomaly{a.kind(), a.member(), a.offset(), a.message(), a.must_flag()});
+    // The category picks the rule family: only the ones a worker reports.
+    const std::string& category = a.category();
+    if (!category.empty() && category != "template" && category != "repo") {
+      return absl::InvalidArgumentError("an anomaly of an unknown category");
+    }
+    facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
+                                                       a.message(), a.must_flag(),
+                                                       category.empty() ? "container" : category});
   }
   facts->storages.reserve(static_cast<size_t>(in.storages_size()));
   for (const wv1::StorageRef& p : in.storages()) {

@@ -56,6 +56,12 @@ v1::ScanError Error(v1::ErrorCode code, std::string message) {
   return e;
 }
 
+// The last component of a path (what loaders that read by name see).
+std::string_view BaseName(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace
 
 namespace {
@@ -149,17 +155,20 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
 }  // namespace
 
 JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
-                       const pickle::Limits& limits, const JailOptions& options) {
+                       const pickle::Limits& limits, const JailOptions& options,
+                       std::string_view file_name) {
   worker::v1::Job job;
   job.set_mode(mode);
+  job.set_file_name(std::string(file_name));
   return RunJob(std::move(input), input_size, base::UniqueFd(), std::move(job), limits, options);
 }
 
 JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
                               const worker::v1::ConvertSpec& spec, const pickle::Limits& limits,
-                              const JailOptions& options) {
+                              const JailOptions& options, std::string_view file_name) {
   worker::v1::Job job;
   job.set_mode(worker::v1::Job::MODE_CONVERT);
+  job.set_file_name(std::string(file_name));
   *job.mutable_convert() = spec;
   return RunJob(std::move(input), input_size, std::move(output), std::move(job), limits, options);
 }
@@ -356,10 +365,11 @@ absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string
     CKPT_ASSIGN_OR_RETURN(fd, pin->DupForWorker());
   }
   const JailedRun run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits,
-                                     pin ? JobOptions(options, *pin) : options);
+                                     pin ? JobOptions(options, *pin) : options, BaseName(path));
   if (options.after_worker_for_test) options.after_worker_for_test();
   absl::StatusOr<std::string> sha256 = hash ? hash->Wait() : std::string();
   v1::FileReport report = ReportForRun(run, options, rules);
+  JudgeName(path, &report);
   if (pin && !CheckPinned(*pin, run, &report)) {
     sha256 = std::string();
   } else if (!sha256.ok()) {
@@ -484,11 +494,12 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& original,
   JailedRun run;
   if (!worker_out.ok()) {
     // No output to hand: scan only, so that the report is still the scan's.
-    run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, job_options);
+    run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits, job_options,
+                       BaseName(request.input));
   } else {
     WritebackKicker writeback(out->fd());
     run = RunJailedConvertJob(std::move(fd), size, *std::move(worker_out), worker_spec, limits,
-                              job_options);
+                              job_options, BaseName(request.input));
   }
   if (options.after_worker_for_test) options.after_worker_for_test();
   // Signing with shards: every shard past the first is final once the worker has exited (it
@@ -509,6 +520,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& original,
   if (early.has_value()) early->Work();  // this thread helps once the input is hashed
   if (early_hasher.joinable()) early_hasher.join();
   result.report = ReportForRun(run, options, rules);
+  JudgeName(request.input, &result.report);
   if (!CheckPinned(pin, run, &result.report)) {
     sha256 = std::string();  // ERROR: nothing is converted
   } else if (!sha256.ok()) {

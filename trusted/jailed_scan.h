@@ -110,15 +110,17 @@ struct JailedRun {
 };
 
 // Runs one job on the open input (`input_size` bytes). The job's mode decides whether a
-// listing comes back.
+// listing comes back. `file_name`: the input's last path component, for what loaders read by
+// name (worker.v1.Job.file_name); "" when there is none.
 JailedRun RunJailedJob(base::UniqueFd input, uint64_t input_size, worker::v1::Job::Mode mode,
-                       const pickle::Limits& limits, const JailOptions& options);
+                       const pickle::Limits& limits, const JailOptions& options,
+                       std::string_view file_name = "");
 
 // A MODE_CONVERT job: as RunJailedJob, the worker also writes the safetensors bytes to
 // `output` (its descriptor 3). The bytes are untrusted: the caller validates them.
 JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
                               const worker::v1::ConvertSpec& spec, const pickle::Limits& limits,
-                              const JailOptions& options);
+                              const JailOptions& options, std::string_view file_name = "");
 
 // The report for a run (format, findings, errors, verdict); path, sha256 and size are the
 // caller's to fill.

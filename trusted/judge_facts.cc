@@ -106,11 +106,16 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   // Container anomalies: one finding each, graded by the catalogue (informational kinds do
   // not raise the verdict).
   for (const torch::ContainerAnomaly& a : facts.anomalies) {
-    const std::string id = absl::StrCat("container.", a.kind);
+    const std::string id = absl::StrCat(a.category, ".", a.kind);
     const rules::RuleInfo* info = rules::FindRule(id);
+    // An id the catalogue does not know is graded as its family's catch-all.
+    const std::string fallback = a.category == "template" ? "template.sandbox_escape"
+                                 : a.category == "repo"   ? "repo.remote_code"
+                                                          : "container.unexpected_member";
+    if (info == nullptr) info = rules::FindRule(fallback);
     v1::Finding f;
-    f.set_rule_id(info != nullptr ? id : "container.unexpected_member");
-    f.set_category("container");
+    f.set_rule_id(info != nullptr ? std::string(info->id) : fallback);
+    f.set_category(a.category);
     f.set_severity(info != nullptr ? info->severity : v1::SEVERITY_MEDIUM);
     f.set_verdict(!a.must_flag      ? v1::VERDICT_SAFE
                   : info != nullptr ? info->verdict
@@ -126,8 +131,10 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   // .npy/.npz files have tensors and no pickle; a sharded checkpoint's JSON index is data; a
   // safetensors file that passed the strict validator is data).
   const bool valid_safetensors = facts.format == "safetensors" && facts.safetensors.valid;
+  const bool data = torch::IsDataFormat(facts.format);
+  report.set_kind(std::string(KindOfFormat(facts.format)));
   if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
-      !valid_safetensors && report.errors_size() == 0) {
+      !valid_safetensors && !data && report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code(v1::ERROR_CODE_INTERNAL);
     e.set_message("nothing was scanned");
@@ -170,6 +177,32 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     for (const std::string& f : files) report.add_shards(f);
   }
   return report;
+}
+
+std::string_view KindOfFormat(std::string_view format) {
+  if (torch::IsDataFormat(format)) return "data";
+  if (format == "unknown") return "unknown";
+  if (format == "zip") return "archive";
+  return "model";
+}
+
+void JudgeName(std::string_view path, v1::FileReport* report) {
+  constexpr std::string_view kPy = ".py";
+  const size_t slash = path.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (name.size() <= kPy.size() || name.substr(name.size() - kPy.size()) != kPy) return;
+  const rules::RuleInfo* info = rules::FindRule("repo.remote_code");
+  v1::Finding f;
+  f.set_rule_id("repo.remote_code");
+  f.set_category("repo");
+  f.set_severity(info != nullptr ? info->severity : v1::SEVERITY_MEDIUM);
+  f.set_verdict(info != nullptr ? info->verdict : v1::VERDICT_SUSPICIOUS);
+  f.set_message(
+      "a Python file in the repository: transformers imports and runs it when a config's "
+      "auto_map names it and the model is loaded with trust_remote_code=True");
+  if (report->format() == "text") report->set_kind("code");
+  report->set_verdict(rules::WorseVerdict(report->verdict(), f.verdict()));
+  *report->add_findings() = std::move(f);
 }
 
 v1::FileReport UnreadableFileReport(const std::string& path, const absl::Status& status) {

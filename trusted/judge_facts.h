@@ -24,9 +24,18 @@
 
 namespace ckptscan::pipeline {
 
-// Facts + rules -> report: format, findings, errors, pickles, globals, tensors
+// Facts + rules -> report: format, kind, findings, errors, pickles, globals, tensors
 // and verdict. path, sha256 and size are the caller's to fill.
 v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules);
+
+// What a file's name alone makes a loader do, added to its report: a Python file (*.py) in a
+// model repository is code that transformers imports with trust_remote_code=True (finding
+// repo.remote_code, SUSPICIOUS; kind "code" for a text file). The path is not read.
+void JudgeName(std::string_view path, v1::FileReport* report);
+
+// The report kind of a format: "data" (torch::IsDataFormat), "unknown", "archive" (a zip
+// read member by member), or "model".
+std::string_view KindOfFormat(std::string_view format);
 
 // One VM error as a report error (code "malformed", "limit" or "unsupported").
 v1::ScanError ToScanError(const pickle::VmError& error, std::string_view member,
@@ -34,8 +43,7 @@ v1::ScanError ToScanError(const pickle::VmError& error, std::string_view member,
 
 // The ERROR entry for a path that could not be read: one error with code "io"
 // (or "internal" for an Internal status) carrying the status message.
-v1::FileReport UnreadableFileReport(const std::string& path,
-                                    const absl::Status& status);
+v1::FileReport UnreadableFileReport(const std::string& path, const absl::Status& status);
 
 }  // namespace ckptscan::pipeline
 

@@ -147,6 +147,7 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     p->set_offset(a.offset);
     p->set_message(a.message);
     p->set_must_flag(a.must_flag);
+    if (a.category != "container") p->set_category(a.category);
   }
   for (const torch::TensorFact& t : facts.tensors) EncodeTensor(t, out->add_tensors());
   for (const torch::StorageRef& s : facts.storages) {

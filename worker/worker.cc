@@ -64,10 +64,10 @@ int RunJob(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_
       trace->append(text.data(), text.size());
     });
     const pickle::TraceSink sink = listing.AsSink();
-    facts = pipeline::ExtractFacts(input, limits, &sink);
+    facts = pipeline::ExtractFacts(input, limits, &sink, job.file_name());
     result.set_trace_truncated(truncated);
   } else {
-    facts = pipeline::ExtractFacts(input, limits);
+    facts = pipeline::ExtractFacts(input, limits, nullptr, job.file_name());
   }
   if (job.mode() == worker::v1::Job::MODE_CONVERT) {
     if (!job.jail().output()) return kExitUsage;

@@ -57,7 +57,9 @@ struct ScanOptions {
   RulesFlags rules;
   std::string digest = "sha256";
   std::string fail_on = "suspicious";
+  std::vector<std::string> includes;
   std::vector<std::string> excludes;
+  std::string unknown = "error";
   std::string manifest;
   std::string sarif_output;
   std::vector<std::string> limits;
@@ -167,22 +169,52 @@ int RunScan(const ScanOptions& opt) {
     source = std::make_unique<LocalFiles>(*engine, *jail);
   }
 
-  const std::vector<app::ScanTarget> targets = app::ExpandScanPaths(opt.paths, opt.excludes);
+  // --manifest alone: the manifest's folder is walked too, so that a file it does not list is
+  // found (manifest.unlisted).
+  std::vector<std::string> paths = opt.paths;
+  if (paths.empty()) paths.push_back(app::ManifestFolder(opt.manifest));
+  app::WalkOptions walk{opt.includes, opt.excludes};
+  absl::StatusOr<app::Expansion> expansion = app::ExpandScanPaths(paths, walk);
+  if (!expansion.ok()) {
+    PrintError(absl::StrCat("scan: ", TerminalSafe(base::StdView(expansion.status().message()))));
+    return kExitUsage;
+  }
+  std::vector<app::ScanTarget> targets = std::move(expansion->targets);
+  if (!opt.manifest.empty()) {
+    // The manifest lists digests; it does not list itself.
+    const absl::StatusOr<app::FileId> self = FindLocal(opt.manifest);
+    for (app::ScanTarget& t : targets) {
+      if (t.kind != app::ScanTarget::Kind::kFile || !self.ok()) continue;
+      const absl::StatusOr<app::FileId> id = FindLocal(t.path);
+      if (id.ok() && *id == *self) {
+        t.kind = app::ScanTarget::Kind::kSkipped;
+        t.reason = "the manifest itself";
+      }
+    }
+  }
+  app::ScanSetOptions set_options;
+  set_options.unknown = opt.unknown == "warn"   ? app::UnknownPolicy::kWarn
+                        : opt.unknown == "skip" ? app::UnknownPolicy::kSkip
+                                                : app::UnknownPolicy::kError;
+  set_options.report_unlisted = !opt.manifest.empty();
+  app::ScanSet(targets, manifest, source.get(), &report, set_options);
+  for (const std::string& pattern : expansion->unmatched) {
+    PrintError(absl::StrCat("warning: ", TerminalSafe(pattern), " matched nothing"));
+  }
   std::string skipped;
-  for (const app::ScanTarget& t : targets) {
-    if (t.kind != app::ScanTarget::Kind::kSkipped) continue;
-    absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path), " (", TerminalSafe(t.reason),
+  for (const v1::SkippedPath& t : report.skipped()) {
+    absl::StrAppend(&skipped, "skipped: ", TerminalSafe(t.path()), " (", TerminalSafe(t.reason()),
                     ")\n");
   }
-  app::ScanSet(targets, manifest, source.get(), &report);
   if (report.files_size() == 0) PrintError("no files to scan under the given paths");
 
   const FailOn fail_on = opt.fail_on == "dangerous" ? FailOn::kDangerous : FailOn::kSuspicious;
+  const int exit_code = ExitCodeFor(report, fail_on);
   std::string out;
   if (opt.format == "json") {
     out = ReportToJson(report);
   } else if (opt.format == "sarif") {
-    out = ReportToSarif(report, rules::Catalogue());
+    out = ReportToSarif(report, rules::Catalogue(), exit_code);
   } else if (opt.format == "junit") {
     out = ReportToJunit(report, fail_on);
   } else {
@@ -197,13 +229,14 @@ int RunScan(const ScanOptions& opt) {
     return kExitError;
   }
   if (!opt.sarif_output.empty()) {
-    if (absl::Status s = WriteOutput(opt.sarif_output, ReportToSarif(report, rules::Catalogue()));
+    if (absl::Status s =
+            WriteOutput(opt.sarif_output, ReportToSarif(report, rules::Catalogue(), exit_code));
         !s.ok()) {
       PrintError(absl::StrCat("cannot write the SARIF report: ", s.message()));
       return kExitError;
     }
   }
-  return ExitCodeFor(report, fail_on);
+  return exit_code;
 }
 
 std::string ScanFooter() {
@@ -217,16 +250,36 @@ std::string ScanFooter() {
       "\n"
       "Folders are walked recursively in sorted order. Symlinked folders\n"
       "are not followed: they are listed as skipped, as are FIFOs, sockets,\n"
-      "devices and what --exclude matches. The format is detected from the\n"
-      "content, never from the file name: pickles, torch archives, numpy,\n"
-      "safetensors (validated strictly) and sharded-checkpoint indexes\n"
-      "(*.index.json), whose every shard must exist beside the index and is\n"
-      "scanned too (a missing shard makes the index ERROR).\n"
+      "devices, .git folders and what --include/--exclude leave out. In a\n"
+      "Hugging Face cache (models--ORG--NAME) the snapshots are scanned,\n"
+      "each file once; blobs/ and refs/ are skipped, and a blob named by a\n"
+      "SHA-256 must have that digest.\n"
+      "\n"
+      "Every file is classified by its content, never by its name:\n"
+      "  model    pickles, torch archives, numpy, joblib, safetensors\n"
+      "           (validated strictly), sharded-checkpoint indexes (every\n"
+      "           shard must exist beside the index and is scanned too)\n"
+      "  data     UTF-8 text, JSON, PNG/JPEG/GIF/WebP images, SentencePiece\n"
+      "           models, empty files: SAFE when valid as a whole (and when\n"
+      "           the same bytes are no pickle that names anything)\n"
+      "  archive  any other zip: each member is classified as a file\n"
+      "  unknown  none of these: ERROR (see --unknown)\n"
+      "A config's auto_map and *.py files are repo.remote_code (SUSPICIOUS);\n"
+      "chat templates with sandbox-escape constructs are DANGEROUS.\n"
+      "\n"
+      "Patterns (--include, --exclude) are gitignore-style: without a '/'\n"
+      "they match a name at any depth (config.json, *.json); with one they\n"
+      "are anchored at the scanned folder (sub/*.bin); a trailing '/'\n"
+      "matches folders only; '**' matches any number of folders; '*' never\n"
+      "crosses a '/'. A pattern that matches nothing is warned about. An\n"
+      "index (*.index.json) and its shards are scanned even when a pattern\n"
+      "matches them, and the report says so.\n"
       "\n"
       "--manifest FILE: every file FILE lists is scanned and its SHA-256\n"
       "compared; a missing file is ERROR, and so is a digest mismatch\n"
       "(error code digest_mismatch): it exits 2 (1 if another file has\n"
-      "findings), never 0.\n"
+      "findings), never 0. Without PATH, FILE's folder is scanned as well:\n"
+      "a file there that FILE does not list is SUSPICIOUS (manifest.unlisted).\n"
       "\n"
       "Sandbox: each file is parsed by a fresh ckptscan-worker in a jail\n"
       "(seccomp allowlist, rlimits, namespaces where available); only facts\n"
@@ -255,12 +308,23 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "has an error). ERROR always exits 2")
       ->check(CLI::IsMember({"suspicious", "dangerous"}))
       ->capture_default_str();
-  scan->add_option("--exclude", scan_opt->excludes,
-                   "Skip files and folders inside a scanned folder whose path relative to it "
-                   "matches this fnmatch GLOB ('*' also matches '/'); repeatable; listed as "
+  scan->add_option("--include", scan_opt->includes,
+                   "Inside a scanned folder, scan only files whose path relative to it matches "
+                   "this gitignore-style GLOB (see below); repeatable; the others are listed as "
                    "skipped")
       ->type_name("GLOB")
       ->allow_extra_args(false);
+  scan->add_option("--exclude", scan_opt->excludes,
+                   "Skip files and folders inside a scanned folder whose path relative to it "
+                   "matches this gitignore-style GLOB (see below); repeatable; listed as "
+                   "skipped")
+      ->type_name("GLOB")
+      ->allow_extra_args(false);
+  scan->add_option("--unknown", scan_opt->unknown,
+                   "A file in no format ckptscan verifies: error (ERROR, exit 2), warn "
+                   "(SUSPICIOUS, finding file.unknown_format) or skip (listed as skipped)")
+      ->check(CLI::IsMember({"error", "warn", "skip"}))
+      ->capture_default_str();
   scan->add_option("--manifest", scan_opt->manifest,
                    "Scan every file FILE lists and compare its SHA-256: sha256sum output "
                    "(HEX  PATH) or a JSON list of {\"path\", \"sha256\"}; paths relative to "

@@ -14,6 +14,9 @@
 #   CKPTSCAN_SERVER    a ckptscand address (ckptscan scan --server): the daemon scans the uploaded
 #                      files; empty: the embedded sandbox
 #   CKPTSCAN_MANIFEST  a manifest to scan and check digests against
+#   CKPTSCAN_INCLUDE   gitignore-style patterns to scan only (scan --include), whitespace-separated
+#   CKPTSCAN_EXCLUDE   gitignore-style patterns to leave out (scan --exclude), whitespace-separated
+#   CKPTSCAN_UNKNOWN   error (default), warn or skip: a file in no format ckptscan verifies
 #   CKPTSCAN_SARIF     where to write SARIF (default: $RUNNER_TEMP or /tmp, ckptscan.sarif)
 #   CKPTSCAN_SKIP_INSTALL=1 with CKPTSCAN_BIN=path/to/ckptscan: use that build, install nothing
 #   CKPTSCAN_BUILD_DIR where to build (default: $RUNNER_TEMP/ckptscan-build)
@@ -26,6 +29,7 @@ fail_on="${CKPTSCAN_FAIL_ON:-suspicious}"
 format="${CKPTSCAN_FORMAT:-text}"
 server="${CKPTSCAN_SERVER:-}"
 manifest="${CKPTSCAN_MANIFEST:-}"
+unknown="${CKPTSCAN_UNKNOWN:-error}"
 tmpdir="${RUNNER_TEMP:-${TMPDIR:-/tmp}}"
 sarif="${CKPTSCAN_SARIF:-$tmpdir/ckptscan.sarif}"
 
@@ -53,6 +57,14 @@ fi
 args=(scan --format "$format" --fail-on "$fail_on" --sarif-output "$sarif")
 [[ -z "$server" ]] || args+=(--server "$server")
 [[ -z "$manifest" ]] || args+=(--manifest "$manifest")
+args+=(--unknown "$unknown")
+# Patterns are separated by whitespace, like paths.
+patterns=()
+read -r -d '' -a patterns <<<"${CKPTSCAN_INCLUDE:-}"
+for p in "${patterns[@]}"; do args+=(--include "$p"); done
+patterns=()
+read -r -d '' -a patterns <<<"${CKPTSCAN_EXCLUDE:-}"
+for p in "${patterns[@]}"; do args+=(--exclude "$p"); done
 [[ -n "$paths" || -n "$manifest" ]] || paths="."
 # Split on whitespace on purpose: paths are separated by spaces or newlines.
 path_list=()

@@ -208,9 +208,11 @@ class ScanTest(DaemonTestCase):
                 got = self.client.scan_bytes(self.torch, source, chunk=chunk)
                 self.assertEqual(as_cli_text(got), want)
 
-    def test_empty_upload_is_an_error_report_not_an_rpc_error(self):
+    def test_empty_upload_is_a_report_of_empty_data_not_an_rpc_error(self):
+        # Zero bytes hold nothing a loader could run: data of format "empty", whatever the name.
         report = self.client.scan_bytes("empty.pt", b"")
-        self.assertEqual(report_to_dict(report)["files"][0]["verdict"], "ERROR")
+        f = report_to_dict(report)["files"][0]
+        self.assertEqual((f["format"], f["kind"], f["verdict"]), ("empty", "data", "SAFE"))
 
     def test_chunk_over_the_daemons_message_cap_is_refused_here(self):
         with self.assertRaises(ValueError):
@@ -521,11 +523,15 @@ class ReportToDictTest(unittest.TestCase):
         f.conversion.dtypes.add(source="complex64", written="F32", how="as-real", tensors=2**40)
         d = report_to_dict(report)
         self.assertEqual(list(d), ["schema", "scanner_version", "rules_version", "verdict",
-                                   "files"])
+                                   "files", "summary", "skipped"])
         self.assertEqual(d["verdict"], "ERROR")
+        self.assertEqual(list(d["summary"]), ["files", "safe", "suspicious", "dangerous", "error",
+                                              "skipped", "kinds"])
+        self.assertEqual(d["skipped"], [])
         fd = d["files"][0]
-        self.assertEqual(list(fd), ["path", "sha256", "size", "format", "verdict", "findings",
-                                    "errors", "tensors", "pickles", "globals", "conversion"])
+        self.assertEqual(list(fd), ["path", "sha256", "size", "format", "kind", "verdict",
+                                    "findings", "errors", "tensors", "pickles", "globals",
+                                    "conversion"])
         self.assertEqual(fd["size"], 2**63 + 5)  # a number, exact, not json_format's string
         self.assertEqual(fd["verdict"], "SUSPICIOUS")
         self.assertEqual(fd["findings"][0]["severity"], "HIGH")

@@ -12,12 +12,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/checked.h"
+#include "base/escape.h"
 #include "base/limit_status.h"
 #include "base/strings.h"
 #include "core/compress/decompress.h"
+#include "core/content/content.h"
+#include "core/content/template_check.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
+#include "core/torch/repo_json.h"
 #include "core/torch/tar.h"
 #include "core/torch/tensors.h"
 #include "core/zip/zipfile_view.h"
@@ -93,19 +97,55 @@ bool IsKnownRecord(std::string_view record) {
          record == ".storage_alignment";
 }
 
+// A stream whose first opcode CPython itself rejects (an unknown opcode, or one that fails
+// before anything is read): no pickle loader reads anything from these bytes.
+bool RejectedAtStart(const pickle::StreamFacts& s) {
+  if (s.pickles.size() != 1 || s.stream_error.has_value()) return false;
+  const pickle::PickleFacts& p = s.pickles[0];
+  return p.error.has_value() && p.error->offset == 0 &&
+         p.error->code == pickle::VmError::Code::kMalformed && p.graph.globals.empty();
+}
+
+// A complete first pickle: the bytes are a pickle whatever else they may be.
+bool CompletePickle(const pickle::StreamFacts& s) {
+  return !s.pickles.empty() && !s.pickles[0].error.has_value() && !s.stream_error.has_value();
+}
+
+// Text that opens with a Jinja block ("{{", "{%", "{#", after white space): a template, and no
+// JSON (an object's first token is a string or "}").
+bool StartsLikeJinja(std::string_view data) {
+  const size_t i = data.find_first_not_of(" \t\r\n");
+  return i != std::string_view::npos && i + 1 < data.size() && data[i] == '{' &&
+         (data[i + 1] == '{' || data[i + 1] == '%' || data[i + 1] == '#');
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string Esc(std::string_view s) {
+  return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
+}
+
+// The first bytes of a file, escaped, for a message.
+std::string Leading(std::string_view data) {
+  return Esc(data.substr(0, std::min<size_t>(data.size(), 8)));
+}
+
 class Reader {
  public:
-  Reader(const pickle::Vm& vm, const ReadOptions& options, FileFacts* out)
-      : vm_(vm), options_(options), out_(out) {}
+  // `depth`: how deep in archives the bytes are (0: the file itself).
+  Reader(const pickle::Vm& vm, const ReadOptions& options, FileFacts* out, uint32_t depth = 0)
+      : vm_(vm), options_(options), out_(out), depth_(depth) {}
 
   void File(std::string_view data) {
     if (data.empty()) {
+      // Nothing for any loader to read, and nothing to run: data.
       out_->format = "empty";
-      Error(v1::ERROR_CODE_MALFORMED, "empty file: there is nothing to verify", "", 0);
       return;
     }
     if (data.substr(0, 4) == kZipMagic) {
-      Zip(data, "", 0, 0, /*top=*/true);
+      Zip(data, "", 0, depth_, /*top=*/true, /*classify=*/true);
       // pickle.load on the same bytes: "PK" is PERSID, so a zip can also be a pickle.
       PickleReading(data, "(as pickle)", true);
       return;
@@ -158,9 +198,28 @@ class Reader {
       Safetensors(data);
       return;
     }
-    if (LooksLikeJson(data)) {
-      ReadShardIndex(data, options_.index, out_);
+    if (const std::optional<content::Image> image = content::SniffImage(data)) {
+      Image(data, *image);
       return;
+    }
+    if (LooksLikeJson(data) && !StartsLikeJinja(data)) {
+      ReadShardIndex(data, options_.index, out_);
+      if (out_->format == "json" && out_->errors.empty()) JsonDocument(data);
+      ZipInTail(data, "(after the JSON)");
+      return;
+    }
+    if (data[0] == '\x0a') {
+      // A SentencePiece model starts with its first piece (field 1, length-delimited); 0x0a is
+      // no pickle opcode.
+      const content::Check c = content::CheckSentencePiece(data, options_.content);
+      if (c.outcome != content::Check::Outcome::kNotClass) {
+        out_->format = "sentencepiece";
+        if (!c.valid())
+          Error(c.status, absl::StrCat("sentencepiece: ", c.status.message()), "", c.offset);
+        PickleReading(data, "(as pickle)", true);
+        ZipInTail(data, "(after the model)");
+        return;
+      }
     }
     // One reading of the stream serves both questions (a legacy file's first pickle is its
     // magic number): reading the first pickle on its own as well would hold two graphs of it
@@ -170,6 +229,17 @@ class Reader {
     if (!m.stream.pickles.empty() && IsLegacyMagic(m.stream.pickles[0])) {
       m.stream = {};
       ReadLegacy(data, vm_, out_);
+    } else if (!CompletePickle(m.stream) && Text(data, &m)) {
+      // strict UTF-8 text that is no whole pickle: Text kept the pickle reading as another
+      // loader's.
+    } else if (RejectedAtStart(m.stream)) {
+      out_->format = "unknown";
+      Error(v1::ERROR_CODE_UNSUPPORTED,
+            absl::StrCat("not a format ckptscan verifies (it starts with \"",
+                         base::AbslView(Leading(data)),
+                         "\"): no checkpoint, data or archive reading applies, and the pickle "
+                         "reading is rejected at its first byte"),
+            "", 0);
     } else {
       out_->format = "pickle";
       if (NamesJoblibArrays(m.stream)) {
@@ -193,6 +263,150 @@ class Reader {
   }
 
  private:
+  // Strict UTF-8 text (content::CheckText): format "text", with `m` (the pickle reading of the
+  // same bytes, which is no complete pickle) kept as another loader's reading when it names
+  // anything or stopped where pickle.load would read on. False when the bytes are no text.
+  bool Text(std::string_view data, MemberFacts* m) {
+    const content::Check c = content::CheckText(data, options_.content);
+    if (c.outcome == content::Check::Outcome::kNotClass) return false;
+    out_->format = "text";
+    if (!c.valid()) Error(c.status, absl::StrCat("text: ", c.status.message()), "", c.offset);
+    m->member = "(as pickle)";
+    m->alternative = true;
+    if (MustKeep(m->stream)) {
+      if (HasContent(m->stream)) {
+        Anomaly("polyglot", m->member, 0,
+                "the text is also a pickle that imports or calls something");
+      }
+      out_->members.push_back(std::move(*m));
+    }
+    if (c.valid() && (EndsWith(options_.file_name, ".jinja") || StartsLikeJinja(data))) {
+      Template(data, "", "chat template", 0, /*in_json=*/false);
+    }
+    return true;
+  }
+
+  // An image, validated whole (content::CheckImage). The pickle reading of the same bytes, and
+  // a zip in its tail, are scanned as for any file.
+  void Image(std::string_view data, content::Image image) {
+    out_->format = std::string(content::ImageName(image));
+    const content::Check c = content::CheckImage(data, image, options_.content);
+    if (!c.valid()) {
+      Error(c.status, absl::StrCat(out_->format, ": ", c.status.message()), "", c.offset);
+    }
+    PickleReading(data, "(as pickle)", true);
+    ZipInTail(data, "(in the image)");
+  }
+
+  // A JSON document (no sharded index): what its auto_map and chat templates make loaders run.
+  void JsonDocument(std::string_view data) {
+    RepoJson repo;
+    uint64_t offset = 0;
+    if (absl::Status s = ReadRepoJson(data, options_.index, &repo, &offset); !s.ok()) {
+      Error(s, absl::StrCat("JSON: ", s.message()), "", offset);
+      return;
+    }
+    if (repo.auto_map_total > 0) {
+      std::string list;
+      for (const auto& [key, value] : repo.auto_map) {
+        absl::StrAppend(&list, list.empty() ? "" : ", ", base::AbslView(Esc(key)), " -> ",
+                        base::AbslView(Esc(value)));
+      }
+      if (repo.auto_map_total > repo.auto_map.size()) {
+        absl::StrAppend(&list, ", and ", repo.auto_map_total - repo.auto_map.size(), " more");
+      }
+      Anomaly("remote_code", "", repo.auto_map_offset,
+              absl::StrCat("auto_map names the repository's own code, which transformers "
+                           "imports and runs with trust_remote_code=True: ",
+                           list),
+              /*must_flag=*/true, "repo");
+    }
+    for (const JsonTemplate& t : repo.templates) {
+      Template(t.text, "", absl::StrCat("chat_template \"", base::AbslView(Esc(t.name)), "\""),
+               t.offset, /*in_json=*/true);
+    }
+  }
+
+  // A chat template (core/content/template_check.h): each construct found is a finding
+  // (category "template"), at `offset` (the JSON string's start) for a template inside a JSON
+  // document (the message gives the byte in the template), at its own byte offset in a
+  // template file (`offset` 0).
+  void Template(std::string_view text, std::string_view member, std::string_view what,
+                uint64_t offset, bool in_json) {
+    if (text.size() > options_.templates.max_template_bytes) {
+      const std::string message =
+          absl::StrCat(base::AbslView(what), ": a template of ", text.size(), " bytes is over ",
+                       options_.templates.max_template_bytes, " (max_template_bytes)");
+      Error(base::LimitError(message, "max_template_bytes", options_.templates.max_template_bytes),
+            message, member, offset);
+      return;
+    }
+    const content::TemplateCheck check = content::CheckChatTemplate(text, options_.templates);
+    for (const content::TemplateHit& h : check.hits) {
+      Anomaly("sandbox_escape", std::string(member), in_json ? offset : h.offset,
+              in_json ? absl::StrCat(base::AbslView(what), ", byte ", h.offset,
+                                     " of the template (", h.construct, "): ", h.message)
+                      : absl::StrCat(base::AbslView(what), " (", h.construct, "): ", h.message),
+              /*must_flag=*/true, "template");
+    }
+    if (check.more_hits > 0) {
+      Anomaly("sandbox_escape", std::string(member), offset,
+              absl::StrCat(base::AbslView(what), ": ", check.more_hits,
+                           " more constructs past the first ", check.hits.size()),
+              /*must_flag=*/true, "template");
+    }
+  }
+
+  // A member of a zip that is neither a torch archive nor an .npz: a file of its own (people
+  // unzip such archives and load what is inside), read by a Reader one level deeper. Its facts
+  // join the file's under the member's name; offsets stay the member's own.
+  void MemberFile(std::string_view bytes, const std::string& name, uint32_t depth) {
+    FileFacts sub;
+    ReadOptions options = options_;
+    options.trace = nullptr;
+    const size_t slash = name.rfind('/');
+    options.file_name = slash == std::string::npos ? name : name.substr(slash + 1);
+    Reader(vm_, options, &sub, depth).File(bytes);
+    const auto inner = [&](const std::string& member) {
+      return member.empty() ? name : MemberName(name, member);
+    };
+    for (v1::ScanError& e : sub.errors) {
+      e.mutable_location()->set_member(inner(e.location().member()));
+      out_->errors.push_back(std::move(e));
+    }
+    for (MemberFacts& m : sub.members) {
+      m.member = inner(m.member);
+      out_->members.push_back(std::move(m));
+    }
+    for (ContainerAnomaly& a : sub.anomalies) {
+      a.member = inner(a.member);
+      out_->anomalies.push_back(std::move(a));
+    }
+  }
+
+  // Whether every end-record signature from `first` on but the last (the archive's own end
+  // record) lies inside a member's stored bytes: an archive kept in the archive, which no
+  // reader that searches backwards from the end (miniz, zipfile, unzip) can take for the end.
+  static bool EndSignaturesInMembers(std::string_view data, const zip::Archive& ar,
+                                     uint64_t first) {
+    std::vector<uint64_t> at;
+    for (size_t o = data.find("PK\x05\x06", first); o != std::string_view::npos;
+         o = data.find("PK\x05\x06", o + 1)) {
+      at.push_back(o);
+    }
+    if (at.size() < 2) return false;
+    at.pop_back();
+    for (uint64_t o : at) {
+      bool inside = false;
+      for (const zip::Entry& e : ar.entries()) {
+        inside = inside || (e.local_header_ok && o >= e.data_offset && e.compressed_size >= 4 &&
+                            o - e.data_offset <= e.compressed_size - 4);
+      }
+      if (!inside) return false;
+    }
+    return true;
+  }
+
   // zipfile.is_zipfile finds an end record anywhere: a zip after the content is what
   // zipfile-based tools (and picklescan) would read instead.
   // zipfile (like miniz) looks for the end record only in the last 64 KiB + 22 bytes, so
@@ -211,7 +425,7 @@ class Reader {
         Anomaly("polyglot", "", 0,
                 absl::StrCat("the file is also a zip archive ", base::AbslView(where),
                              ": both readings are scanned"));
-        Zip(data, "(as zip)", 0, 0, /*top=*/false);
+        Zip(data, "(as zip)", 0, depth_, /*top=*/false, /*classify=*/false);
       }
     }
   }
@@ -362,9 +576,9 @@ class Reader {
     out_->errors.push_back(StatusError(status, std::move(message), member, offset));
   }
   void Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
-               bool must_flag = true) {
+               bool must_flag = true, std::string category = "container") {
     out_->anomalies.push_back(ContainerAnomaly{std::move(kind), std::move(member), offset,
-                                               std::move(message), must_flag});
+                                               std::move(message), must_flag, std::move(category)});
   }
 
   // A tar archive: torch's tar checkpoint format when it has torch's members, else refused.
@@ -431,8 +645,11 @@ class Reader {
     return absl::StrCat(base::AbslView(outer), "!", base::AbslView(name));
   }
 
-  // Reads a zip archive (the file, or a member `outer` at depth `depth`).
-  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth, bool top) {
+  // Reads a zip archive (the file, or a member `outer` at depth `depth`). `classify`: when it
+  // is no torch archive nor an .npz, every member is read as a file of its own (MemberFile);
+  // otherwise members are trial-parsed as pickles.
+  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth, bool top,
+           bool classify) {
     absl::StatusOr<zip::Archive> ar = zip::Archive::Open(data, options_.zip);
     if (top) out_->format = "zip";
     absl::Status torch_refused = absl::OkStatus();
@@ -445,10 +662,9 @@ class Reader {
       Error(ar.status(), absl::StrCat("zip: ", ar.status().message()), outer, base);
       // Python's zipfile may open what miniz cannot (bytes prepended to the archive): what it
       // would load is scanned too, so that its findings are not hidden behind the error.
-      ZipfileView(nullptr, data, outer, base, /*npz=*/true);
+      ZipfileView(nullptr, data, outer, base, /*npz=*/true, depth, /*classify=*/false);
       return;
     }
-    for (const zip::Anomaly& a : ar->anomalies()) ZipAnomaly(a, outer, base);
     const bool torch_view = torch_refused.ok();
     const zip::Entry* data_pkl = torch_view ? ar->LocateRecord("data.pkl") : nullptr;
     const zip::Entry* constants = torch_view ? ar->LocateRecord("constants.pkl") : nullptr;
@@ -486,7 +702,28 @@ class Reader {
         }
       }
     }
-    if (format == "zip" && top) {
+    const bool members_are_files = classify && format == "zip" && !ar->entries().empty();
+    for (const zip::Anomaly& a : ar->anomalies()) {
+      if (members_are_files) {
+        // An archive of files, which torch.load refuses: what only torch's reading of member
+        // names and methods makes suspicious is no finding here.
+        if (a.kind == zip::AnomalyKind::kUppercaseName || a.kind == zip::AnomalyKind::kDeflated ||
+            a.kind == zip::AnomalyKind::kNameOutsidePrefix) {
+          continue;
+        }
+        if (a.kind == zip::AnomalyKind::kMultipleEocd &&
+            EndSignaturesInMembers(data, *ar, a.offset)) {
+          Anomaly(KindId(a.kind), MemberName(outer, a.member), base + a.offset,
+                  absl::StrCat(a.message,
+                               "; each but the last inside a member's bytes (an archive "
+                               "stored in the archive)"),
+                  /*must_flag=*/false);
+          continue;
+        }
+      }
+      ZipAnomaly(a, outer, base);
+    }
+    if (format == "zip" && top && !members_are_files) {
       Error(v1::ERROR_CODE_UNSUPPORTED,
             torch_refused.ok()
                 ? std::string("a zip archive that is not a torch checkpoint (no <folder>/data.pkl) "
@@ -556,10 +793,20 @@ class Reader {
           constexpr std::string_view kDeep = "an archive nested deeper than max_container_depth";
           Error(base::LimitError(kDeep, "max_container_depth", options_.max_container_depth),
                 std::string(kDeep), name, base + e.data_offset);
+        } else if (members_are_files) {
+          // A file of the archive that is an archive (a torch checkpoint, an .npz, another
+          // archive of files): read as that file is read on its own.
+          Anomaly("nested_archive", name, base + e.data_offset, "a zip archive inside the archive",
+                  /*must_flag=*/false);
+          MemberFile(bytes, name, depth + 1);
         } else {
           Anomaly("nested_archive", name, base + e.data_offset, "a zip archive inside the archive");
-          Zip(bytes, name, base + e.data_offset, depth + 1, false);
+          Zip(bytes, name, base + e.data_offset, depth + 1, false, false);
         }
+        continue;
+      }
+      if (members_are_files) {
+        MemberFile(bytes, name, depth + 1);
         continue;
       }
       if (format == "npz") {
@@ -590,7 +837,9 @@ class Reader {
         out_->members.push_back(MemberFacts{name, std::move(s), /*alternative=*/&e != constants});
       }
     }
-    if (format == "npz" || format == "zip") ZipfileView(&*ar, data, outer, base, format == "npz");
+    if (format == "npz" || format == "zip") {
+      ZipfileView(&*ar, data, outer, base, format == "npz", depth, members_are_files);
+    }
   }
 
   // numpy.load opens an .npz with Python's zipfile, as zipfile-based tools open any zip, and
@@ -598,7 +847,7 @@ class Reader {
   // open whose bytes were not read above (by `ar`, null when miniz opened nothing) is read and
   // scanned as well, and flagged.
   void ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
-                   uint64_t base, bool npz) {
+                   uint64_t base, bool npz, uint32_t depth, bool classify) {
     absl::StatusOr<zip::ZipfileDirectory> dir = zip::ReadZipfileDirectory(data, options_.zip);
     if (!dir.ok()) {
       // zipfile refuses the archive, so numpy.load cannot open it; one of our limits is an
@@ -640,6 +889,10 @@ class Reader {
                                        : z.name;
         ReadNpy(bytes, name, absl::StrCat("(as zipfile) ", tensor), base + z.data_offset,
                 z.method == 0, vm_, out_);
+        continue;
+      }
+      if (classify && bytes.substr(0, 4) != kZipMagic) {
+        MemberFile(bytes, name, depth + 1);
         continue;
       }
       pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
@@ -722,6 +975,7 @@ class Reader {
   const pickle::Vm& vm_;
   const ReadOptions& options_;
   FileFacts* out_;
+  uint32_t depth_;
 };
 
 }  // namespace

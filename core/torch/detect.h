@@ -26,6 +26,8 @@
 #include <string_view>
 
 #include "core/compress/decompress.h"
+#include "core/content/content.h"
+#include "core/content/template_check.h"
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
@@ -41,7 +43,13 @@ struct ReadOptions {
   // joblib's compressed files (core/compress/decompress.h; docs/formats.md, "joblib"). Not
   // settable from the command line: the defaults hold in the worker.
   compress::Limits compress;
-  uint32_t max_container_depth = 2;  // archives inside archives (0: no nested archive is read)
+  uint32_t max_container_depth = 2;   // archives inside archives (0: no nested archive is read)
+  content::Limits content;            // text, images, SentencePiece models
+  content::TemplateLimits templates;  // chat templates
+  // The file's name as the caller knows it (its last component), or "". Only what a loader
+  // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
+  // chat_template.jinja). The format never comes from it.
+  std::string file_name;
   const pickle::TraceSink* trace = nullptr;
 };
 

@@ -10,6 +10,14 @@
 
 namespace ckptscan::torch {
 
+bool IsDataFormat(std::string_view format) {
+  for (std::string_view f :
+       {"json", "text", "png", "jpeg", "gif", "webp", "sentencepiece", "empty"}) {
+    if (format == f) return true;
+  }
+  return false;
+}
+
 absl::Status CheckShardFileName(std::string_view name) {
   const bool plain = !name.empty() && name.size() <= 255 && name != "." && name != ".." &&
                      name.find('/') == std::string_view::npos &&

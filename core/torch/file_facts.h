@@ -33,11 +33,15 @@ struct MemberFacts {
 // Something about the container that the real loader reads differently from a naive reader,
 // or that has no business being there (container.* findings on the trusted side).
 struct ContainerAnomaly {
-  std::string kind;  // stable id, e.g. "duplicate_member" (rule id: container.<kind>)
+  std::string kind;  // stable id, e.g. "duplicate_member" (rule id: <category>.<kind>)
   std::string member;
-  uint64_t offset = 0;  // byte offset in the file
+  uint64_t offset = 0;  // byte offset in the file (in `member`'s bytes when it is a member's)
   std::string message;
   bool must_flag = true;  // false: informational, the verdict is not raised for it
+  // "container" (the file's structure), "template" (a chat template's construct,
+  // core/content/template_check.h) or "repo" (what a repository makes loaders run: a config's
+  // auto_map naming code).
+  std::string category = "container";
 };
 
 // Where a storage's bytes are in the file.
@@ -86,11 +90,21 @@ inline bool IsPlainQuantMethod(std::string_view s) {
   return true;
 }
 
+// Data: a file validated whole as one of the data classes, in which no loader finds code (a
+// text, a JSON document, an image, a SentencePiece model, an empty file). Its report has kind
+// "data".
+bool IsDataFormat(std::string_view format);
+
+// At most this many auto_map entries are kept per file (the rest are counted in the message).
+inline constexpr size_t kMaxAutoMapEntries = 32;
+
 struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
   // "zlib", "gzip", "bzip2", "lzma", "xz", "lz4", "joblib-compat", "zstd", "7z", "rar",
-  // "safetensors", "hf-index", "json", or "empty".
+  // "safetensors", "hf-index"; the data classes (IsDataFormat) "json", "text", "png", "jpeg",
+  // "gif", "webp", "sentencepiece" and "empty"; or "unknown" (no reading applies: a pickle
+  // reading rejected at offset 0, and nothing else).
   std::string format;
   // Why (part of) the file could not be scanned or verified.
   std::vector<v1::ScanError> errors;

@@ -156,7 +156,8 @@ TEST(FormatsTest, LegacyTrailingBytesAreAnAnomaly) {
 
 TEST(FormatsTest, EveryTruncationOfALegacyFileIsAnError) {
   std::string data = Read(kDir / "legacy_tied.pt");
-  for (size_t cut = 0; cut < data.size(); ++cut) {
+  // Cut at 0 is the empty file, which is data (local_scan_test: EmptyFileIsDataNotAPickle).
+  for (size_t cut = 1; cut < data.size(); ++cut) {
     FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
     bool failed = !f.errors.empty();
     for (const MemberFacts& m : f.members) failed = failed || !m.stream.ok();
@@ -226,6 +227,13 @@ TEST(TarTest, TruncationsTorchRefusesAreErrorsAndTheOthersLoad) {
     for (size_t cut = 0; cut < data.size(); ++cut) {
       FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
       if (cut < min) {
+        // A cut inside the first member's name is plain text (no loader runs text: tarfile
+        // needs a whole header, pickle.load rejects the first byte), or the empty file.
+        if (f.format == "text" || f.format == "empty") {
+          EXPECT_LT(cut, 100u) << rel;
+          EXPECT_TRUE(f.members.empty()) << rel << " cut at " << cut;
+          continue;
+        }
         EXPECT_TRUE(Failed(f)) << rel << " cut at " << cut;
       } else {
         EXPECT_FALSE(Failed(f)) << rel << " cut at " << cut;

@@ -171,9 +171,7 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
-    error_offset_ = position > 0 ? position - 1 : 0;
-    status_ =
-        absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", AbslView(Esc(ex.what()))));
+    status_ = base::JsonSyntaxError(position, ex.what(), &error_offset_);
     return false;
   }
 
@@ -310,20 +308,14 @@ void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts*
   if (!ok) {
     out->quant_method.clear();  // not JSON that transformers would read
     const absl::Status& s = handler.status();
-    out->errors.push_back(
-        StatusError(s,
-                    absl::StrCat("JSON index: ",
-                                 s.ok() ? absl::string_view("the parser stopped") : s.message()),
-                    "", handler.error_offset()));
+    out->errors.push_back(StatusError(
+        s, absl::StrCat("JSON: ", s.ok() ? absl::string_view("the parser stopped") : s.message()),
+        "", handler.error_offset()));
     return;
   }
-  if (!handler.saw_weight_map()) {
-    out->errors.push_back(ContainerError(
-        v1::ERROR_CODE_UNSUPPORTED,
-        "a JSON file without \"weight_map\": not a sharded checkpoint index, nothing to verify", "",
-        0));
-    return;
-  }
+  // Valid JSON without a weight_map: a JSON document (data; its auto_map and chat_template are
+  // read by the caller, core/torch/repo_json.h).
+  if (!handler.saw_weight_map()) return;
   out->format = "hf-index";
   index.present = true;
   out->shard_index = std::move(index);

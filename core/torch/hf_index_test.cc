@@ -54,14 +54,15 @@ TEST(HfIndexTest, ExtraMembersAreSkippedWhateverTheirShape) {
 }
 
 TEST(HfIndexTest, AConfigsQuantizationMethodIsReadAsAPlainNameOnly) {
-  // transformers' config.json: not an index (the unsupported error), but its declared method
-  // is kept for convert.
+  // transformers' config.json: not an index but a JSON document (no error), and its declared
+  // method is kept for convert.
   FileFacts f = Read(R"({"architectures": ["LlamaForCausalLM"], "quantization_config":)"
                      R"( {"bits": 4, "group_size": 128, "quant_method": "gptq",)"
                      R"( "meta": {"quant_method": "not this one"}}, "torch_dtype": "float16"})");
   EXPECT_EQ(f.format, "json");
   EXPECT_EQ(f.quant_method, "gptq");
-  ExpectError(f, v1::ERROR_CODE_UNSUPPORTED, "not a sharded checkpoint index");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_FALSE(f.shard_index.present);
   EXPECT_EQ(
       Read(R"({"quantization_config": {"quant_method": "fp8"}, "weight_map": {}})").quant_method,
       "fp8");
@@ -136,7 +137,8 @@ TEST(HfIndexTest, OnlyStrictJsonIsAccepted) {
 TEST(HfIndexTest, JsonWithoutAWeightMapIsUnsupported) {
   const FileFacts f = Read(R"({"architectures": ["Bert"]})");
   EXPECT_EQ(f.format, "json");
-  ExpectError(f, v1::ERROR_CODE_UNSUPPORTED, "not a sharded checkpoint index");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_FALSE(f.shard_index.present);
 }
 
 // The only error is a limit error naming `name` = `value` (limit_name / limit_value).

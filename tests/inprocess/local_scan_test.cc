@@ -23,6 +23,10 @@ using std::string_view_literals::operator""sv;
 
 constexpr std::string_view kSafe = "\x80\x02}q\x00."sv;              // {} (protocol 2)
 constexpr std::string_view kEvil = "cposix\nsystem\n(S'id'\ntR."sv;  // posix.system('id')
+// The same with a PROTO opcode first: binary, so a cut of it is a broken pickle, not text.
+constexpr std::string_view kEvilBinary =
+    "\x80\x02"
+    "cposix\nsystem\n(S'id'\ntR."sv;
 
 const rules::RuleSet& DefaultRules() {
   static const std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
@@ -52,12 +56,42 @@ std::string TarBlock(std::string_view name) {
 // ---------------------------------------------------------------- format
 // detection
 
-TEST(ExtractFactsTest, EmptyFileIsAnErrorNotAPickle) {
+TEST(ExtractFactsTest, EmptyFileIsDataNotAPickle) {
+  // Nothing for any loader to read (pickle.load raises EOFError, torch.load fails): an empty
+  // file in a repository (__init__.py, .gitkeep) is data, SAFE.
   const FileFacts f = ExtractFacts("", {});
   EXPECT_EQ(f.format, "empty");
-  ASSERT_EQ(f.errors.size(), 1u);
-  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED);
+  EXPECT_TRUE(f.errors.empty());
   EXPECT_TRUE(f.members.empty());
+  const v1::FileReport r = JudgeFacts(f, DefaultRules());
+  EXPECT_EQ(r.verdict(), v1::VERDICT_SAFE);
+  EXPECT_EQ(r.kind(), "data");
+}
+
+// Text that pickle.load rejects before it imports or calls anything ("." is STOP on an empty
+// stack, "I0x" an INT without digits, a protocol-0 pickle cut before its STOP) is data: every
+// reading of it ends without running code. Text whose pickle reading names a global is judged
+// by that reading; text whose reading stops at one of our limits (where CPython would read on)
+// is ERROR.
+TEST(ExtractFactsTest, TextThatCPythonRejectsIsData) {
+  for (const std::string text : {".", "I0x\n.", "(dp0\nVa\np1\nI1\nsVb\np2\n(lp3\nI1\naI2\n"}) {
+    const FileFacts f = ExtractFacts(text, {});
+    EXPECT_EQ(f.format, "text") << text;
+    const v1::FileReport r = JudgeFacts(f, DefaultRules());
+    EXPECT_EQ(r.verdict(), v1::VERDICT_SAFE) << text;
+    EXPECT_EQ(r.kind(), "data") << text;
+  }
+  const FileFacts evil = ExtractFacts("cposix\nsystem\n(S'id'\ntR", {});  // no STOP
+  EXPECT_EQ(evil.format, "text");
+  EXPECT_EQ(JudgeFacts(evil, DefaultRules()).verdict(), v1::VERDICT_DANGEROUS);
+  pickle::Limits small;
+  small.max_opcodes = 20;
+  std::string long_pickle = "(";
+  for (int i = 0; i < 50; ++i) long_pickle += "I1\n";
+  long_pickle += "l0cposix\nsystem\n(S'id'\ntR.";
+  const FileFacts cut = ExtractFacts(long_pickle, small);
+  EXPECT_EQ(cut.format, "text");
+  EXPECT_EQ(JudgeFacts(cut, DefaultRules()).verdict(), v1::VERDICT_ERROR);
 }
 
 TEST(ExtractFactsTest, ZipMagicWithoutAnArchiveIsMalformed) {
@@ -163,7 +197,7 @@ TEST(JudgeFactsTest, TruncatedPickleIsError) {
 
 TEST(JudgeFactsTest, FindingsWinOverALaterParseErrorAndBothAreReported) {
   // The dangerous call, then the stream ends before STOP.
-  const v1::FileReport r = Judge(kEvil.substr(0, kEvil.size() - 1));
+  const v1::FileReport r = Judge(kEvilBinary.substr(0, kEvilBinary.size() - 1));
   EXPECT_EQ(r.verdict(), v1::VERDICT_DANGEROUS);
   EXPECT_GT(r.findings_size(), 0);
   ASSERT_EQ(r.errors_size(), 1);
@@ -181,14 +215,14 @@ TEST(JudgeFactsTest, DangerousSecondPickleIsFound) {
 
 TEST(JudgeFactsTest, LimitErrorCarriesNameValueOffsetAndOpcodeName) {
   pickle::Limits limits;
-  limits.max_opcodes = 2;
-  const v1::FileReport r = Judge(kEvil, limits);
+  limits.max_opcodes = 3;
+  const v1::FileReport r = Judge(kEvilBinary, limits);
   ASSERT_EQ(r.errors_size(), 1);
   const v1::ScanError& e = r.errors(0);
   EXPECT_EQ(e.code(), v1::ERROR_CODE_LIMIT);
   EXPECT_EQ(e.limit_name(), "max_opcodes");
-  EXPECT_EQ(e.limit_value(), 2u);
-  EXPECT_EQ(e.location().offset(), 15u);  // the third opcode, STRING
+  EXPECT_EQ(e.limit_value(), 3u);
+  EXPECT_EQ(e.location().offset(), 17u);  // the fourth opcode, STRING
   EXPECT_EQ(e.location().opcode(), "STRING");
   EXPECT_EQ(e.location().member(), "");
   // The global seen before the limit is still judged: findings win.
@@ -366,10 +400,11 @@ TEST_F(ScanFileTest, ReportsPathSizeAndSha256OfTheWholeFile) {
   EXPECT_EQ(r->verdict(), v1::VERDICT_SAFE);
 }
 
-TEST_F(ScanFileTest, EmptyFileIsErrorWithTheEmptyDigest) {
+TEST_F(ScanFileTest, EmptyFileIsEmptyDataWithTheEmptyDigest) {
   absl::StatusOr<v1::FileReport> r = ScanFileInProcess(Write("empty.pt", ""), DefaultRules(), {});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->verdict(), v1::VERDICT_ERROR);
+  EXPECT_EQ(r->verdict(), v1::VERDICT_SAFE);
+  EXPECT_EQ(r->format(), "empty");
   EXPECT_EQ(r->size(), 0u);
   EXPECT_EQ(r->sha256(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }

@@ -29,9 +29,12 @@ _TENSORS = ("count", "bytes", "storages", "shared", "unsupported")
 _CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "dtypes", "not_written",
                "not_written_total", "signature", "signer")
 _DTYPE_CONVERSION = ("source", "written", "how", "tensors")
-_FILE = ("path", "sha256", "size", "format", "verdict", "findings", "errors", "tensors",
+_FILE = ("path", "sha256", "size", "format", "kind", "verdict", "findings", "errors", "tensors",
          "pickles", "globals", "shards", "expected_sha256", "conversion")
-_REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files")
+_SUMMARY = ("files", "safe", "suspicious", "dangerous", "error", "skipped", "kinds")
+_SKIPPED = ("path", "reason")
+_REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files", "summary",
+           "skipped")
 
 
 def verdict_name(value):
@@ -146,4 +149,11 @@ def report_to_dict(report):
                                   including_default_value_fields=True)
     d["verdict"] = _short(d.get("verdict", ""), "VERDICT_")
     d["files"] = [_file(f) for f in d.get("files", [])]
+    summary = dict(d.get("summary") or {})
+    _int(summary, *_SUMMARY[:-1])
+    summary["kinds"] = {k: int(v) for k, v in sorted((summary.get("kinds") or {}).items(),
+                                                      key=lambda kv: kv[0].encode("utf-8"))}
+    d["summary"] = _ordered(summary, _SUMMARY)
+    d["skipped"] = [_ordered({"path": x.get("path", ""), "reason": x.get("reason", "")}, _SKIPPED)
+                    for x in d.get("skipped", [])]
     return _ordered(d, _REPORT)

@@ -1,0 +1,49 @@
+// What a repository's JSON documents make loaders run: transformers' `auto_map` (config.json,
+// tokenizer_config.json, ...: classes in the repository's own Python files, which
+// from_pretrained(trust_remote_code=True) imports and runs) and `chat_template`
+// (tokenizer_config.json: Jinja source that apply_chat_template renders), read from any JSON
+// document, whatever its name.
+//
+// ReadRepoJson reads the document strictly with nlohmann-json's SAX parser, as ReadShardIndex
+// does: valid JSON only, duplicate keys at any level are errors, nesting bounded by
+// IndexLimits::max_depth on an explicit stack. The error names what and where (byte offset).
+//
+// Thread-safe: pure functions.
+#ifndef CKPTSCAN_CORE_TORCH_REPO_JSON_H_
+#define CKPTSCAN_CORE_TORCH_REPO_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/torch/hf_index.h"
+
+namespace ckptscan::torch {
+
+struct JsonTemplate {
+  std::string name;     // "default" for a plain string, else the list entry's "name"
+  std::string text;     // decoded
+  uint64_t offset = 0;  // the JSON string's opening quote
+};
+
+struct RepoJson {
+  // Top-level auto_map: (key, class reference) per string value (a list value gives one entry
+  // per string in it), in document order; at most kMaxAutoMapEntries, the rest counted.
+  std::vector<std::pair<std::string, std::string>> auto_map;
+  uint64_t auto_map_total = 0;
+  uint64_t auto_map_offset = 0;  // the auto_map key
+  // Top-level chat_template: a string, or a list of {"name": ..., "template": ...}.
+  std::vector<JsonTemplate> templates;
+};
+
+// OK with `out` filled, or the parse error (InvalidArgument, or a base::LimitError) with its
+// byte offset in *error_offset.
+absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, RepoJson* out,
+                          uint64_t* error_offset);
+
+}  // namespace ckptscan::torch
+
+#endif  // CKPTSCAN_CORE_TORCH_REPO_JSON_H_
