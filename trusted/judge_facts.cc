@@ -182,7 +182,9 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
 std::string_view KindOfFormat(std::string_view format) {
   if (torch::IsDataFormat(format)) return "data";
   if (format == "unknown") return "unknown";
-  if (format == "zip") return "archive";
+  if (format == "zip" || format == "tar" || format == "7z" || format == "rar" || format == "zstd") {
+    return "archive";
+  }
   return "model";
 }
 

@@ -29,7 +29,7 @@
 namespace ckptscan::torch {
 namespace {
 
-// A container recognised by its leading bytes that no loader we model reads: fail closed.
+// A file recognised by its leading bytes that no reading of ours verifies: fail closed.
 struct Magic {
   std::string_view bytes;
   std::string_view format;
@@ -45,6 +45,9 @@ constexpr Magic kMagics[] = {
     {{"\x37\x7a\xbc\xaf\x27\x1c", 6}, "7z", "7z archives are not scanned"},
     {{"Rar!\x1a\x07", 6}, "rar", "rar archives are not scanned"},
     {{"\x28\xb5\x2f\xfd", 4}, "zstd", kCompressed},
+    // Model formats other loaders read (llama.cpp, h5py/Keras): recognised, not yet verified.
+    {{"GGUF", 4}, "gguf", "GGUF files are not verified yet"},
+    {{"\x89HDF\r\n\x1a\n", 8}, "hdf5", "HDF5 files (Keras .h5) are not verified"},
 };
 
 // The report's format of a compressed joblib file ("bzip2", as the format was named before
@@ -170,6 +173,10 @@ class Reader {
         out_->format = std::string(m.format);
         Error(v1::ERROR_CODE_UNSUPPORTED,
               absl::StrCat(base::AbslView(m.format), ": ", base::AbslView(m.message)), "", 0);
+        // pickle.load on the same bytes ("GGUF" starts with BINFLOAT, whose operand ends
+        // inside the header: what follows is read as opcodes), and a zip in the tail.
+        PickleReading(data, "(as pickle)", true);
+        ZipInTail(data, "(after the header)");
         return;
       }
     }

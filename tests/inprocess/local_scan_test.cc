@@ -112,6 +112,8 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
       {std::string("Rar!\x1a\x07\x01\x00", 8), "rar"},
       {std::string("\x28\xb5\x2f\xfd\x00", 5), "zstd"},
       {std::string("ZF0x10\n\x78\x9c", 8), "joblib-compat"},
+      {std::string("GGUF\x03\x00\x00\x00\x00\x00\x00\x00", 12), "gguf"},
+      {std::string("\x89HDF\r\n\x1a\n\x00\x00", 10), "hdf5"},
   };
   for (const auto& c : cases) {
     const FileFacts f = ExtractFacts(c.bytes, {});
@@ -120,6 +122,17 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
     EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED) << c.format;
     EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR) << c.format;
   }
+}
+
+// "GGUF" is BINFLOAT and 4 bytes of its operand; the version and the tensor count's first byte
+// end it, and pickle.load reads the rest of the header as opcodes. A GGUF header whose tensor
+// count spells a pickle is found, not hidden behind "not verified".
+TEST(ExtractFactsTest, GgufHeaderThatIsAlsoAPickleIsJudged) {
+  std::string gguf = std::string("GGUF\x03\x00\x00\x00\x00", 9);
+  gguf += "cposix\nsystem\n(S'id'\ntR.";
+  const FileFacts f = ExtractFacts(gguf, {});
+  EXPECT_EQ(f.format, "gguf");
+  EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_DANGEROUS);
 }
 
 TEST(ExtractFactsTest, TruncatedJoblibCompressedStreamsAreErrors) {
