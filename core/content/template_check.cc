@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -59,6 +61,20 @@ constexpr std::array<std::string_view, 8> kEscapeGlobals = {
 // Globals that benign templates call (namespace(...), range(...), dict(...)): reported only when
 // one of their attributes or items is taken.
 constexpr std::array<std::string_view, 3> kCalledGlobals = {"namespace", "range", "dict"};
+
+// Filters whose result is a string (a character of it is how '_' is had without writing it).
+constexpr std::array<std::string_view, 24> kStringFilters = {
+    "string",      "pprint",    "format",  "lower",    "upper",    "title",
+    "capitalize",  "trim",      "e",       "escape",   "safe",     "center",
+    "forceescape", "urlencode", "indent",  "wordwrap", "truncate", "striptags",
+    "replace",     "join",      "reverse", "tojson",   "xmlattr",  "filesizeformat"};
+// Filters and str methods that assemble a string from pieces.
+constexpr std::array<std::string_view, 3> kBuilders = {"join", "format", "replace"};
+// Context variables whose text comes from the model's own files (tokenizer_config.json, GGUF
+// metadata): a name chosen by whoever wrote the file.
+constexpr std::array<std::string_view, 8> kTokenVars = {
+    "bos_token", "eos_token", "pad_token",  "unk_token",
+    "sep_token", "cls_token", "mask_token", "additional_special_tokens"};
 
 bool IsOneOf(std::string_view s, const auto& set) {
   return std::find(set.begin(), set.end(), s) != set.end();
@@ -128,6 +144,12 @@ class Checker {
     window_ = {};
     count_ = 0;
     statement_ = statement;
+    frames_.assign(1, Frame{});  // the block's top level
+    deep_ = 0;
+    last_closed_computed_ = false;
+    last_closed_string_ = false;
+    set_target_.clear();
+    set_target_done_ = false;
     int depth = 0;  // open brackets: "}}" / "%}" end the block only at depth 0
     size_t pos = open + 2;
     const char closer = statement ? '%' : '}';
@@ -139,6 +161,7 @@ class Checker {
       }
       if (depth == 0 && c == static_cast<unsigned char>(closer) && pos + 1 < text_.size() &&
           text_[pos + 1] == '}') {
+        EndBlock();
         return pos + 2;
       }
       if (c == '\'' || c == '"') {
@@ -319,9 +342,9 @@ class Checker {
         Hit(cur.offset, "format_build", "the str.format method");
       }
       if (cur.text == "list" && IsOp(prev, "|") && prev2 != nullptr && prev2->kind == Kind::kName &&
-          prev2->text == "string" && IsOp(prev3, "|")) {
+          IsOneOf(prev2->text, kStringFilters) && IsOp(prev3, "|")) {
         Hit(prev2->offset, "string_index",
-            "an object's string form split into characters (|string|list)");
+            absl::StrCat("a string split into characters (|", prev2->text, "|list)"));
       }
     } else if (cur.kind == Kind::kString) {
       if (cur.text.find("__") != std::string::npos) {
@@ -339,15 +362,141 @@ class Checker {
             absl::StrCat("an attribute of the global ", Quote(prev->text)));
       }
       if (IsConcatOp(&cur) && prev != nullptr && prev->kind == Kind::kString) BuiltName(*prev);
-      if (cur.text == "[" && ((prev != nullptr && prev->kind == Kind::kName &&
-                               prev->text == "string" && IsOp(prev2, "|")) ||
-                              (IsOp(prev, ")") && prev2 != nullptr && prev2->kind == Kind::kName &&
-                               prev2->text == "string" && IsOp(prev3, "|")))) {
-        const Token* s = prev->kind == Kind::kName ? prev : prev2;
-        Hit(s->offset, "string_index",
-            "a character taken from an object's string form (|string)[...]");
+    }
+    Track(cur, prev, prev2);
+  }
+
+  static bool IsValueEnd(const Token* t) {
+    return t != nullptr &&
+           (t->kind != Kind::kOp || t->text == ")" || t->text == "]" || t->text == "}");
+  }
+
+  // Names used as keys: a subscript whose key is built (concatenated, joined, formatted,
+  // replaced, directly or through a variable set that way, a macro's or a set block's text) or
+  // a special token's text; a computed key on a literal ('...'[k], ()[k]) or on a computed
+  // subscript (x[a][b]); a character of a string literal or of a filter's string result.
+  // Jinja (outside its sandbox) falls back from x[k] to getattr(x, k): these are attribute
+  // chains by another spelling.
+  void Track(const Token& cur, const Token* prev, const Token* prev2) {
+    const bool open =
+        cur.kind == Kind::kOp && (cur.text == "(" || cur.text == "[" || cur.text == "{");
+    const bool close =
+        cur.kind == Kind::kOp && (cur.text == ")" || cur.text == "]" || cur.text == "}");
+    if (open) {
+      if (deep_ > 0 || frames_.size() >= kMaxFrames) {
+        ++deep_;
+        return;
+      }
+      Frame& parent = frames_.back();
+      parent.literal_only = false;
+      ++parent.tokens;
+      Frame f;
+      f.open = cur.text[0];
+      f.offset = cur.offset;
+      f.subscript = cur.text == "[" && IsValueEnd(prev);
+      if (f.subscript) {
+        f.string_subject = prev->kind == Kind::kString || (IsOp(prev, ")") && IsOp(prev2, "("));
+        f.on_computed = IsOp(prev, "]") && last_closed_computed_;
+        f.after_string_filter =
+            (IsOp(prev, ")") && last_closed_string_) ||
+            (prev->kind == Kind::kName && IsOneOf(prev->text, kStringFilters) && IsOp(prev2, "|"));
+      }
+      // The arguments of a string filter: what closes them is the filter's string result.
+      f.string_filter = cur.text == "(" && prev != nullptr && prev->kind == Kind::kName &&
+                        IsOneOf(prev->text, kStringFilters) && IsOp(prev2, "|");
+      frames_.push_back(f);
+      return;
+    }
+    if (close) {
+      if (deep_ > 0) {
+        --deep_;
+        return;
+      }
+      if (frames_.size() <= 1) return;  // a bracket closed that was never opened
+      const Frame f = frames_.back();
+      frames_.pop_back();
+      Frame& parent = frames_.back();
+      parent.concat |= f.concat;
+      parent.string_literal |= f.string_literal;
+      parent.arithmetic |= f.arithmetic;
+      parent.built_var |= f.built_var;
+      parent.token_var |= f.token_var;
+      last_closed_string_ = f.string_filter;
+      last_closed_computed_ = false;
+      if (!f.subscript) return;
+      const bool computed = !f.literal_only;
+      last_closed_computed_ = computed;
+      if (computed && (f.Built() || f.token_var || f.on_computed || f.string_subject)) {
+        Hit(f.offset, "computed_key",
+            absl::StrCat("a subscript by a ",
+                         f.token_var     ? "special token's text"
+                         : f.Built()     ? "name built from pieces"
+                         : f.on_computed ? "computed key of a computed subscript"
+                                         : "computed key of a literal",
+                         " (an attribute lookup by another spelling)"));
+      } else if (f.string_subject || f.after_string_filter) {
+        Hit(f.offset, "string_index", "a character or slice taken from a string");
+      }
+      return;
+    }
+    if (deep_ > 0) return;
+    Frame& f = frames_.back();
+    ++f.tokens;
+    if (!(cur.kind == Kind::kString || cur.kind == Kind::kNumber || IsOp(&cur, ":") ||
+          IsOp(&cur, "-"))) {
+      f.literal_only = false;
+    }
+    if (cur.kind == Kind::kString) f.string_literal = true;
+    if (IsOp(&cur, "~")) f.concat = true;
+    if (IsOp(&cur, "+") || IsOp(&cur, "*") || IsOp(&cur, "%")) f.arithmetic = true;
+    if (cur.kind == Kind::kName) {
+      const bool filter = IsOp(prev, "|");
+      const bool attribute = IsOp(prev, ".");
+      if ((filter || attribute) && IsOneOf(cur.text, kBuilders)) f.concat = true;
+      if (filter && IsOneOf(cur.text, kStringFilters)) f.string_filter = true;
+      std::string name = cur.text;
+      if (attribute && prev2 != nullptr && prev2->kind == Kind::kName) {
+        name = absl::StrCat(prev2->text, ".", cur.text);
+      }
+      // caller() is the text of a {% call %} block: template data.
+      const bool built = ((!attribute || name != cur.text) && built_names_.count(name) > 0) ||
+                         (!attribute && cur.text == "caller");
+      const bool token = !attribute && IsOneOf(cur.text, kTokenVars);
+      f.built_var |= built;
+      f.token_var |= token;
+      if ((built || token) && IsOp(prev, "=") && prev2 != nullptr && prev2->kind == Kind::kName &&
+          prev2->text == "attribute") {
+        Hit(cur.offset, "computed_key",
+            absl::StrCat("attribute=", Quote(cur.text), ": an attribute named by a built string"));
       }
     }
+    // {% set NAME[.ATTR] = ... %}, {% set NAME %}...{% endset %}, {% macro NAME(...) %}
+    if (statement_ && frames_.size() == 1) {
+      if (count_ == 1 && cur.kind == Kind::kName) first_name_ = cur.text;
+      if ((first_name_ == "set" || first_name_ == "macro") && count_ >= 2 && !set_target_done_) {
+        if (cur.kind == Kind::kName && (set_target_.empty() || IsOp(prev, "."))) {
+          absl::StrAppend(&set_target_, set_target_.empty() ? "" : ".", cur.text);
+        } else if (IsOp(&cur, "=")) {
+          set_target_done_ = true;
+          assigned_ = true;
+        } else if (!IsOp(&cur, ".")) {
+          set_target_done_ = true;
+        }
+      }
+    }
+  }
+
+  // At the end of a statement: a variable set from a built string, a special token's text, a
+  // set block's or a macro's text (template data, where "__class__" needs no quotes) is built.
+  void EndBlock() {
+    if (statement_ && !set_target_.empty()) {
+      const Frame& top = frames_.front();
+      if (first_name_ == "macro" || !assigned_ || top.Built() || top.token_var) {
+        built_names_.insert(set_target_);
+      }
+    }
+    first_name_.clear();
+    assigned_ = false;
   }
 
   // A string operand of ~, + or * that begins or ends with '_': a name assembled from pieces.
@@ -364,6 +513,35 @@ class Checker {
   std::array<Token, 4> window_;
   uint64_t count_ = 0;
   bool statement_ = false;
+
+  // What the tokens inside one bracket (or the block's top level, frames_[0]) amount to.
+  struct Frame {
+    char open = 0;
+    uint64_t offset = 0;
+    bool subscript = false;            // x[...], not a list literal
+    bool string_subject = false;       // '...'[...]: a character or slice of a literal
+    bool on_computed = false;          // x[a][b]: a subscript of a computed subscript
+    bool after_string_filter = false;  // (x|string)[...], (x|format(...))[...]
+    bool literal_only = true;          // only literals (strings, numbers, ':' and '-') so far
+    uint64_t tokens = 0;
+    bool concat = false;  // ~, |join, |format, |replace, .join(), .format(), .replace()
+    bool string_literal = false;
+    bool arithmetic = false;     // + * %: concatenation when a string is an operand
+    bool built_var = false;      // a variable set from a built string
+    bool token_var = false;      // a special token (bos_token, ...): text from the model's files
+    bool string_filter = false;  // a string-producing filter at this level
+    bool Built() const { return concat || built_var || (string_literal && arithmetic); }
+  };
+  static constexpr size_t kMaxFrames = 256;  // deeper brackets are counted, not tracked
+  std::vector<Frame> frames_;
+  uint64_t deep_ = 0;                  // brackets open past kMaxFrames
+  bool last_closed_computed_ = false;  // the subscript just closed had a computed key
+  bool last_closed_string_ = false;    // the bracket just closed ended in a string filter
+  std::string first_name_;             // a statement's keyword
+  std::string set_target_;             // {% set NAME[.ATTR] = ... %}, {% macro NAME %}
+  bool set_target_done_ = false;
+  bool assigned_ = false;              // the set statement has "=" (not a set block)
+  std::set<std::string> built_names_;  // variables set from built strings, in any block
 };
 
 }  // namespace

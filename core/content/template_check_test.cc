@@ -115,7 +115,12 @@ TEST(TemplateCheckTest, EscapeGlobalsAreFlaggedWherever) {
   EXPECT_THAT(Constructs(Check("{{ (lipsum|string)[18] }}")),
               ElementsAre("global_attribute", "string_index"));
   EXPECT_THAT(Constructs(Check("{{ (raise_exception|string|list)[20] }}")),
+              ElementsAre("string_index", "string_index"));
+  EXPECT_THAT(Constructs(Check("{{ ('%s'|format(raise_exception))[18] }}")),
               ElementsAre("string_index"));
+  EXPECT_THAT(Constructs(Check("{{ (raise_exception|pprint)[18:19] }}")),
+              ElementsAre("string_index"));
+  EXPECT_THAT(Constructs(Check("{% set u = 'x_'[1] %}")), ElementsAre("string_index"));
   // As an attribute of something else, the name is not the global.
   EXPECT_THAT(Check("{{ message.self }}{{ message.config }}").hits, IsEmpty());
 }
@@ -151,9 +156,9 @@ TEST(TemplateCheckTest, AttrFilterAndEscapedNames) {
 
 TEST(TemplateCheckTest, NamesBuiltFromPieces) {
   EXPECT_THAT(Constructs(Check("{{ x[('_' * 2) ~ 'class' ~ '_' * 2] }}")),
-              ElementsAre("built_name", "built_name"));
+              ElementsAre("computed_key", "built_name", "built_name"));
   EXPECT_THAT(Constructs(Check("{{ x['_' + '_cla' + 'ss_' ~ '_'] }}")),
-              ElementsAre("built_name", "built_name", "built_name", "built_name"));
+              ElementsAre("computed_key", "built_name", "built_name", "built_name", "built_name"));
   EXPECT_THAT(Constructs(Check("{{ '%c%c' | format(95, 95) ~ 'class' }}")),
               ElementsAre("format_build"));
   EXPECT_THAT(Constructs(Check("{{ '{0:c}'.format(95) }}")),
@@ -161,6 +166,39 @@ TEST(TemplateCheckTest, NamesBuiltFromPieces) {
   EXPECT_THAT(Constructs(Check("{{ '%-3c' % 95 }}")), ElementsAre("format_build"));
   // A name that only contains an underscore inside is ordinary.
   EXPECT_THAT(Check("{{ 'tool_call' ~ x }}").hits, IsEmpty());
+}
+
+// Names assembled from pieces that each look ordinary, used as keys: outside Jinja's sandbox
+// x[k] falls back to getattr(x, k). Each of these reaches `<class 'tuple'>` when rendered by
+// jinja2 3.1.2's plain Environment (as llama-cpp-python before 0.2.72 rendered GGUF templates),
+// with bos_token = "__class__"; none writes "__" in a string or a name.
+TEST(TemplateCheckTest, KeysBuiltFromOrdinaryPiecesAreFlaggedWhereTheyAreUsed) {
+  const std::vector<std::string> escapes = {
+      "{% set u = (dict(a_b=1)|first)[1] %}{% set c = [u,u,'class',u,u]|join %}{{ ()[c] }}",
+      "{% set u = (dict(a_b=1)|first)[1] %}{% set c = u~u~'class'~u~u %}{{ x[c] }}",
+      "{% set c %}__class__{% endset %}{{ x[c] }}",
+      "{% macro c() %}__class__{% endmacro %}{{ x[c()] }}",
+      "{% call(c) f() %}{{ x[caller()] }}{% endcall %}",
+      "{{ x[bos_token] }}",
+      "{{ [x]|map(attribute=bos_token)|list }}",
+      "{% set ns = namespace(n='') %}{% for p in ['_','_','class','_','_'] %}"
+      "{% set ns.n = ns.n ~ p %}{% endfor %}{{ x[ns.n] }}",
+      "{% set c = '%s%sclass%s%s' % (u, u, u, u) %}{{ x[c] }}",
+      "{% set c = 'XXclassXX'|replace('X', u) %}{{ x[c] }}",
+      "{{ ()[k] }}",
+      "{{ x[a][b] }}",
+  };
+  for (const std::string& t : escapes) {
+    const std::vector<std::string> kinds = Constructs(Check(t));
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "computed_key"), kinds.end()) << t;
+  }
+  // Computed keys of the kinds benign templates use are not hits.
+  EXPECT_THAT(Check("{{ messages[loop.index0 + 1]['role'] }}{{ ['user', 'assistant'][loop.index0 "
+                    "% 2] }}{% for key in tool %}{{ tool[key] }}{% endfor %}"
+                    "{% set content = bos_token + message['content'] %}{{ content }}"
+                    "{{ message['content'][0] }}{{ messages[-1]['content'][:100] }}")
+                  .hits,
+              IsEmpty());
 }
 
 TEST(TemplateCheckTest, ImportsAndDunderNamesOfTheRuntime) {
