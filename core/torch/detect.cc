@@ -433,6 +433,11 @@ class Reader {
                 absl::StrCat("the file is also a zip archive ", base::AbslView(where),
                              ": both readings are scanned"));
         Zip(data, "(as zip)", 0, depth_, /*top=*/false, /*classify=*/false);
+      } else {
+        // An archive written on its own and appended: its offsets count from where it starts,
+        // which Python's zipfile corrects for and torch's reader does not. What zipfile opens
+        // is scanned (each member flagged as zipfile_view).
+        ZipfileView(nullptr, data, "(as zip)", 0, /*npz=*/false, depth_, /*classify=*/false);
       }
     }
   }

@@ -12,7 +12,8 @@ commit one), and:
              blobs/ and refs/ are skipped and listed; no file is listed twice;
   malicious  one malicious member at a time (a training_args.bin pickle, a pickle named
              README.md, a payload inside the zip, an evil chat template in
-             tokenizer_config.json and in chat_template.jinja) exits 1 and names it;
+             tokenizer_config.json and in chat_template.jinja, a zip appended to a JSON, a PNG,
+             a text file and a benign pickle) exits 1 and names it;
   selection  --exclude '*.json' still scans the index (and says so); --exclude config.json
              matches sub/config.json; a pattern that matches nothing is warned about;
              --include '*.bin' scans the checkpoints only, and the index;
@@ -30,6 +31,7 @@ The malicious files are built here from harmless payloads and never loaded. Stdl
 """
 import argparse
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -179,6 +181,23 @@ def malicious(a, tmp):
     case("evil_template_json", evil_tokenizer_config, "tokenizer_config.json")
     case("evil_template_jinja", lambda r: write(r, "chat_template.jinja", EVIL_TEMPLATE, "w"),
          "chat_template.jinja")
+
+    # Data files with a zip in their tail, which zipfile-based tools (and picklescan) open:
+    # the zip's pickle is judged, whatever the data before it.
+    def zip_tail(rel):
+        def mutate(r):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as z:
+                z.writestr("payload/data.pkl", EVIL_PICKLE)
+            with open(os.path.join(r, rel), "ab") as f:
+                f.write(buf.getvalue())
+        return mutate
+    for rel in ("config.json", "logo.png", "vocab.txt"):
+        case("zip_after_" + rel.replace(".", "_"), zip_tail(rel), rel)
+    # The same after a benign pickle (pickle.load and torch.load stop at its STOP).
+    case("zip_after_pickle",
+         lambda r: (write(r, "training_args.bin", b"\x80\x02}q\x00."),
+                    zip_tail("training_args.bin")(r)), "training_args.bin")
     return cases
 
 
