@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -162,8 +163,10 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path) {
   cmd->add_option("--server", f->server,
                   "Use the ckptscand daemon at ADDR instead of the embedded jail: local (this "
                   "user's default socket), unix:PATH (or a bare path starting with /, ./ or "
-                  "../), or HOST:PORT (TLS)")
-      ->type_name("ADDR");
+                  "../), or HOST:PORT (TLS). Default: $CKPTSCAN_SERVER when it is set and not "
+                  "empty")
+      ->type_name("ADDR")
+      ->envname("CKPTSCAN_SERVER");
   if (with_by_path) {
     cmd->add_flag("--by-path", f->by_path,
                   "With --server: send paths (the daemon opens them beneath its --root "
@@ -180,6 +183,12 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path) {
   cmd->add_option("--tls-key", f->tls_key, "The key of --tls-cert (PEM)")->type_name("FILE");
 }
 
+// Whether `server` is what $CKPTSCAN_SERVER says (the flag's default when it is not given).
+static bool FromEnv(const std::string& server) {
+  const char* env = std::getenv("CKPTSCAN_SERVER");
+  return env != nullptr && *env != '\0' && server == env;
+}
+
 std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
                                             const RulesFlags& rules,
                                             const std::vector<std::string>& limits, int* exit_code,
@@ -193,8 +202,9 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
   }
   if (sandbox.no_sandbox || !sandbox.worker.empty() || rules.any() || !limits.empty()) {
     PrintError(
-        "--server: --no-sandbox, --worker, --rules, --rules-overlay, --allow and --limit are "
-        "the daemon's to set; they cannot be used with --server");
+        absl::StrCat("--server", FromEnv(f.server) ? " (from CKPTSCAN_SERVER)" : "",
+                     ": --no-sandbox, --worker, --rules, --rules-overlay, --allow and --limit "
+                     "are the daemon's to set; they cannot be used with --server"));
     return nullptr;
   }
   RemoteOptions options;

@@ -100,7 +100,7 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* ex
 
 // --server: the daemon instead of the embedded jail (clients/remote.h).
 struct ServerFlags {
-  std::string server;
+  std::string server;  // --server, or $CKPTSCAN_SERVER when the flag is not given
   bool by_path = false;
   std::string tls_ca;
   std::string tls_cert;

@@ -167,6 +167,20 @@ if run "$name" 0 "$bin" scan safe.pkl; then
   [[ ! -s err.txt ]] && pass "$name" || fail "$name" "stderr: $(cat err.txt)"
 fi
 
+# CKPTSCAN_SERVER is --server's default: set, the scan goes to that daemon (none here: an ERROR
+# entry naming it, exit 2); empty, the embedded jail scans; with a flag that only means
+# something locally, a usage error that names the variable.
+name=ServerComesFromCkptscanServer
+if run "$name" 2 env CKPTSCAN_SERVER=./no-daemon.sock "$bin" scan safe.pkl; then
+  contains out.txt "ckptscand at unix:./no-daemon.sock" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=EmptyCkptscanServerMeansTheEmbeddedJail
+run "$name" 0 env CKPTSCAN_SERVER= "$bin" scan safe.pkl && pass "$name"
+name=CkptscanServerWithNoSandboxIsUsage64NamingIt
+if run "$name" 64 env CKPTSCAN_SERVER=./no-daemon.sock "$bin" scan --no-sandbox safe.pkl; then
+  contains err.txt "from CKPTSCAN_SERVER" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
 name=BadSandboxFlagsAreUsageErrors
 ok=1
 for args in "--timeout 0" "--timeout abc" "--timeout -1" "--worker-memory 8x" "--worker-memory 0"; do

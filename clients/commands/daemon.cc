@@ -195,8 +195,10 @@ void AddDaemonCommands(CLI::App* app, Commands* out) {
   health
       ->add_option("--server", health_opt->server.server,
                    "The daemon: local (default), unix:PATH or HOST:PORT (TLS), or "
-                   "plain:HOST:PORT for its plaintext health port (--health-tcp)")
-      ->type_name("ADDR");
+                   "plain:HOST:PORT for its plaintext health port (--health-tcp); "
+                   "$CKPTSCAN_SERVER when set")
+      ->type_name("ADDR")
+      ->envname("CKPTSCAN_SERVER");
   health->add_option("--service", health_opt->service,
                      "The service to ask about: \"\" (default: the whole server), "
                      "ckptscan.v1.Scanner or ckptscan.v1.Admin");
@@ -227,8 +229,10 @@ void AddDaemonCommands(CLI::App* app, Commands* out) {
       admin->add_subcommand("public-key", "Print the daemon's signing public key (PEM)");
   for (CLI::App* sub : {admin_status, admin_metrics, admin_reload, admin_key}) {
     sub->add_option("--server", admin_opt->server.server,
-                    "The daemon: local (default: this user's socket), unix:PATH or HOST:PORT")
-        ->type_name("ADDR");
+                    "The daemon: local (default: this user's socket, or $CKPTSCAN_SERVER when "
+                    "set), unix:PATH or HOST:PORT")
+        ->type_name("ADDR")
+        ->envname("CKPTSCAN_SERVER");
     sub->add_option("--tls-ca", admin_opt->server.tls_ca, "As for scan --server")
         ->type_name("FILE");
     sub->add_option("--tls-cert", admin_opt->server.tls_cert, "Client certificate (mTLS)")
