@@ -22,8 +22,14 @@ name="keygen creates a 0600 private key and its public key"
 if run "$name" 0 "$bin" keygen -o key.pem; then
   if [[ "$(stat -c %a key.pem)" != 600 ]]; then fail "$name" "mode $(stat -c %a key.pem)"
   elif ! openssl pkey -in key.pem -noout 2>/dev/null; then fail "$name" "not a key"
-  elif ! openssl pkey -pubin -in key.pem.pub -noout 2>/dev/null; then fail "$name" "no public key"
+  elif ! openssl pkey -pubin -in key.pub.pem -noout 2>/dev/null; then fail "$name" "no public key"
   else pass "$name"; fi
+fi
+
+name="a public key under keygen's old name (KEY.pem.pub) is accepted, with a warning"
+cp key.pub.pem key.pem.pub
+if run "$name" 2 "$bin" verify missing.safetensors --pubkey key.pem.pub; then
+  contains err.txt "old public-key name" && pass "$name" || fail "$name" "$(cat err.txt)"
 fi
 
 name="keygen never overwrites a key (exit 2)"
@@ -49,7 +55,7 @@ for mode in jailed unjailed; do
   name="$mode: convert --key signs a file (OUT.sig) and verify accepts it"
   if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem "$seq" -o m/seq.safetensors; then
     if [[ ! -s m/seq.safetensors.sig ]]; then fail "$name" "no signature"
-    elif run "$name" 0 "$bin" verify m/seq.safetensors --pubkey key.pem.pub; then
+    elif run "$name" 0 "$bin" verify m/seq.safetensors --pubkey key.pub.pem; then
       if contains out.txt "OK"; then pass "$name"; else fail "$name" "$(cat out.txt)"; fi
     fi
   fi
@@ -57,7 +63,7 @@ for mode in jailed unjailed; do
   name="$mode: convert --key signs a sharded set (model.sig inside) and verify accepts it"
   if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem "$index" -o set; then
     if [[ ! -s set/model.sig ]]; then fail "$name" "no signature"
-    elif run "$name" 0 "$bin" verify set --pubkey key.pem.pub; then
+    elif run "$name" 0 "$bin" verify set --pubkey key.pub.pem; then
       if contains out.txt "3 signed files"; then pass "$name"; else fail "$name" "$(cat out.txt)"; fi
     fi
   fi
@@ -65,12 +71,12 @@ for mode in jailed unjailed; do
   name="$mode: --sign-method shards (small shards, the header's recomputed) verifies"
   if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem --sign-method shards \
       --sign-shard-size 256 "$seq" -o m/sh.safetensors; then
-    if run "$name" 0 "$bin" verify m/sh.safetensors --pubkey key.pem.pub; then
+    if run "$name" 0 "$bin" verify m/sh.safetensors --pubkey key.pub.pem; then
       if ! contains out.txt "4 signed shards"; then fail "$name" "$(cat out.txt)"
       else
         flip() { printf '\x01' | dd of="$1" bs=1 seek="$2" conv=notrunc status=none; }
         flip m/sh.safetensors 900
-        if run "$name" 1 "$bin" verify m/sh.safetensors --pubkey key.pem.pub; then
+        if run "$name" 1 "$bin" verify m/sh.safetensors --pubkey key.pub.pem; then
           if contains err.txt "768:1012"; then pass "$name"; else fail "$name" "$(cat err.txt)"; fi
         fi
       fi
@@ -81,7 +87,7 @@ for mode in jailed unjailed; do
   rm -rf set3
   if run "$name" 0 "$bin" convert "${flags[@]}" --key key.pem --sign-method shards \
       --sign-shard-size 200 "$index" -o set3; then
-    if run "$name" 0 "$bin" verify set3 --pubkey key.pem.pub; then pass "$name"; fi
+    if run "$name" 0 "$bin" verify set3 --pubkey key.pub.pem; then pass "$name"; fi
   fi
 
   name="$mode: a malicious input is not converted and nothing is signed (exit 1)"
@@ -94,7 +100,7 @@ done
 # An independent check: the PAE rebuilt outside ckptscan, the signature verified by openssl.
 name="openssl verifies the signature over the rebuilt PAE; sha256sum matches every digest"
 if /usr/bin/python3 - set/model.sig <<'PY' >chk.txt 2>&1 \
-    && openssl dgst -sha256 -verify key.pem.pub -signature sig.der pae.bin >>chk.txt 2>&1 \
+    && openssl dgst -sha256 -verify key.pub.pem -signature sig.der pae.bin >>chk.txt 2>&1 \
     && (cd set && sha256sum -c ../sums.txt) >>chk.txt 2>&1; then
 import base64, json, sys
 b = json.load(open(sys.argv[1]))
@@ -120,7 +126,7 @@ tamper() {  # tamper NAME WANT_TEXT CMD... : on a fresh copy of the signed set i
   shift 2
   rm -rf t && cp -r set t
   "$@"
-  if run "$name" 1 "$bin" verify t --pubkey key.pem.pub; then
+  if run "$name" 1 "$bin" verify t --pubkey key.pub.pem; then
     if contains err.txt "$want"; then pass "$name"; else fail "$name" "message: $(cat err.txt)"; fi
   fi
 }
@@ -139,13 +145,13 @@ tamper "tampering: another model's bundle does not match" "digest mismatch" \
 
 name="tampering: a bundle signed with another key is refused"
 rm -rf t && cp -r set t
-if run "$name" 1 "$bin" verify t --pubkey other.pem.pub; then
+if run "$name" 1 "$bin" verify t --pubkey other.pub.pem; then
   if contains err.txt "key"; then pass "$name"; else fail "$name" "message: $(cat err.txt)"; fi
 fi
 
 name="a garbled bundle is malformed (exit 2)"
 rm -rf t && cp -r set t && printf '{"mediaType": ' >t/model.sig
-if run "$name" 2 "$bin" verify t --pubkey key.pem.pub; then pass "$name"; fi
+if run "$name" 2 "$bin" verify t --pubkey key.pub.pem; then pass "$name"; fi
 
 # The certificate method: a CA made here with openssl(1) certifies key.pem's public key.
 name="convert --key --cert signs with the certificate method; verify --cert-chain CA accepts it"

@@ -110,8 +110,8 @@ struct HealthOptions {
 
 int RunHealth(const HealthOptions& opt) {
   int setup_exit = 0;
-  std::unique_ptr<RemoteClient> remote =
-      ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {}, &setup_exit, /*allow_plain=*/true);
+  std::unique_ptr<RemoteClient> remote = ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {},
+                                                       &setup_exit, /*allow_plain=*/true);
   if (remote == nullptr) return setup_exit;
   absl::StatusOr<bool> serving = remote->Health(opt.service, absl::Seconds(opt.timeout_seconds));
   if (!serving.ok()) {

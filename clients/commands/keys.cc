@@ -50,10 +50,18 @@ struct KeygenOptions {
   std::string public_output;
 };
 
+// The public key's file beside private key KEY: KEY without ".pem", then ".pub.pem"
+// (key.pem -> key.pub.pem), as ckptscand names its own pair (signing-key.pub.pem).
+std::string PublicKeyPathFor(const std::string& private_key) {
+  const size_t stem =
+      absl::EndsWith(private_key, ".pem") ? private_key.size() - 4 : private_key.size();
+  return absl::StrCat(private_key.substr(0, stem), ".pub.pem");
+}
+
 // `keygen`: a new ECDSA P-256 key, private PEM created 0600 and never overwritten.
 int RunKeygen(const KeygenOptions& opt) {
   const std::string pub =
-      opt.public_output.empty() ? absl::StrCat(opt.output, ".pub") : opt.public_output;
+      opt.public_output.empty() ? PublicKeyPathFor(opt.output) : opt.public_output;
   absl::StatusOr<signing::PublicKey> key = signing::GenerateKeyFiles(opt.output, pub);
   if (!key.ok()) {
     PrintError(absl::StrCat("keygen: ", key.status().message()));
@@ -75,6 +83,12 @@ struct VerifyCliOptions {
 
 // `verify`: the bundle, the signature, and every file of the model against it.
 int RunVerify(const VerifyCliOptions& opt) {
+  if (absl::EndsWith(opt.pubkey, ".pem.pub")) {
+    // Accepted: the name keygen gave public keys before it followed the daemon's scheme.
+    PrintError(absl::StrCat("verify: warning: ", TerminalSafe(opt.pubkey),
+                            " has the old public-key name; keygen now writes KEY.pub.pem "
+                            "beside KEY.pem (rename it to match)"));
+  }
   struct stat st;
   if (::stat(opt.model.c_str(), &st) != 0) {
     PrintError(absl::StrCat("verify: ", TerminalSafe(opt.model), ": ", std::strerror(errno)));
@@ -138,7 +152,8 @@ void AddKeyCommands(CLI::App* app, Commands* out) {
       ->required();
   keygen
       ->add_option("--public", keygen_opt->public_output,
-                   "The public key file to create (default: KEY.pub)")
+                   "The public key file to create (default: KEY.pub.pem for KEY.pem, as "
+                   "ckptscand names its pair)")
       ->type_name("PUB");
   keygen->footer(
       "Exit codes: 0 the key pair was written; 2 it could not be (an existing file is never\n"
