@@ -128,6 +128,12 @@ for mode in keep bf16; do
   fi
 done
 
+name=ConvertWithAWrongSelectListsTheKeysThatExist
+if run "$name" 2 "$bin" convert "$fixtures/torch/train_checkpoint.pt" --select modle -o sel.safetensors; then
+  [[ ! -e sel.safetensors ]] && contains err.txt "no tensor under --select modle; keys at the top level: model (9 tensors), optimizer (18 tensors)" \
+    && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
 name=ConvertOfAnInputWithoutTensorsWritesNothingAndSaysWhy
 if run "$name" 2 "$bin" convert safe.pkl -o empty.safetensors; then
   [[ ! -e empty.safetensors ]] && contains err.txt "nothing to convert: the input holds no tensor" \

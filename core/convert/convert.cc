@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/checked.h"
@@ -469,12 +471,54 @@ Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view so
   return options;
 }
 
+// For a --select that names no tensor: the keys that do exist one level below the longest
+// prefix of it that some tensor's name starts with (the top level when none does), with their
+// tensor counts, at most kShownKeys of them.
+static std::string KeysBesideSelect(const torch::FileFacts& facts, std::string_view select) {
+  constexpr size_t kShownKeys = 20;
+  std::string prefix;  // "" or "a.b."
+  for (size_t dot = select.find('.'); dot != std::string_view::npos;
+       dot = select.find('.', dot + 1)) {
+    const std::string candidate = std::string(select.substr(0, dot)) + ".";
+    bool used = false;
+    for (const torch::TensorFact& t : facts.tensors) {
+      used = used || absl::StartsWith(t.name, candidate);
+    }
+    if (!used) break;
+    prefix = candidate;
+  }
+  std::map<std::string, size_t> keys;
+  for (const torch::TensorFact& t : facts.tensors) {
+    if (!absl::StartsWith(t.name, prefix)) continue;
+    const std::string_view rest = std::string_view(t.name).substr(prefix.size());
+    ++keys[std::string(rest.substr(0, rest.find('.')))];
+  }
+  if (keys.empty()) return "the file holds no tensor";
+  std::string out =
+      prefix.empty()
+          ? "keys at the top level: "
+          : absl::StrCat("keys under ",
+                         base::AbslView(base::Escaped(prefix.substr(0, prefix.size() - 1))), ": ");
+  size_t shown = 0;
+  for (const auto& [key, n] : keys) {
+    if (shown == kShownKeys) {
+      absl::StrAppend(&out, ", and ", keys.size() - kShownKeys, " more");
+      break;
+    }
+    absl::StrAppend(&out, shown == 0 ? "" : ", ", base::AbslView(base::Escaped(key)), " (", n,
+                    n == 1 ? " tensor)" : " tensors)");
+    ++shown;
+  }
+  return out;
+}
+
 absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
                                   const worker::v1::ConvertSpec& spec) {
   absl::StatusOr<Plan> plan = PlanConversion(facts, OptionsFromSpec(spec, facts.format));
   if (plan.ok() && plan->entries.empty() && !spec.select().empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("no tensor under --select ", base::AbslView(base::Escaped(spec.select()))));
+    return absl::NotFoundError(absl::StrCat("no tensor under --select ",
+                                            base::AbslView(base::Escaped(spec.select())), "; ",
+                                            KeysBesideSelect(facts, spec.select())));
   }
   return plan;
 }

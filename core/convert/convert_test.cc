@@ -21,6 +21,7 @@
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/detect.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -151,6 +152,26 @@ TEST(ConvertTest, SelectWritesOneSubtreeWithItsPrefixDropped) {
     EXPECT_EQ(e.name.find("optimizer"), std::string::npos) << e.name;
   }
   EXPECT_EQ(plan->entries.size(), 9u);  // the state dict, num_batches_tracked included
+}
+
+// A --select that names no tensor says which keys exist: at the top level, or below the part
+// of the key that does exist.
+TEST(ConvertTest, SelectOfNoTensorListsTheKeysThatExist) {
+  const std::string file = Read(kDir / "train_checkpoint.pt");
+  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  worker::v1::ConvertSpec spec;
+  spec.set_select("modle");
+  absl::StatusOr<Plan> plan = PlanFromSpec(facts, spec);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()),
+              ::testing::HasSubstr("no tensor under --select modle; keys at the top level: "));
+  EXPECT_THAT(std::string(plan.status().message()), ::testing::HasSubstr("model (9 tensors)"));
+  spec.set_select("model.nope");
+  plan = PlanFromSpec(facts, spec);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), ::testing::HasSubstr("; keys under model: "));
+  EXPECT_THAT(std::string(plan.status().message()),
+              ::testing::Not(::testing::HasSubstr("optimizer")));
 }
 
 TEST(ConvertTest, ProvenanceIsRecordedInTheMetadata) {
