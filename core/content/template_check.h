@@ -27,9 +27,15 @@ struct TemplateLimits {
 
 struct TemplateHit {
   uint64_t offset = 0;    // byte offset of the construct in the template text
-  std::string construct;  // stable id: "dunder", "attr_filter", "global_attribute", "import", ...
+  std::string construct;  // stable id, one of kTemplateConstructs
   std::string message;    // what was found, quoted (terminal-safe, at most ~80 bytes of it)
 };
+
+// Every construct id the checker reports, in the order docs/formats.md lists them. A hit's
+// `construct` is always one of these (template_check_test and the content fuzz target hold it).
+inline constexpr std::string_view kTemplateConstructs[] = {
+    "dunder",       "attr_filter", "global_attribute", "import",       "escape",
+    "format_build", "built_name",  "string_index",     "computed_key", "unbalanced"};
 
 struct TemplateCheck {
   std::vector<TemplateHit> hits;  // in text order, at most max_hits

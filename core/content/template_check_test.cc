@@ -1,6 +1,11 @@
 #include "core/content/template_check.h"
 
+#include <algorithm>
+#include <iterator>
+#include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -233,6 +238,26 @@ TEST(TemplateCheckTest, UnbalancedInputIsReported) {
   EXPECT_THAT(Constructs(Check("{{ 'a\\")), ElementsAre("unbalanced"));
   // A lone brace at the end is text.
   EXPECT_THAT(Check("text {").hits, IsEmpty());
+}
+
+// One example per construct id: each is reported under its own id, and every id the header
+// lists is reachable (the fuzz target checks that no hit carries an id outside the list).
+TEST(TemplateCheckTest, EveryListedConstructHasAnExample) {
+  const std::vector<std::pair<std::string_view, std::string>> examples = {
+      {"dunder", "{{ x.__class__ }}"},      {"attr_filter", "{{ x|attr(y) }}"},
+      {"global_attribute", "{{ lipsum }}"}, {"import", "{% import 'm' as m %}"},
+      {"escape", "{{ '\\x5f' }}"},          {"format_build", "{{ '%c' % 95 }}"},
+      {"built_name", "{{ '_' ~ 'a' }}"},    {"string_index", "{{ 'x_'[1] }}"},
+      {"computed_key", "{{ x[a ~ b] }}"},   {"unbalanced", "{{ x"},
+  };
+  std::set<std::string_view> seen;
+  for (const auto& [construct, text] : examples) {
+    const std::vector<std::string> got = Constructs(Check(text));
+    EXPECT_NE(std::find(got.begin(), got.end(), construct), got.end()) << construct << ": " << text;
+    seen.insert(construct);
+  }
+  EXPECT_EQ(seen, std::set<std::string_view>(std::begin(kTemplateConstructs),
+                                             std::end(kTemplateConstructs)));
 }
 
 TEST(TemplateCheckTest, HitsAreCappedAndCounted) {

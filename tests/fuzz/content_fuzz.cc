@@ -8,6 +8,7 @@
 // template, with a known construct id and a message without raw control bytes.
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <set>
 #include <string>
 #include <string_view>
@@ -53,9 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   TemplateLimits tl;
   tl.max_hits = 16;
   const TemplateCheck t = CheckChatTemplate(bytes, tl);
-  static const std::set<std::string> kConstructs = {
-      "dunder",       "attr_filter", "global_attribute", "import",    "escape",
-      "format_build", "built_name",  "string_index",     "unbalanced"};
+  static const std::set<std::string_view> kConstructs(std::begin(kTemplateConstructs),
+                                                      std::end(kTemplateConstructs));
   CKPT_FUZZ_CHECK(t.hits.size() <= tl.max_hits, "%zu hits", t.hits.size());
   for (size_t i = 0; i < t.hits.size(); ++i) {
     const TemplateHit& h = t.hits[i];
