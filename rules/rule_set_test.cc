@@ -1617,7 +1617,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
        {"polyglot", "torchscript", "nested_archive", "unreferenced_storage", "unexpected_member",
         "trailing_data", "byteorder", "prepended_data", "appended_data", "archive_comment",
         "multiple_eocd", "zip64_mismatch", "central_directory_slack", "gap", "overlap",
-        "duplicate_name", "case_collision", "uppercase_name", "odd_name", "name_outside_prefix",
+        "duplicate_name", "duplicate_key", "duplicate_tensor", "case_collision", "uppercase_name", "odd_name", "name_outside_prefix",
         "unusual_flags", "unsupported_method", "local_header_mismatch", "bad_local_header",
         "malformed_extra_field", "data_descriptor_mismatch", "size_mismatch", "directory_entry",
         "deflated", "inflate_mismatch", "crc_mismatch", "zipfile_view"}) {

@@ -1,10 +1,12 @@
-// The corruption suite: every benign fixture (raw pickles, and real torch/numpy checkpoints in
-// every container) truncated at every byte and bit-flipped at every byte, through the same facts
+// The corruption suite: every benign fixture (raw pickles, real torch/numpy checkpoints in
+// every container, GGUF files) truncated at every byte and bit-flipped at every byte, through the
+// same facts
 // + rules path as `ckptscan scan`. Each damaged file must end in a verdict (never a crash), and
 // a truncated one is never SAFE as what it was: torch, numpy or pickle cannot load a file cut
-// short. A cut can be data of its own (the empty file, a prefix of a protocol-0 pickle or of a
-// tar header that is plain text); then it is SAFE only as that data, with a pickle reading
-// that names nothing (CPython's pickle.load fails before it imports or calls anything).
+// short, nor ggml a GGUF file. A cut can be data of its own (the empty file, a prefix of a
+// protocol-0 pickle or of a tar header that is plain text); then it is SAFE only as that data, with
+// a pickle reading that names nothing (CPython's pickle.load fails before it imports or calls
+// anything).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +34,10 @@ std::vector<std::filesystem::path> BenignFixtures() {
     const std::string ext = e.path().extension().string();
     if (ext == ".pt" || ext == ".npy" || ext == ".npz" || ext == ".bin") out.push_back(e.path());
   }
+  // GGUF (fixtures/gguf/gen_gguf.py): a model with a template and quantized tensors, and a
+  // vocabulary-only file.
+  out.push_back(root / "gguf/benign/tiny_llama.gguf");
+  out.push_back(root / "gguf/benign/vocab_only.gguf");
   std::sort(out.begin(), out.end());
   return out;
 }

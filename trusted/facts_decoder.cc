@@ -498,6 +498,16 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     facts->safetensors = torch::SafetensorsFacts{p.valid(), p.tensors(), p.data_bytes(),
                                                  p.header_length(), p.has_metadata()};
   }
+  if (in.has_gguf()) {
+    const wv1::GgufFacts& g = in.gguf();
+    if (in.format() != "gguf") return absl::InvalidArgumentError("GGUF facts for another format");
+    if (!g.valid()) return absl::InvalidArgumentError("GGUF facts of a file that failed reading");
+    if (g.tensors() != static_cast<uint64_t>(in.tensors_size())) {
+      return absl::InvalidArgumentError("GGUF facts: tensor count differs from the tensors");
+    }
+    facts->gguf = torch::GgufFacts{true,         g.version(),   g.tensors(),
+                                   g.kv_count(), g.alignment(), g.data_bytes()};
+  }
   for (const wv1::ShardEntry& e : in.weight_map()) {
     if (!names.insert(e.name()).second) {
       return absl::InvalidArgumentError("weight map: a name twice");

@@ -175,6 +175,15 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     e->set_name(name);
     e->set_file(file);
   }
+  if (facts.gguf.valid) {
+    wv1::GgufFacts* g = out->mutable_gguf();
+    g->set_valid(true);
+    g->set_version(facts.gguf.version);
+    g->set_tensors(facts.gguf.tensors);
+    g->set_kv_count(facts.gguf.kv_count);
+    g->set_alignment(facts.gguf.alignment);
+    g->set_data_bytes(facts.gguf.data_bytes);
+  }
   if (facts.safetensors.valid) {
     wv1::SafetensorsFacts* p = out->mutable_safetensors();
     p->set_valid(true);

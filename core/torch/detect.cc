@@ -45,8 +45,7 @@ constexpr Magic kMagics[] = {
     {{"\x37\x7a\xbc\xaf\x27\x1c", 6}, "7z", "7z archives are not scanned"},
     {{"Rar!\x1a\x07", 6}, "rar", "rar archives are not scanned"},
     {{"\x28\xb5\x2f\xfd", 4}, "zstd", kCompressed},
-    // Model formats other loaders read (llama.cpp, h5py/Keras): recognised, not yet verified.
-    {{"GGUF", 4}, "gguf", "GGUF files are not verified yet"},
+    // Keras .h5 and other HDF5 files: recognised, not verified (no jailed HDF5 reader yet).
     {{"\x89HDF\r\n\x1a\n", 8}, "hdf5", "HDF5 files (Keras .h5) are not verified"},
 };
 
@@ -166,6 +165,10 @@ class Reader {
             "compatibility loader, is not scanned",
             "", 0);
       PickleReading(data, "(as pickle)", true);
+      return;
+    }
+    if (data.substr(0, gguf::kMagic.size()) == gguf::kMagic) {
+      Gguf(data);
       return;
     }
     for (const Magic& m : kMagics) {
@@ -336,8 +339,8 @@ class Reader {
 
   // A chat template (core/content/template_check.h): each construct found is a finding
   // (category "template"), at `offset` (the JSON string's start) for a template inside a JSON
-  // document (the message gives the byte in the template), at its own byte offset in a
-  // template file (`offset` 0).
+  // document (the message gives the byte in the template), at `offset` plus its byte offset in
+  // the template otherwise (a template file: `offset` 0; a GGUF value: the value's offset).
   void Template(std::string_view text, std::string_view member, std::string_view what,
                 uint64_t offset, bool in_json) {
     if (text.size() > options_.templates.max_template_bytes) {
@@ -350,7 +353,7 @@ class Reader {
     }
     const content::TemplateCheck check = content::CheckChatTemplate(text, options_.templates);
     for (const content::TemplateHit& h : check.hits) {
-      Anomaly("sandbox_escape", std::string(member), in_json ? offset : h.offset,
+      Anomaly("sandbox_escape", std::string(member), in_json ? offset : offset + h.offset,
               in_json ? absl::StrCat(base::AbslView(what), ", byte ", h.offset,
                                      " of the template (", h.construct, "): ", h.message)
                       : absl::StrCat(base::AbslView(what), " (", h.construct, "): ", h.message),
@@ -362,6 +365,85 @@ class Reader {
                            " more constructs past the first ", check.hits.size()),
               /*must_flag=*/true, "template");
     }
+  }
+
+  // A GGUF file (core/gguf/gguf.h), read whole by the strict reader: its tensors (for the
+  // report and a conversion), its chat templates through the template checker, its anomalies.
+  // pickle.load on the same bytes ("GGUF" starts with BINFLOAT, whose operand ends inside the
+  // header: what follows is read as opcodes), and a zip in its tail, are scanned as for any
+  // polyglot.
+  void Gguf(std::string_view data) {
+    out_->format = "gguf";
+    uint64_t at = 0;
+    absl::StatusOr<gguf::File> file = gguf::Read(data, options_.gguf, &at);
+    if (file.ok()) {
+      out_->gguf = GgufFacts{true,
+                             file->version,
+                             file->tensors.size(),
+                             file->kv_count,
+                             file->alignment,
+                             file->data_end - file->data_start};
+      for (const gguf::Anomaly& a : file->anomalies) Anomaly(a.kind, "", a.offset, a.message);
+      for (const gguf::Template& t : file->templates) {
+        Template(t.text, "", absl::StrCat("GGUF ", base::AbslView(t.key)), t.offset,
+                 /*in_json=*/false);
+      }
+      GgufTensors(*file);
+    } else {
+      Error(file.status(), absl::StrCat("gguf: ", file.status().message()), "", at);
+    }
+    PickleReading(data, "(as pickle)", true);
+    ZipInTail(data, "(in the tensor data)");
+  }
+
+  // GGUF tensors as facts: ggml's dimensions reversed (ne[0] varies fastest, so the row-major
+  // shape ends with it), each tensor its own storage. A plain type maps to its torch dtype; a
+  // quantized one (blocks of elements with their scales) is an untyped storage of its bytes and
+  // a tensor with a problem, so that a conversion refuses it by name.
+  void GgufTensors(const gguf::File& file) {
+    for (const gguf::Tensor& g : file.tensors) {
+      const gguf::GgmlType* type = gguf::FindGgmlType(g.type);
+      TensorFact t;
+      t.name = g.name;
+      t.offset = g.info_offset;
+      for (size_t k = g.dims.size(); k-- > 0;) t.shape.push_back(static_cast<int64_t>(g.dims[k]));
+      t.stride.assign(t.shape.size(), 1);
+      for (size_t k = t.shape.size(); k-- > 1;) {
+        // The reader bounded the element count below INT64_MAX.
+        t.stride[k - 1] = t.stride[k] * std::max<int64_t>(t.shape[k], 1);
+      }
+      t.dtype = GgmlDtype(type->name);
+      StorageRef s;
+      s.key = g.name;
+      s.location = "cpu";
+      s.pid_offset = g.info_offset;
+      if (t.dtype != nullptr) {
+        s.dtype = t.dtype;
+        s.numel = g.nbytes / t.dtype->size;
+      } else {
+        s.untyped = true;
+        s.numel = g.nbytes;
+        t.kind = TensorFact::Kind::kOther;
+        t.problem = absl::StrCat("ggml type ", base::AbslView(type->name), " (blocks of ",
+                                 type->block_elements, " elements in ", type->block_bytes,
+                                 " bytes) is not a dtype this converter writes");
+      }
+      t.storage = static_cast<int32_t>(out_->storages.size());
+      out_->storages.push_back(std::move(s));
+      out_->storage_data.push_back(StorageData{g.name, "", g.offset, g.nbytes, /*stored=*/true});
+      out_->tensors.push_back(std::move(t));
+    }
+  }
+
+  // The torch dtype of a ggml type that stores one element per block, or nullptr.
+  static const DTypeInfo* GgmlDtype(std::string_view ggml) {
+    static constexpr std::pair<std::string_view, std::string_view> kPlain[] = {
+        {"F32", "float32"}, {"F16", "float16"}, {"BF16", "bfloat16"}, {"F64", "float64"},
+        {"I8", "int8"},     {"I16", "int16"},   {"I32", "int32"},     {"I64", "int64"}};
+    for (const auto& [g, torch_name] : kPlain) {
+      if (g == ggml) return DTypeFromName(torch_name);
+    }
+    return nullptr;
   }
 
   // A member of a zip that is neither a torch archive nor an .npz: a file of its own (people

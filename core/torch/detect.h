@@ -28,6 +28,7 @@
 #include "core/compress/decompress.h"
 #include "core/content/content.h"
 #include "core/content/template_check.h"
+#include "core/gguf/gguf.h"
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
@@ -46,6 +47,7 @@ struct ReadOptions {
   uint32_t max_container_depth = 2;   // archives inside archives (0: no nested archive is read)
   content::Limits content;            // text, images, SentencePiece models
   content::TemplateLimits templates;  // chat templates
+  gguf::Limits gguf;                  // GGUF files (core/gguf/gguf.h)
   // The file's name as the caller knows it (its last component), or "". Only what a loader
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
   // chat_template.jinja). The format never comes from it.

@@ -72,6 +72,17 @@ struct SafetensorsFacts {
   bool has_metadata = false;
 };
 
+// A GGUF file that the strict reader (core/gguf/gguf.h) read whole in the worker. A file that
+// failed it has format "gguf", valid false and an error.
+struct GgufFacts {
+  bool valid = false;
+  uint32_t version = 0;
+  uint64_t tensors = 0;
+  uint64_t kv_count = 0;
+  uint64_t alignment = 0;
+  uint64_t data_bytes = 0;
+};
+
 // A shard file name must name a file in the index's own directory: not empty, at most 255
 // bytes, no '/' or NUL, not "." or "..".
 absl::Status CheckShardFileName(std::string_view name);
@@ -102,7 +113,7 @@ struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
   // "zlib", "gzip", "bzip2", "lzma", "xz", "lz4", "joblib-compat", "zstd", "7z", "rar",
-  // "safetensors", "hf-index"; the data classes (IsDataFormat) "json", "text", "png", "jpeg",
+  // "safetensors", "hf-index", "gguf", "hdf5"; the data classes (IsDataFormat) "json", "text", "png", "jpeg",
   // "gif", "webp", "sentencepiece" and "empty"; or "unknown" (no reading applies: a pickle
   // reading rejected at offset 0, and nothing else).
   std::string format;
@@ -123,6 +134,7 @@ struct FileFacts {
   // input for it (docs/safetensors.md, "Quantized weights").
   std::string quant_method;
   SafetensorsFacts safetensors;  // format "safetensors" only
+  GgufFacts gguf;                // format "gguf" only
 };
 
 // A report error found while reading a container (malformed, unsupported). A limit is a

@@ -112,7 +112,6 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
       {std::string("Rar!\x1a\x07\x01\x00", 8), "rar"},
       {std::string("\x28\xb5\x2f\xfd\x00", 5), "zstd"},
       {std::string("ZF0x10\n\x78\x9c", 8), "joblib-compat"},
-      {std::string("GGUF\x03\x00\x00\x00\x00\x00\x00\x00", 12), "gguf"},
       {std::string("\x89HDF\r\n\x1a\n\x00\x00", 10), "hdf5"},
   };
   for (const auto& c : cases) {
@@ -122,6 +121,12 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
     EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED) << c.format;
     EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR) << c.format;
   }
+  // GGUF is read (core/gguf): a header cut short is malformed, not "unsupported".
+  const FileFacts gguf = ExtractFacts(std::string("GGUF\x03\x00\x00\x00\x00\x00\x00\x00", 12), {});
+  EXPECT_EQ(gguf.format, "gguf");
+  ASSERT_EQ(gguf.errors.size(), 1u);
+  EXPECT_EQ(gguf.errors[0].code(), v1::ERROR_CODE_MALFORMED);
+  EXPECT_EQ(JudgeFacts(gguf, DefaultRules()).verdict(), v1::VERDICT_ERROR);
 }
 
 // "GGUF" is BINFLOAT and 4 bytes of its operand; the version and the tensor count's first byte
