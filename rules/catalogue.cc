@@ -293,6 +293,33 @@ std::vector<RuleInfo> Build() {
                "contain these. Do not render the template; remove it or replace it with a "
                "reviewed one.",
                kDangerous, v1::SEVERITY_HIGH},
+      // Keras archives (core/torch/keras_config.h): what config.json makes Keras build.
+      RuleInfo{"keras.lambda", "Keras Lambda layer or lambda function",
+               "The config holds a Lambda layer or a serialized lambda (marshalled Python "
+               "bytecode): Keras rebuilds and calls it when the model is loaded or run "
+               "(CVE-2024-3660). Do not load the model.",
+               kDangerous, v1::SEVERITY_CRITICAL},
+      RuleInfo{"keras.function", "Function from a module that is not Keras's",
+               "The config names a function (\"class_name\": \"function\") in a module outside "
+               "Keras: Keras imports the module and calls the function (CVE-2025-1550).",
+               kDangerous, v1::SEVERITY_CRITICAL},
+      RuleInfo{"keras.dangerous_object", "Object that runs code or loads other files",
+               "The config names an object from a module that runs code or touches the system "
+               "(os, subprocess, builtins, importlib, ...), or one of Keras's own objects that "
+               "loads other files, fetches URLs, wraps another framework's modules or turns "
+               "safe mode off (TorchModuleWrapper, TFSMLayer, get_file, "
+               "enable_unsafe_deserialization: CVE-2025-8747, CVE-2025-9906).",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"keras.foreign_object", "Object from a module that is not Keras's",
+               "The config names a class in a module outside Keras, or a name Keras's "
+               "serialization does not write. Keras imports the module and builds the object: "
+               "its code runs. Review the module.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"keras.custom_object", "Registered custom object",
+               "The config names a custom object (a registered name such as "
+               "\"package>Name\"): Keras looks its class up among what the loading program "
+               "registered and runs its code. Review that code.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"file.unknown_format", "A file in no format ckptscan verifies",
                "No reading applies to the file (not a checkpoint, archive or data class, and "
                "no pickle loader reads a byte of it). Reported so with --unknown warn; by "

@@ -370,7 +370,7 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
     // The category picks the rule family: only the ones a worker reports.
     const std::string& category = a.category();
-    if (!category.empty() && category != "template" && category != "repo") {
+    if (!category.empty() && category != "template" && category != "repo" && category != "keras") {
       return absl::InvalidArgumentError("an anomaly of an unknown category");
     }
     facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
@@ -498,6 +498,7 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     facts->safetensors = torch::SafetensorsFacts{p.valid(), p.tensors(), p.data_bytes(),
                                                  p.header_length(), p.has_metadata()};
   }
+  facts->files_read = in.files_read();
   if (in.has_gguf()) {
     const wv1::GgufFacts& g = in.gguf();
     if (in.format() != "gguf") return absl::InvalidArgumentError("GGUF facts for another format");

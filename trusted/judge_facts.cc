@@ -111,6 +111,7 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     // An id the catalogue does not know is graded as its family's catch-all.
     const std::string fallback = a.category == "template" ? "template.sandbox_escape"
                                  : a.category == "repo"   ? "repo.remote_code"
+                                 : a.category == "keras"  ? "keras.foreign_object"
                                                           : "container.unexpected_member";
     if (info == nullptr) info = rules::FindRule(fallback);
     v1::Finding f;
@@ -131,12 +132,14 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   // .npy/.npz files have tensors and no pickle; a sharded checkpoint's JSON index is data; a
   // safetensors file that passed the strict validator is data).
   const bool valid_safetensors = facts.format == "safetensors" && facts.safetensors.valid;
-  // A GGUF file the strict reader read whole (no code runs from it; its templates are judged).
+  // A GGUF file the strict reader read whole (no code runs from it; its templates are judged);
+  // a zip of files read member by member (each member judged as a file).
   const bool valid_gguf = facts.format == "gguf" && facts.gguf.valid;
   const bool data = torch::IsDataFormat(facts.format);
   report.set_kind(std::string(KindOfFormat(facts.format)));
   if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
-      !valid_safetensors && !valid_gguf && !data && report.errors_size() == 0) {
+      !valid_safetensors && !valid_gguf && !data && facts.files_read == 0 &&
+      report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code(v1::ERROR_CODE_INTERNAL);
     e.set_message("nothing was scanned");

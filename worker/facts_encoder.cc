@@ -175,6 +175,7 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     e->set_name(name);
     e->set_file(file);
   }
+  out->set_files_read(facts.files_read);
   if (facts.gguf.valid) {
     wv1::GgufFacts* g = out->mutable_gguf();
     g->set_valid(true);

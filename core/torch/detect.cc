@@ -19,6 +19,7 @@
 #include "core/content/content.h"
 #include "core/content/template_check.h"
 #include "core/safetensors/validator.h"
+#include "core/torch/keras_config.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
 #include "core/torch/repo_json.h"
@@ -312,9 +313,21 @@ class Reader {
   void JsonDocument(std::string_view data) {
     RepoJson repo;
     uint64_t offset = 0;
-    if (absl::Status s = ReadRepoJson(data, options_.index, &repo, &offset); !s.ok()) {
+    if (absl::Status s = ReadRepoJson(data, options_.index, &repo, &offset, options_.keras_config);
+        !s.ok()) {
       Error(s, absl::StrCat("JSON: ", s.message()), "", offset);
       return;
+    }
+    if (options_.keras_config) {
+      for (const KerasFinding& k : JudgeKerasObjects(repo.objects)) {
+        Anomaly(k.kind, "", k.offset, k.message, /*must_flag=*/true, "keras");
+      }
+      if (repo.objects_total > repo.objects.size()) {
+        const std::string message =
+            absl::StrCat("Keras config: ", repo.objects_total, " objects, over the ",
+                         kMaxJsonObjectRefs, " judged (kMaxJsonObjectRefs)");
+        Error(base::LimitError(message, "max_keras_objects", kMaxJsonObjectRefs), message, "", 0);
+      }
     }
     if (repo.auto_map_total > 0) {
       std::string list;
@@ -377,12 +390,8 @@ class Reader {
     uint64_t at = 0;
     absl::StatusOr<gguf::File> file = gguf::Read(data, options_.gguf, &at);
     if (file.ok()) {
-      out_->gguf = GgufFacts{true,
-                             file->version,
-                             file->tensors.size(),
-                             file->kv_count,
-                             file->alignment,
-                             file->data_end - file->data_start};
+      out_->gguf = GgufFacts{true,           file->version,   file->tensors.size(),
+                             file->kv_count, file->alignment, file->data_end - file->data_start};
       for (const gguf::Anomaly& a : file->anomalies) Anomaly(a.kind, "", a.offset, a.message);
       for (const gguf::Template& t : file->templates) {
         Template(t.text, "", absl::StrCat("GGUF ", base::AbslView(t.key)), t.offset,
@@ -449,13 +458,16 @@ class Reader {
   // A member of a zip that is neither a torch archive nor an .npz: a file of its own (people
   // unzip such archives and load what is inside), read by a Reader one level deeper. Its facts
   // join the file's under the member's name; offsets stay the member's own.
-  void MemberFile(std::string_view bytes, const std::string& name, uint32_t depth) {
+  void MemberFile(std::string_view bytes, const std::string& name, uint32_t depth,
+                  bool keras_config = false) {
     FileFacts sub;
     ReadOptions options = options_;
     options.trace = nullptr;
+    options.keras_config = keras_config;
     const size_t slash = name.rfind('/');
     options.file_name = slash == std::string::npos ? name : name.substr(slash + 1);
     Reader(vm_, options, &sub, depth).File(bytes);
+    out_->files_read += 1 + sub.files_read;
     const auto inner = [&](const std::string& member) {
       return member.empty() ? name : MemberName(name, member);
     };
@@ -797,6 +809,17 @@ class Reader {
       }
     }
     const bool members_are_files = classify && format == "zip" && !ar->entries().empty();
+    // keras.saving.load_model reads config.json at the root of a .keras archive and builds what
+    // it names; its weights are model.weights.h5 (or .npz), metadata.json says which Keras
+    // wrote it. Any root config.json of such a zip is judged as Keras would read it.
+    // (Keras opens the archive with Python's zipfile: names are exact.)
+    bool keras_config = false, keras_other = false;
+    for (const zip::Entry& e : ar->entries()) {
+      keras_config = keras_config || e.name == "config.json";
+      keras_other = keras_other || e.name == "metadata.json" || e.name == "model.weights.h5" ||
+                    e.name == "model.weights.npz";
+    }
+    if (top && members_are_files && keras_config && keras_other) out_->format = "keras";
     for (const zip::Anomaly& a : ar->anomalies()) {
       if (members_are_files) {
         // An archive of files, which torch.load refuses: what only torch's reading of member
@@ -900,7 +923,7 @@ class Reader {
         continue;
       }
       if (members_are_files) {
-        MemberFile(bytes, name, depth + 1);
+        MemberFile(bytes, name, depth + 1, /*keras_config=*/e.name == "config.json");
         continue;
       }
       if (format == "npz") {

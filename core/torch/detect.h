@@ -52,6 +52,10 @@ struct ReadOptions {
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
   // chat_template.jinja). The format never comes from it.
   std::string file_name;
+  // Set by the reader itself for the config.json at the root of a zip of files: what
+  // keras.saving.load_model reads from a .keras archive, whose objects are judged
+  // (core/torch/keras_config.h).
+  bool keras_config = false;
   const pickle::TraceSink* trace = nullptr;
 };
 

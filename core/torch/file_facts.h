@@ -39,8 +39,9 @@ struct ContainerAnomaly {
   std::string message;
   bool must_flag = true;  // false: informational, the verdict is not raised for it
   // "container" (the file's structure), "template" (a chat template's construct,
-  // core/content/template_check.h) or "repo" (what a repository makes loaders run: a config's
-  // auto_map naming code).
+  // core/content/template_check.h), "repo" (what a repository makes loaders run: a config's
+  // auto_map naming code) or "keras" (what a Keras archive's config builds,
+  // core/torch/keras_config.h).
   std::string category = "container";
 };
 
@@ -113,7 +114,8 @@ struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
   // "zlib", "gzip", "bzip2", "lzma", "xz", "lz4", "joblib-compat", "zstd", "7z", "rar",
-  // "safetensors", "hf-index", "gguf", "hdf5"; the data classes (IsDataFormat) "json", "text", "png", "jpeg",
+  // "safetensors", "hf-index", "gguf", "hdf5", "keras" (a zip of files with a
+  // root config.json and Keras's metadata or weights); the data classes (IsDataFormat) "json", "text", "png", "jpeg",
   // "gif", "webp", "sentencepiece" and "empty"; or "unknown" (no reading applies: a pickle
   // reading rejected at offset 0, and nothing else).
   std::string format;
@@ -135,6 +137,9 @@ struct FileFacts {
   std::string quant_method;
   SafetensorsFacts safetensors;  // format "safetensors" only
   GgufFacts gguf;                // format "gguf" only
+  // Members of a zip of files ("zip", "keras") read as files of their own (their findings and
+  // errors are this file's; their tensors are not).
+  uint64_t files_read = 0;
 };
 
 // A report error found while reading a container (malformed, unsupported). A limit is a

@@ -28,8 +28,8 @@ std::string Esc(std::string_view s) {
 class RepoJsonHandler final : public nlohmann::json_sax<Json> {
  public:
   RepoJsonHandler(const IndexLimits& limits, std::string_view data, const char* const* cursor,
-                  RepoJson* out)
-      : limits_(limits), data_(data), cursor_(cursor), out_(out) {}
+                  RepoJson* out, bool objects)
+      : limits_(limits), data_(data), cursor_(cursor), out_(out), objects_(objects) {}
 
   const absl::Status& status() const { return status_; }
   uint64_t error_offset() const { return error_offset_; }
@@ -43,6 +43,19 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
 
   bool string(string_t& s) override {
     const size_t n = frames_.size();
+    if (objects_ && n > 0 && frames_.back().object) {
+      Frame& f = frames_.back();
+      if (f.key == "class_name") {
+        f.ref.class_name = s;
+        f.has_class = true;
+      } else if (f.key == "module") {
+        f.ref.module = s;
+      } else if (f.key == "registered_name") {
+        f.ref.registered_name = s;
+      } else if (f.key == "config") {
+        f.ref.config = s;
+      }
+    }
     if (n >= 2 && frames_[0].key == "auto_map" && frames_[1].object &&
         (n == 2 || (n == 3 && !frames_[2].object))) {
       ++out_->auto_map_total;
@@ -89,6 +102,8 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
     bool object = false;
     std::string key;  // objects: the member being read
     std::set<std::string> keys;
+    bool has_class = false;  // objects: a "class_name" string was read
+    JsonObjectRef ref;
   };
 
   uint64_t Pos() const { return static_cast<uint64_t>(*cursor_ - data_.data()); }
@@ -127,12 +142,19 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
       has_item_template_ = false;
       item_name_.clear();
     }
-    frames_.push_back(Frame{object, {}, {}});
+    frames_.push_back(Frame{object, {}, {}, false, {}});
+    frames_.back().ref.offset = Pos() > 0 ? Pos() - 1 : 0;
     return true;
   }
 
   bool Close() {
     if (frames_.empty()) return Fail("unexpected end");
+    if (frames_.back().has_class) {
+      ++out_->objects_total;
+      if (out_->objects.size() < kMaxJsonObjectRefs) {
+        out_->objects.push_back(std::move(frames_.back().ref));
+      }
+    }
     frames_.pop_back();
     if (frames_.size() == 2 && frames_[0].key == "chat_template" && !frames_[1].object &&
         has_item_template_) {
@@ -147,6 +169,7 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
   std::string_view data_;
   const char* const* cursor_;
   RepoJson* out_;
+  bool objects_;
   std::vector<Frame> frames_;
   JsonTemplate item_template_;
   bool has_item_template_ = false;
@@ -158,7 +181,7 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, RepoJson* out,
-                          uint64_t* error_offset) {
+                          uint64_t* error_offset, bool objects) {
   *error_offset = 0;
   if (data.size() > limits.max_bytes) {
     return base::LimitError(absl::StrCat("a JSON file of ", data.size(), " bytes is over ",
@@ -166,7 +189,7 @@ absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, Repo
                             "max_index_bytes", limits.max_bytes);
   }
   const char* cursor = data.data();
-  RepoJsonHandler handler(limits, data, &cursor, out);
+  RepoJsonHandler handler(limits, data, &cursor, out, objects);
   const bool ok = Json::sax_parse(base::JsonCursor(data.data(), &cursor),
                                   base::JsonCursor(data.data() + data.size(), &cursor), &handler,
                                   nlohmann::detail::input_format_t::json, /*strict=*/true,

@@ -29,6 +29,20 @@ struct JsonTemplate {
   uint64_t offset = 0;  // the JSON string's opening quote
 };
 
+// A JSON object with a "class_name" string: how Keras's config.json names what it builds
+// (keras.saving's serialize_keras_object writes {"module", "class_name", "config",
+// "registered_name"}; Keras 2 wrote {"class_name", "config"}).
+struct JsonObjectRef {
+  std::string module;  // "" when absent or not a string
+  std::string class_name;
+  std::string registered_name;  // "" when absent, null or not a string
+  std::string config;           // "config" when it is a string (a function's name), else ""
+  uint64_t offset = 0;          // the object's opening brace
+};
+
+// At most this many object references are kept per document (the rest are counted).
+inline constexpr size_t kMaxJsonObjectRefs = 100000;
+
 struct RepoJson {
   // Top-level auto_map: (key, class reference) per string value (a list value gives one entry
   // per string in it), in document order; at most kMaxAutoMapEntries, the rest counted.
@@ -37,12 +51,17 @@ struct RepoJson {
   uint64_t auto_map_offset = 0;  // the auto_map key
   // Top-level chat_template: a string, or a list of {"name": ..., "template": ...}.
   std::vector<JsonTemplate> templates;
+  // With `objects` requested: every object with a "class_name" string, innermost first (an
+  // object is listed when it closes); at most kMaxJsonObjectRefs, the rest counted.
+  std::vector<JsonObjectRef> objects;
+  uint64_t objects_total = 0;
 };
 
 // OK with `out` filled, or the parse error (InvalidArgument, or a base::LimitError) with its
 // byte offset in *error_offset.
+// `objects`: also collect RepoJson::objects (a Keras archive's config.json).
 absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, RepoJson* out,
-                          uint64_t* error_offset);
+                          uint64_t* error_offset, bool objects = false);
 
 }  // namespace ckptscan::torch
 

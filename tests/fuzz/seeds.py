@@ -71,7 +71,7 @@ def chat_templates():
 def checkpoint_files():
     return list(files_under("tests/fixtures/pickles", "tests/fixtures/torch",
                             "tests/fixtures/containers", "tests/fixtures/joblib",
-                            "tests/fixtures/zip", "tests/fixtures/gguf"))
+                            "tests/fixtures/zip", "tests/fixtures/gguf", "tests/fixtures/keras"))
 
 
 def safetensors_file(tensors, metadata=None, pad=0):
