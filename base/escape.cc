@@ -67,6 +67,15 @@ void AppendEscaped(std::string* out, std::string_view s, EscapeOptions options) 
   }
 }
 
+std::string Quoted(std::string_view s, size_t max_bytes) {
+  std::string out = "\"";
+  AppendEscaped(&out, s.substr(0, max_bytes),
+                EscapeOptions{.escape_backslash = true, .escape_invisible = true});
+  if (s.size() > max_bytes) out += "...";
+  out += '"';
+  return out;
+}
+
 std::string Escaped(std::string_view s, EscapeOptions options) {
   std::string out;
   out.reserve(s.size());

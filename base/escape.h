@@ -22,6 +22,10 @@ struct EscapeOptions {
 void AppendEscaped(std::string* out, std::string_view s, EscapeOptions options = {});
 std::string Escaped(std::string_view s, EscapeOptions options = {});
 
+// A name from a scanned file for a message: its first `max_bytes` bytes escaped (backslashes and
+// invisible characters too) between double quotes, "..." after them when it was longer.
+std::string Quoted(std::string_view s, size_t max_bytes = 120);
+
 }  // namespace ckptscan::base
 
 #endif  // CKPTSCAN_BASE_ESCAPE_H_

@@ -320,6 +320,24 @@ std::vector<RuleInfo> Build() {
                "\"package>Name\"): Keras looks its class up among what the loading program "
                "registered and runs its code. Review that code.",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      // ONNX models (core/onnx/onnx_check.h).
+      RuleInfo{"onnx.external_data_path", "External data path that may leave the model's folder",
+               "A tensor's external data location is absolute, climbs out with '..', names a "
+               "drive or holds a backslash or NUL: onnx.load reads the file it names, wherever "
+               "it is (CVE-2022-25882, CVE-2024-27318). ckptscan never opens it.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"onnx.custom_domain", "Operators outside ONNX's own domains",
+               "Nodes of an operator domain other than ONNX's (\"\", ai.onnx, ai.onnx.ml, "
+               "ai.onnx.preview.training) that the model does not define as a function: a "
+               "runtime runs them with operators registered by native libraries (custom "
+               "operator libraries load native code). Check which runtime extension the model "
+               "needs.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"onnx.external_data", "Tensor data in other files",
+               "The model reads tensor data from files beside it (relative locations inside "
+               "its folder). Informational: those files are raw tensor bytes, not part of this "
+               "scan.",
+               v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       RuleInfo{"file.unknown_format", "A file in no format ckptscan verifies",
                "No reading applies to the file (not a checkpoint, archive or data class, and "
                "no pickle loader reads a byte of it). Reported so with --unknown warn; by "

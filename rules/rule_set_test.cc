@@ -1591,10 +1591,11 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
       "manifest.unlisted", "scan.selection"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
-    // Container anomalies (container.*) and Keras config findings (keras.*) are emitted by the
-    // pipeline from the worker's facts.
+    // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
+    // emitted by the pipeline from the worker's facts.
     if (emitted_by_pipeline.count(std::string(r.id)) == 0 &&
-        r.id.substr(0, 10) != "container." && r.id.substr(0, 6) != "keras.") {
+        r.id.substr(0, 10) != "container." && r.id.substr(0, 6) != "keras." &&
+        r.id.substr(0, 5) != "onnx.") {
       catalogued.insert(std::string(r.id));
     }
   }
@@ -1610,7 +1611,8 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
       "stream.trailing",  "scan.error",       "scan.findings_truncated",
       "sandbox.violation", "template.sandbox_escape", "repo.remote_code",
       "file.unknown_format", "manifest.unlisted", "scan.selection", "keras.lambda",
-      "keras.function", "keras.dangerous_object", "keras.foreign_object", "keras.custom_object"};
+      "keras.function", "keras.dangerous_object", "keras.foreign_object", "keras.custom_object",
+      "onnx.external_data_path", "onnx.custom_domain", "onnx.external_data"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));

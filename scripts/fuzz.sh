@@ -13,7 +13,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${CKPT_FUZZ_BUILD:-$root/build-fuzz}
-all_targets=(pickle zip legacy extract safetensors signing facts_codec rules compress content gguf)
+all_targets=(pickle zip legacy extract safetensors signing facts_codec rules compress content gguf onnx)
 seconds=60
 jobs=$(nproc)
 targets=()

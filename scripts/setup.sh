@@ -41,6 +41,9 @@ packages+=(openssl python3-pkg-resources procps)
 # The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
 # (python3-lz4: joblib.load of its lz4 files).
 packages+=(python3-joblib python3-numpy python3-lz4)
+# ONNX: the worker decodes ModelProto with code generated from libonnx-dev's onnx.proto; the
+# ONNX differential (tests/differential/onnx_diff.py) decodes the same bytes with onnx itself.
+packages+=(libonnx-dev python3-onnx)
 # Rebuilds (a second checkout, the sanitizer trees, CI on a machine that built before) compile
 # only what changed (scripts/ccache_env.sh).
 packages+=(ccache)

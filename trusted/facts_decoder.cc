@@ -370,7 +370,8 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
   for (const wv1::ContainerAnomaly& a : in.anomalies()) {
     // The category picks the rule family: only the ones a worker reports.
     const std::string& category = a.category();
-    if (!category.empty() && category != "template" && category != "repo" && category != "keras") {
+    if (!category.empty() && category != "template" && category != "repo" && category != "keras" &&
+        category != "onnx") {
       return absl::InvalidArgumentError("an anomaly of an unknown category");
     }
     facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),
@@ -499,6 +500,12 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
                                                  p.header_length(), p.has_metadata()};
   }
   facts->files_read = in.files_read();
+  if (in.has_onnx()) {
+    const wv1::OnnxFacts& o = in.onnx();
+    if (in.format() != "onnx") return absl::InvalidArgumentError("ONNX facts for another format");
+    if (!o.valid()) return absl::InvalidArgumentError("ONNX facts of a model that failed reading");
+    facts->onnx = torch::OnnxFacts{true, o.ir_version(), o.nodes(), o.graphs(), o.tensors()};
+  }
   if (in.has_gguf()) {
     const wv1::GgufFacts& g = in.gguf();
     if (in.format() != "gguf") return absl::InvalidArgumentError("GGUF facts for another format");

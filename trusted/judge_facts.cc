@@ -112,6 +112,7 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     const std::string fallback = a.category == "template" ? "template.sandbox_escape"
                                  : a.category == "repo"   ? "repo.remote_code"
                                  : a.category == "keras"  ? "keras.foreign_object"
+                                 : a.category == "onnx"   ? "onnx.custom_domain"
                                                           : "container.unexpected_member";
     if (info == nullptr) info = rules::FindRule(fallback);
     v1::Finding f;
@@ -135,10 +136,12 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   // A GGUF file the strict reader read whole (no code runs from it; its templates are judged);
   // a zip of files read member by member (each member judged as a file).
   const bool valid_gguf = facts.format == "gguf" && facts.gguf.valid;
+  // An ONNX model decoded and walked whole (its external data and operator domains judged).
+  const bool valid_onnx = facts.format == "onnx" && facts.onnx.valid;
   const bool data = torch::IsDataFormat(facts.format);
   report.set_kind(std::string(KindOfFormat(facts.format)));
   if (facts.members.empty() && facts.tensors.empty() && !facts.shard_index.present &&
-      !valid_safetensors && !valid_gguf && !data && facts.files_read == 0 &&
+      !valid_safetensors && !valid_gguf && !valid_onnx && !data && facts.files_read == 0 &&
       report.errors_size() == 0) {
     v1::ScanError e;
     e.set_code(v1::ERROR_CODE_INTERNAL);

@@ -176,6 +176,14 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     e->set_file(file);
   }
   out->set_files_read(facts.files_read);
+  if (facts.onnx.valid) {
+    wv1::OnnxFacts* o = out->mutable_onnx();
+    o->set_valid(true);
+    o->set_ir_version(facts.onnx.ir_version);
+    o->set_nodes(facts.onnx.nodes);
+    o->set_graphs(facts.onnx.graphs);
+    o->set_tensors(facts.onnx.tensors);
+  }
   if (facts.gguf.valid) {
     wv1::GgufFacts* g = out->mutable_gguf();
     g->set_valid(true);

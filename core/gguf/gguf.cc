@@ -101,14 +101,6 @@ bool IsTemplateKey(std::string_view key) {
           key.substr(0, kTemplateKey.size()) == kTemplateKey && key[kTemplateKey.size()] == '.');
 }
 
-std::string Quoted(std::string_view s) {
-  std::string out = "\"";
-  base::AppendEscaped(&out, s.substr(0, 200));
-  if (s.size() > 200) out += "...";
-  out += '"';
-  return out;
-}
-
 // x rounded up to a multiple of `alignment` (a power of two).
 bool Pad(uint64_t x, uint64_t alignment, uint64_t* out) {
   uint64_t sum = 0;
@@ -192,21 +184,21 @@ class Reader {
                           String(limits_.max_key_bytes, "max_key_bytes", "a key"));
     if (key.empty() || key.find('\0') != std::string_view::npos || !base::IsValidUtf8(key)) {
       return absl::InvalidArgumentError(absl::StrCat("key ", index, " at offset ", item_, " (",
-                                                     Quoted(key),
+                                                     base::Quoted(key),
                                                      ") is empty, holds a NUL or is not UTF-8"));
     }
     if (const auto [it, inserted] = keys_.emplace(key, item_); !inserted) {
       file_.anomalies.push_back(
           Anomaly{"duplicate_key", item_,
-                  absl::StrCat("metadata key ", Quoted(key), " at offset ", item_,
+                  absl::StrCat("metadata key ", base::Quoted(key), " at offset ", item_,
                                " was already set at offset ", it->second,
                                ": ggml refuses the file, other readers keep one of the values")});
     }
     const uint64_t type_at = r_.offset();
     CKPT_ASSIGN_OR_RETURN(const uint32_t type, r_.ReadU32LE());
     if (type > kMaxValueType) {
-      return absl::InvalidArgumentError(absl::StrCat("key ", Quoted(key), ": value type ", type,
-                                                     " at offset ", type_at,
+      return absl::InvalidArgumentError(absl::StrCat("key ", base::Quoted(key), ": value type ",
+                                                     type, " at offset ", type_at,
                                                      " is not a GGUF type"));
     }
     const uint64_t value_at = r_.offset();
@@ -246,9 +238,9 @@ class Reader {
 
   absl::Status TemplateValue(std::string_view key, uint32_t type, uint64_t value_at) {
     if (static_cast<ValueType>(type) != ValueType::kString) {
-      return absl::InvalidArgumentError(absl::StrCat("chat template ", Quoted(key), " at offset ",
-                                                     value_at, " has value type ", type,
-                                                     ", not string (8)"));
+      return absl::InvalidArgumentError(absl::StrCat("chat template ", base::Quoted(key),
+                                                     " at offset ", value_at, " has value type ",
+                                                     type, ", not string (8)"));
     }
     CKPT_ASSIGN_OR_RETURN(const std::string_view text,
                           String(limits_.max_string_bytes, "max_string_bytes", "a chat template"));
@@ -256,7 +248,7 @@ class Reader {
       // A loader decoding it leniently would drop or replace the byte and render what the
       // checker never saw.
       return absl::InvalidArgumentError(
-          absl::StrCat("chat template ", Quoted(key), " is not UTF-8 at byte ", *bad,
+          absl::StrCat("chat template ", base::Quoted(key), " is not UTF-8 at byte ", *bad,
                        " of the template (offset ", value_at + 8 + *bad, ")"));
     }
     file_.templates.push_back(Template{std::string(key), text, value_at + 8});
@@ -273,24 +265,24 @@ class Reader {
     const auto push_array = [&]() -> absl::Status {
       const uint64_t at = r_.offset();
       if (stack.size() >= limits_.max_array_depth) {
-        return Limit(absl::StrCat("key ", Quoted(key), ": arrays nested deeper than ",
+        return Limit(absl::StrCat("key ", base::Quoted(key), ": arrays nested deeper than ",
                                   limits_.max_array_depth, " at offset ", at, " (max_array_depth)"),
                      "max_array_depth", limits_.max_array_depth);
       }
       CKPT_ASSIGN_OR_RETURN(const uint32_t element, r_.ReadU32LE());
       if (element > kMaxValueType) {
-        return absl::InvalidArgumentError(absl::StrCat("key ", Quoted(key), ": array element type ",
-                                                       element, " at offset ", at,
-                                                       " is not a GGUF type"));
+        return absl::InvalidArgumentError(absl::StrCat("key ", base::Quoted(key),
+                                                       ": array element type ", element,
+                                                       " at offset ", at, " is not a GGUF type"));
       }
       CKPT_ASSIGN_OR_RETURN(const uint64_t count, r_.ReadU64LE());
       if (count > limits_.max_array_elements - array_elements_) {
-        return Limit(
-            absl::StrCat("key ", Quoted(key), ": an array of ", count, " elements at offset ", at,
-                         " brings the file's array elements "
-                         "over ",
-                         limits_.max_array_elements, " (max_array_elements)"),
-            "max_array_elements", limits_.max_array_elements);
+        return Limit(absl::StrCat("key ", base::Quoted(key), ": an array of ", count,
+                                  " elements at offset ", at,
+                                  " brings the file's array elements "
+                                  "over ",
+                                  limits_.max_array_elements, " (max_array_elements)"),
+                     "max_array_elements", limits_.max_array_elements);
       }
       array_elements_ += count;
       stack.push_back(Frame{element, count});
@@ -336,17 +328,17 @@ class Reader {
     }
     uint64_t bytes = 0;
     if (!base::CheckedMul<uint64_t>(FixedSize(type), count, &bytes) || bytes > r_.remaining()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("key ", Quoted(key), ": ", count, " values of type ", type, " at offset ",
-                       at, " run past the end of the file (", r_.remaining(), " bytes remain)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key ", base::Quoted(key), ": ", count, " values of type ", type, " at offset ", at,
+          " run past the end of the file (", r_.remaining(), " bytes remain)"));
     }
     CKPT_ASSIGN_OR_RETURN(const std::string_view values, r_.ReadBytes(bytes));
     if (static_cast<ValueType>(type) == ValueType::kBool) {
       for (size_t i = 0; i < values.size(); ++i) {
         if (values[i] != 0 && values[i] != 1) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("key ", Quoted(key), ": bool value ", static_cast<uint8_t>(values[i]),
-                           " at offset ", at + i, " is neither 0 nor 1"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "key ", base::Quoted(key), ": bool value ", static_cast<uint8_t>(values[i]),
+              " at offset ", at + i, " is neither 0 nor 1"));
         }
       }
     }
@@ -360,7 +352,7 @@ class Reader {
     CKPT_ASSIGN_OR_RETURN(const std::string_view name,
                           String(limits_.max_key_bytes, "max_key_bytes", "a tensor name"));
     const std::string where =
-        absl::StrCat("tensor ", index, " ", Quoted(name), " (info at offset ", item_, ")");
+        absl::StrCat("tensor ", index, " ", base::Quoted(name), " (info at offset ", item_, ")");
     if (name.empty() || name.find('\0') != std::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the name is empty or holds a NUL"));
     }
@@ -412,7 +404,7 @@ class Reader {
     if (const auto [it, inserted] = tensor_names_.emplace(t.name, item_); !inserted) {
       file_.anomalies.push_back(
           Anomaly{"duplicate_tensor", item_,
-                  absl::StrCat("tensor name ", Quoted(name), " at offset ", item_,
+                  absl::StrCat("tensor name ", base::Quoted(name), " at offset ", item_,
                                " was already used at offset ", it->second,
                                ": ggml refuses the file, other readers keep one of the tensors")});
     }
@@ -438,7 +430,7 @@ class Reader {
     for (Tensor& t : file_.tensors) {
       item_ = t.info_offset;
       const std::string where =
-          absl::StrCat("tensor ", Quoted(t.name), " (info at offset ", t.info_offset, ")");
+          absl::StrCat("tensor ", base::Quoted(t.name), " (info at offset ", t.info_offset, ")");
       if (t.offset != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": data at relative offset ", t.offset, " where ggml expects ", expected,

@@ -232,6 +232,12 @@ class Reader {
         return;
       }
     }
+    if (onnx_check::LooksLikeModel(data)) {
+      // A protobuf ModelProto starts with its ir_version (field 1, a varint: 0x08), which is no
+      // pickle opcode: pickle.load rejects the first byte.
+      Onnx(data);
+      return;
+    }
     // One reading of the stream serves both questions (a legacy file's first pickle is its
     // magic number): reading the first pickle on its own as well would hold two graphs of it
     // at once, twice the memory and time of a large pickle.
@@ -403,6 +409,25 @@ class Reader {
     }
     PickleReading(data, "(as pickle)", true);
     ZipInTail(data, "(in the tensor data)");
+  }
+
+  // An ONNX model (core/onnx/onnx_check.h): decoded with protobuf, its graphs walked for
+  // external data paths and operator domains. A zip in its tail (a length-delimited unknown
+  // field can carry any bytes) is read as for any file.
+  void Onnx(std::string_view data) {
+    out_->format = "onnx";
+    absl::StatusOr<onnx_check::Model> model = onnx_check::Read(data, options_.onnx);
+    if (model.ok()) {
+      out_->onnx = OnnxFacts{true, model->ir_version, model->nodes, model->graphs, model->tensors};
+      for (const onnx_check::Finding& f : model->findings) {
+        Anomaly(f.kind, "", 0,
+                absl::StrCat(base::AbslView(f.where), ": ", base::AbslView(f.message)),
+                /*must_flag=*/f.kind != "external_data", "onnx");
+      }
+    } else {
+      Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
+    }
+    ZipInTail(data, "(after the model)");
   }
 
   // GGUF tensors as facts: ggml's dimensions reversed (ne[0] varies fastest, so the row-major

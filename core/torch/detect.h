@@ -29,6 +29,7 @@
 #include "core/content/content.h"
 #include "core/content/template_check.h"
 #include "core/gguf/gguf.h"
+#include "core/onnx/onnx_check.h"
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
@@ -48,6 +49,7 @@ struct ReadOptions {
   content::Limits content;            // text, images, SentencePiece models
   content::TemplateLimits templates;  // chat templates
   gguf::Limits gguf;                  // GGUF files (core/gguf/gguf.h)
+  onnx_check::Limits onnx;            // ONNX models (core/onnx/onnx_check.h)
   // The file's name as the caller knows it (its last component), or "". Only what a loader
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
   // chat_template.jinja). The format never comes from it.

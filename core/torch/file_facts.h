@@ -40,8 +40,9 @@ struct ContainerAnomaly {
   bool must_flag = true;  // false: informational, the verdict is not raised for it
   // "container" (the file's structure), "template" (a chat template's construct,
   // core/content/template_check.h), "repo" (what a repository makes loaders run: a config's
-  // auto_map naming code) or "keras" (what a Keras archive's config builds,
-  // core/torch/keras_config.h).
+  // auto_map naming code), "keras" (what a Keras archive's config builds,
+  // core/torch/keras_config.h) or "onnx" (what an ONNX model makes a runtime read or load,
+  // core/onnx/onnx_check.h).
   std::string category = "container";
 };
 
@@ -84,6 +85,15 @@ struct GgufFacts {
   uint64_t data_bytes = 0;
 };
 
+// An ONNX model that decoded and walked whole in the worker (core/onnx/onnx_check.h).
+struct OnnxFacts {
+  bool valid = false;
+  int64_t ir_version = 0;
+  uint64_t nodes = 0;
+  uint64_t graphs = 0;
+  uint64_t tensors = 0;
+};
+
 // A shard file name must name a file in the index's own directory: not empty, at most 255
 // bytes, no '/' or NUL, not "." or "..".
 absl::Status CheckShardFileName(std::string_view name);
@@ -114,7 +124,7 @@ struct FileFacts {
   // Detected from the content, never from the name: "pickle", "torch-zip", "torch-legacy",
   // "torch-tar", "torchscript", "npy", "npz", "zip", "tar", "joblib", joblib's compressed
   // "zlib", "gzip", "bzip2", "lzma", "xz", "lz4", "joblib-compat", "zstd", "7z", "rar",
-  // "safetensors", "hf-index", "gguf", "hdf5", "keras" (a zip of files with a
+  // "safetensors", "hf-index", "gguf", "onnx", "hdf5", "keras" (a zip of files with a
   // root config.json and Keras's metadata or weights); the data classes (IsDataFormat) "json", "text", "png", "jpeg",
   // "gif", "webp", "sentencepiece" and "empty"; or "unknown" (no reading applies: a pickle
   // reading rejected at offset 0, and nothing else).
@@ -137,6 +147,7 @@ struct FileFacts {
   std::string quant_method;
   SafetensorsFacts safetensors;  // format "safetensors" only
   GgufFacts gguf;                // format "gguf" only
+  OnnxFacts onnx;                // format "onnx" only
   // Members of a zip of files ("zip", "keras") read as files of their own (their findings and
   // errors are this file's; their tensors are not).
   uint64_t files_read = 0;

@@ -13,15 +13,6 @@ namespace {
 
 using base::AbslView;
 
-std::string Quoted(std::string_view s) {
-  std::string out = "\"";
-  base::AppendEscaped(&out, s.substr(0, 120),
-                      base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
-  if (s.size() > 120) out += "...";
-  out += '"';
-  return out;
-}
-
 // Keras's own modules: "keras" and everything under it (keras.layers, keras.src.models, ...).
 bool IsKerasModule(std::string_view m) {
   return m == "keras" || (m.size() > 6 && m.substr(0, 6) == "keras.");
@@ -83,9 +74,9 @@ std::vector<KerasFinding> JudgeKerasObjects(const std::vector<JsonObjectRef>& ob
   std::vector<KerasFinding> out;
   for (const JsonObjectRef& o : objects) {
     const std::string what_name = o.class_name == "function" ? o.config : o.class_name;
-    const std::string what = o.module.empty() ? Quoted(what_name)
-                                              : absl::StrCat(AbslView(Quoted(o.module)), ".",
-                                                             AbslView(Quoted(what_name)));
+    const std::string what = o.module.empty() ? base::Quoted(what_name)
+                                              : absl::StrCat(AbslView(base::Quoted(o.module)), ".",
+                                                             AbslView(base::Quoted(what_name)));
     const auto add = [&](std::string_view kind, std::string message) {
       out.push_back(KerasFinding{std::string(kind), o.offset, std::move(message)});
     };
@@ -109,8 +100,8 @@ std::vector<KerasFinding> JudgeKerasObjects(const std::vector<JsonObjectRef>& ob
     }
     const bool keras = o.module.empty() || IsKerasModule(o.module);
     if (function && !keras) {
-      add("function", absl::StrCat("a function ", AbslView(Quoted(o.config)), " from module ",
-                                   AbslView(Quoted(o.module)),
+      add("function", absl::StrCat("a function ", AbslView(base::Quoted(o.config)), " from module ",
+                                   AbslView(base::Quoted(o.module)),
                                    ": Keras imports the module and calls it (CVE-2025-1550)"));
       continue;
     }
@@ -134,7 +125,7 @@ std::vector<KerasFinding> JudgeKerasObjects(const std::vector<JsonObjectRef>& ob
     if (!o.registered_name.empty() && o.registered_name != o.class_name &&
         !(function && o.registered_name == o.config)) {
       add("custom_object",
-          absl::StrCat(AbslView(what), " registered as ", AbslView(Quoted(o.registered_name)),
+          absl::StrCat(AbslView(what), " registered as ", AbslView(base::Quoted(o.registered_name)),
                        ": a custom object whose code Keras looks up and runs"));
     }
   }

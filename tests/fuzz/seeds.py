@@ -24,7 +24,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TARGETS = ("pickle", "zip", "legacy", "extract", "safetensors", "signing", "facts_codec",
-           "rules", "compress", "content", "gguf")
+           "rules", "compress", "content", "gguf", "onnx")
 MAX_SEED_BYTES = 256 << 10  # the largest input cap of any target (tests/fuzz/*_fuzz.cc)
 # Not checkpoints: generators, checkers, manifests and expectations of the fixture corpus.
 NOT_INPUTS = (".py", ".md", ".pyc")
@@ -71,7 +71,8 @@ def chat_templates():
 def checkpoint_files():
     return list(files_under("tests/fixtures/pickles", "tests/fixtures/torch",
                             "tests/fixtures/containers", "tests/fixtures/joblib",
-                            "tests/fixtures/zip", "tests/fixtures/gguf", "tests/fixtures/keras"))
+                            "tests/fixtures/zip", "tests/fixtures/gguf", "tests/fixtures/keras",
+                            "tests/fixtures/onnx"))
 
 
 def safetensors_file(tensors, metadata=None, pad=0):
@@ -194,6 +195,8 @@ def seeds_for(target, seed_tool):
         return from_files(files_under("tests/fixtures/joblib"),
                           lambda d: d.startswith((b"\x78", b"\x1f\x8b", b"BZ", b"\x5d\x00",
                                                   b"\xfd7zXZ", b"\x04\x22\x4d\x18")))
+    if target == "onnx":
+        return from_files(files_under("tests/fixtures/onnx"))
     if target == "gguf":
         return from_files(files_under("tests/fixtures/gguf"))
     if target == "content":

@@ -1,0 +1,63 @@
+// ONNX models (onnxruntime, onnx): a ModelProto decoded with protobuf from the onnx.proto that
+// Debian's libonnx-dev ships (generated at build time), walked for what makes a runtime read
+// other files or load native code.
+//
+// Judged (findings, by kind):
+//   - "external_data_path": a tensor's external data `location` that is absolute, holds "..",
+//     a NUL, a backslash or a drive letter, i.e. may leave the model's folder (CVE-2022-25882,
+//     CVE-2024-27318): onnx.load reads the file it names;
+//   - "custom_domain": nodes of an operator domain outside ONNX's own ("", "ai.onnx",
+//     "ai.onnx.ml", "ai.onnx.preview.training") and not a function the model defines: a runtime
+//     runs them with operators registered by native libraries (one finding per domain);
+//   - "external_data" (informational): the files a model's tensors are read from.
+// Refused (an error): bytes that are no ModelProto, a model without a graph, external data
+// whose offset or length is not a non-negative decimal integer or overflows, a named limit hit.
+// Never opens a `location`.
+//
+// The graph walk (subgraphs of If, Loop, Scan and any graph attribute, functions, training
+// graphs) uses an explicit stack bounded by max_graph_depth; protobuf's own decoder bounds
+// message nesting at its default recursion limit (100). Worker side only. Thread-safe.
+#ifndef CKPTSCAN_CORE_ONNX_ONNX_CHECK_H_
+#define CKPTSCAN_CORE_ONNX_ONNX_CHECK_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckptscan::onnx_check {
+
+struct Limits {
+  uint64_t max_model_bytes = (2ull << 30) - 1;  // protobuf's own limit on one message
+  uint64_t max_nodes = 1'000'000;               // nodes of every graph and function together
+  uint32_t max_graph_depth = 64;                // graphs inside graph attributes
+  uint64_t max_tensors = 10'000'000;            // initializers and tensor attributes together
+};
+
+struct Finding {
+  std::string kind;   // "external_data_path", "custom_domain", "external_data"
+  std::string where;  // "graph main_graph, initializer w", "node If_0 (If) > then_branch ..."
+  std::string message;
+};
+
+struct Model {
+  int64_t ir_version = 0;
+  uint64_t nodes = 0;
+  uint64_t graphs = 0;
+  uint64_t tensors = 0;
+  std::vector<Finding> findings;
+};
+
+// Whether `data` starts as a ModelProto serialized by protobuf does (field 1, ir_version, a
+// varint): the cue to try this reading.
+bool LooksLikeModel(std::string_view data);
+
+// Decodes and walks a whole model. InvalidArgument for what is no model or is malformed,
+// ResourceExhausted (base::LimitError) for a limit.
+absl::StatusOr<Model> Read(std::string_view data, const Limits& limits);
+
+}  // namespace ckptscan::onnx_check
+
+#endif  // CKPTSCAN_CORE_ONNX_ONNX_CHECK_H_

@@ -1,0 +1,187 @@
+#include "core/onnx/onnx_check.h"
+
+#include <string>
+#include <vector>
+
+#include "base/limit_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx.pb.h"
+
+namespace ckptscan::onnx_check {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+onnx::ModelProto Relu() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("test");
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("g");
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Relu");
+  n->set_name("relu");
+  n->add_input("x");
+  n->add_output("y");
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_float_data(1);
+  w->add_float_data(2);
+  return m;
+}
+
+void External(onnx::TensorProto* t, const std::string& location, const std::string& offset = "",
+              const std::string& length = "") {
+  t->clear_float_data();
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto add = [&](const char* k, const std::string& v) {
+    onnx::StringStringEntryProto* e = t->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  };
+  add("location", location);
+  if (!offset.empty()) add("offset", offset);
+  if (!length.empty()) add("length", length);
+}
+
+std::vector<std::string> Kinds(const onnx::ModelProto& m) {
+  const std::string bytes = m.SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(bytes));
+  absl::StatusOr<Model> r = Read(bytes, Limits{});
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::vector<std::string> out;
+  if (r.ok()) {
+    for (const Finding& f : r->findings) out.push_back(f.kind);
+  }
+  return out;
+}
+
+std::string ErrorOf(const onnx::ModelProto& m, Limits limits = {}) {
+  absl::StatusOr<Model> r = Read(m.SerializeAsString(), limits);
+  return r.ok() ? "ok" : std::string(r.status().message());
+}
+
+TEST(OnnxCheckTest, PlainModelHasNoFindings) {
+  EXPECT_THAT(Kinds(Relu()), IsEmpty());
+  absl::StatusOr<Model> r = Read(Relu().SerializeAsString(), Limits{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->nodes, 1u);
+  EXPECT_EQ(r->graphs, 1u);
+  EXPECT_EQ(r->ir_version, 8);
+}
+
+TEST(OnnxCheckTest, ExternalDataLocations) {
+  onnx::ModelProto m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), "weights.bin", "0", "8");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data"));
+  for (const char* bad :
+       {"/etc/passwd", "../x.bin", "a/../../x", "..", "a\\..\\b", "C:x", "sub/..\\x"}) {
+    m = Relu();
+    External(m.mutable_graph()->mutable_initializer(0), bad);
+    EXPECT_THAT(Kinds(m), ElementsAre("external_data_path")) << bad;
+  }
+  m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), std::string("a\0b", 3));
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data_path"));
+  // "..." and "a..b" are names, not parent references.
+  m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), "a..b/...");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data"));
+}
+
+TEST(OnnxCheckTest, ExternalDataRangesAreChecked) {
+  for (const auto& [offset, length] : std::vector<std::pair<std::string, std::string>>{
+           {"-1", "4"},
+           {"0", "-4"},
+           {"0x10", "4"},
+           {"1e3", "4"},
+           {"9223372036854775808", "1"},
+           {"9223372036854775807", "9223372036854775807"},
+           {" 1", "1"}}) {
+    onnx::ModelProto m = Relu();
+    External(m.mutable_graph()->mutable_initializer(0), "w.bin", offset, length);
+    EXPECT_NE(ErrorOf(m), "ok") << offset << " " << length;
+  }
+  onnx::ModelProto m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), "");
+  EXPECT_THAT(ErrorOf(m), HasSubstr("without a location"));
+}
+
+TEST(OnnxCheckTest, CustomDomainsInSubgraphsAndFunctions) {
+  onnx::ModelProto m = Relu();
+  onnx::NodeProto* iff = m.mutable_graph()->add_node();
+  iff->set_op_type("If");
+  onnx::AttributeProto* a = iff->add_attribute();
+  a->set_name("then_branch");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  onnx::NodeProto* inner = a->mutable_g()->add_node();
+  inner->set_op_type("Evil");
+  inner->set_domain("com.example.native");
+  onnx::NodeProto* ml = m.mutable_graph()->add_node();
+  ml->set_op_type("TreeEnsembleClassifier");
+  ml->set_domain("ai.onnx.ml");
+  EXPECT_THAT(Kinds(m), ElementsAre("custom_domain"));
+  // A node naming a function the model defines is not native code.
+  onnx::ModelProto f = Relu();
+  onnx::NodeProto* call = f.mutable_graph()->add_node();
+  call->set_op_type("MyFn");
+  call->set_domain("local");
+  onnx::FunctionProto* fn = f.add_functions();
+  fn->set_name("MyFn");
+  fn->set_domain("local");
+  fn->add_node()->set_op_type("Relu");
+  EXPECT_THAT(Kinds(f), IsEmpty());
+}
+
+TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
+  onnx::ModelProto m = Relu();
+  onnx::GraphProto* g = m.mutable_graph();
+  for (int i = 0; i < 20; ++i) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("Loop");
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name("body");
+    g = a->mutable_g();
+  }
+  EXPECT_EQ(ErrorOf(m), "ok");
+  Limits l;
+  l.max_graph_depth = 10;
+  EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_graph_depth"));
+  l = Limits{};
+  l.max_nodes = 5;
+  EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_nodes"));
+}
+
+TEST(OnnxCheckTest, NotAModel) {
+  EXPECT_FALSE(LooksLikeModel(""));
+  EXPECT_FALSE(LooksLikeModel("\x80\x02"));
+  // A protobuf message has no end marker: a cut between two fields is a smaller model of its
+  // own (what onnxruntime would load too). Every other cut fails; none crashes.
+  const std::string bytes = Relu().SerializeAsString();
+  size_t refused = 0;
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const std::string_view cut = std::string_view(bytes).substr(0, n);
+    absl::StatusOr<Model> r = Read(cut, Limits{});
+    onnx::ModelProto reparsed;
+    const bool whole_model = reparsed.ParseFromArray(cut.data(), static_cast<int>(cut.size())) &&
+                             reparsed.SerializeAsString() == cut;
+    if (r.ok()) {
+      EXPECT_TRUE(whole_model) << "cut at " << n;
+    } else {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, bytes.size() / 2);
+  onnx::ModelProto no_graph;
+  no_graph.set_ir_version(8);
+  EXPECT_THAT(ErrorOf(no_graph), HasSubstr("without a graph"));
+}
+
+}  // namespace
+}  // namespace ckptscan::onnx_check
