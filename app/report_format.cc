@@ -92,6 +92,13 @@ Json FileJson(const v1::FileReport& f) {
     j["shards"] = std::move(shards);
   }
   if (!f.expected_sha256().empty()) j["expected_sha256"] = f.expected_sha256();
+  if (f.code_files_size() > 0) {
+    Json code = Json::array();
+    for (const v1::CodeFile& c : f.code_files()) {
+      code.push_back(Json{{"name", c.name()}, {"bytes", c.bytes()}, {"sha256", c.sha256()}});
+    }
+    j["code_files"] = std::move(code);
+  }
   if (f.has_conversion()) {
     const v1::Conversion& c = f.conversion();
     Json not_written = Json::array();
@@ -442,6 +449,11 @@ std::string FileReportToText(const v1::FileReport& f) {
       absl::StrAppend(&out, " [limit ", TerminalSafe(e.limit_name()), "=", e.limit_value(), "]");
     }
     out += "\n";
+  }
+  for (const v1::CodeFile& c : f.code_files()) {
+    absl::StrAppend(
+        &out, "  code ", TerminalSafe(c.name()), " (", Plural(c.bytes(), "byte"),
+        c.sha256().empty() ? std::string(")") : absl::StrCat(", sha256 ", c.sha256(), ")"), "\n");
   }
   if (f.has_conversion()) {
     const v1::Conversion& c = f.conversion();

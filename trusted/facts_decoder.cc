@@ -500,6 +500,20 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
                                                  p.header_length(), p.has_metadata()};
   }
   facts->files_read = in.files_read();
+  if (static_cast<size_t>(in.code_files_size()) > torch::kMaxCodeFiles ||
+      (in.code_files_size() > 0 && in.format() != "torchscript")) {
+    return absl::InvalidArgumentError("code files: too many, or for a file that is no TorchScript");
+  }
+  uint64_t code_bytes = 0;
+  for (const wv1::CodeFileFacts& c : in.code_files()) {
+    code_bytes += c.content().size();
+    if (code_bytes > torch::kMaxCodeBytes || (!c.has_content() && !c.content().empty()) ||
+        (c.has_content() && c.content().size() != c.nbytes())) {
+      return absl::InvalidArgumentError("code files: content inconsistent with its size");
+    }
+    facts->code_files.push_back(
+        torch::CodeFile{c.name(), c.offset(), c.nbytes(), c.has_content(), c.content()});
+  }
   if (in.has_onnx()) {
     const wv1::OnnxFacts& o = in.onnx();
     if (in.format() != "onnx") return absl::InvalidArgumentError("ONNX facts for another format");

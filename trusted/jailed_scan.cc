@@ -176,7 +176,18 @@ JailedRun RunJailedConvertJob(base::UniqueFd input, uint64_t input_size, base::U
 v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
                             const rules::RuleSet& rules) {
   using sandbox::Outcome;
-  if (run.result.ok()) return JudgeFacts(run.facts, rules);
+  if (run.result.ok()) {
+    v1::FileReport report = JudgeFacts(run.facts, rules);
+    // TorchScript code files: the SHA-256 of the bytes the worker inflated (hashing parses
+    // nothing; such an archive is never SAFE whatever its code holds).
+    const std::vector<torch::CodeFile>& code = run.facts.code_files;
+    for (size_t i = 0; i < code.size() && i < static_cast<size_t>(report.code_files_size()); ++i) {
+      if (!code[i].has_content) continue;
+      absl::StatusOr<std::string> hex = Sha256Hex(code[i].content);
+      if (hex.ok()) report.mutable_code_files(static_cast<int>(i))->set_sha256(*std::move(hex));
+    }
+    return report;
+  }
 
   v1::FileReport report;
   report.mutable_tensors()->set_count(0);

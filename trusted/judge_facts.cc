@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/escape.h"
 #include "core/pickle/opcodes.h"
 #include "rules/catalogue.h"
 
@@ -178,6 +179,13 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
     ts->set_count(facts.safetensors.tensors);
     ts->set_bytes(facts.safetensors.data_bytes);
     ts->set_storages(facts.safetensors.tensors);
+  }
+  // TorchScript code files (their digests are added where the report leaves the jail's side:
+  // trusted/jailed_scan.h, ReportForRun).
+  for (const torch::CodeFile& c : facts.code_files) {
+    v1::CodeFile* p = report.add_code_files();
+    p->set_name(base::Escaped(c.name));
+    p->set_bytes(c.nbytes);
   }
   if (facts.shard_index.present) {
     std::set<std::string> files;

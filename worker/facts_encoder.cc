@@ -176,6 +176,14 @@ void EncodeFacts(const FileFacts& facts, worker::v1::FileFacts* out) {
     e->set_file(file);
   }
   out->set_files_read(facts.files_read);
+  for (const torch::CodeFile& c : facts.code_files) {
+    wv1::CodeFileFacts* p = out->add_code_files();
+    p->set_name(c.name);
+    p->set_offset(c.offset);
+    p->set_nbytes(c.nbytes);
+    p->set_has_content(c.has_content);
+    p->set_content(c.content);
+  }
   if (facts.onnx.valid) {
     wv1::OnnxFacts* o = out->mutable_onnx();
     o->set_valid(true);

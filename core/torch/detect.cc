@@ -811,6 +811,33 @@ class Reader {
       Anomaly("torchscript", MemberName(outer, constants->name),
               base + constants->local_header_offset,
               "a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code");
+      // The code torch.jit.load compiles: <prefix>/code/**/*.py (the report lists each with its
+      // digest, so that a reviewer can tell which code a verdict was given for). An unreadable
+      // member is listed without content; the member loop below reports why.
+      const std::string code_dir = absl::StrCat(base::AbslView(ar->prefix()), "/code/");
+      for (const zip::Entry& e : ar->entries()) {
+        if (!top || e.name.size() <= code_dir.size() + 3 ||
+            e.name.compare(0, code_dir.size(), code_dir) != 0 ||
+            e.name.compare(e.name.size() - 3, 3, ".py") != 0) {
+          continue;
+        }
+        if (out_->code_files.size() >= kMaxCodeFiles) {
+          Error(base::LimitError("more code files than are listed (kMaxCodeFiles)",
+                                 "max_code_files", kMaxCodeFiles),
+                "more code files than are listed (kMaxCodeFiles)", e.name, base + e.data_offset);
+          break;
+        }
+        CodeFile code{e.name, base + e.data_offset, e.uncompressed_size, false, {}};
+        if (e.uncompressed_size <= kMaxCodeBytes - code_bytes_) {
+          if (absl::StatusOr<zip::Member> m = ar->Read(e); m.ok()) {
+            code.content = std::string(m->bytes());
+            code.has_content = true;
+            code.nbytes = code.content.size();
+            code_bytes_ += code.nbytes;
+          }
+        }
+        out_->code_files.push_back(std::move(code));
+      }
     }
     if (format == "torch-zip" || format == "torchscript") {
       absl::StatusOr<uint64_t> version = ar->Version();
@@ -1118,6 +1145,7 @@ class Reader {
   const ReadOptions& options_;
   FileFacts* out_;
   uint32_t depth_;
+  uint64_t code_bytes_ = 0;  // TorchScript code bytes carried in out_->code_files (kMaxCodeBytes)
 };
 
 }  // namespace

@@ -94,6 +94,21 @@ struct OnnxFacts {
   uint64_t tensors = 0;
 };
 
+// A TorchScript archive's code file (code/**/*.py): the source torch.jit.load compiles and
+// runs. Its bytes (inflated as torch's reader inflates them) cross the jail so that the trusted
+// side can hash them for the report, up to kMaxCodeBytes per archive.
+struct CodeFile {
+  std::string name;     // member name
+  uint64_t offset = 0;  // absolute offset of its data in the file
+  uint64_t nbytes = 0;  // uncompressed size
+  bool has_content = false;  // false: unreadable, or past kMaxCodeBytes (listed, not hashed)
+  std::string content;
+};
+
+// At most this many code files are listed per archive, and this many of their bytes carried.
+inline constexpr size_t kMaxCodeFiles = 10000;
+inline constexpr uint64_t kMaxCodeBytes = 8ull << 20;
+
 // A shard file name must name a file in the index's own directory: not empty, at most 255
 // bytes, no '/' or NUL, not "." or "..".
 absl::Status CheckShardFileName(std::string_view name);
@@ -148,6 +163,7 @@ struct FileFacts {
   SafetensorsFacts safetensors;  // format "safetensors" only
   GgufFacts gguf;                // format "gguf" only
   OnnxFacts onnx;                // format "onnx" only
+  std::vector<CodeFile> code_files;  // format "torchscript" only, at most kMaxCodeFiles
   // Members of a zip of files ("zip", "keras") read as files of their own (their findings and
   // errors are this file's; their tensors are not).
   uint64_t files_read = 0;

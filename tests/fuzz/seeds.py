@@ -72,7 +72,7 @@ def checkpoint_files():
     return list(files_under("tests/fixtures/pickles", "tests/fixtures/torch",
                             "tests/fixtures/containers", "tests/fixtures/joblib",
                             "tests/fixtures/zip", "tests/fixtures/gguf", "tests/fixtures/keras",
-                            "tests/fixtures/onnx"))
+                            "tests/fixtures/onnx", "tests/fixtures/torchscript"))
 
 
 def safetensors_file(tensors, metadata=None, pad=0):

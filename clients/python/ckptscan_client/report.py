@@ -10,7 +10,8 @@ then brought to the CLI's rendering (clients/report_format.cc, docs/report.md):
   every field, in field-number order     the keys docs/report.md lists as "always", the others
                                          only when set (Location.pickle_index/nested_depth when
                                          non-zero, ScanError.limit_name/limit_value with a limit
-                                         name, FileReport.shards/expected_sha256 when non-empty,
+                                         name, FileReport.shards/expected_sha256/code_files when
+                                         non-empty,
                                          conversion when present), in the CLI's order
 
 So json.dumps(report_to_dict(r), indent=2, ensure_ascii=False) + "\n" is the CLI's text for the
@@ -30,7 +31,8 @@ _CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "dtypes", "not_
                "not_written_total", "signature", "signer")
 _DTYPE_CONVERSION = ("source", "written", "how", "tensors")
 _FILE = ("path", "sha256", "size", "format", "kind", "verdict", "findings", "errors", "tensors",
-         "pickles", "globals", "shards", "expected_sha256", "conversion")
+         "pickles", "globals", "shards", "expected_sha256", "code_files", "conversion")
+_CODE_FILE = ("name", "bytes", "sha256")
 _SUMMARY = ("files", "safe", "suspicious", "dangerous", "error", "skipped", "kinds")
 _SKIPPED = ("path", "reason")
 _REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files", "summary",
@@ -134,6 +136,12 @@ def _file(d):
         d.pop("shards", None)
     if not d.get("expected_sha256"):
         d.pop("expected_sha256", None)
+    if d.get("code_files"):
+        d["code_files"] = [_ordered({"name": c.get("name", ""), "bytes": int(c.get("bytes", 0)),
+                                     "sha256": c.get("sha256", "")}, _CODE_FILE)
+                           for c in d["code_files"]]
+    else:
+        d.pop("code_files", None)
     if "conversion" in d:
         d["conversion"] = _conversion(d["conversion"])
     return _ordered(d, _FILE)
