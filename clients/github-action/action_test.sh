@@ -136,9 +136,11 @@ if "$py" -c '
 import re, sys
 r = re.compile(sys.argv[1])
 for yes in ["model.bin", "sub/x.safetensors", "a.PT", "w.ckpt", "d/pytorch_model.bin.index.json",
-            "x.npz", "e.pkl", "config.json", "tokenizer.model", "chat_template.jinja"]:
+            "x.npz", "e.pkl", "config.json", "tokenizer.model", "chat_template.jinja",
+            "llama.Q4_K_M.gguf", "model.onnx", "m.keras"]:
     assert r.search(yes), yes
-# Keras/HDF5 is not verified yet (it would always be ERROR); docs and code are not model files.
+# HDF5 (Keras .h5) is not verified yet (it would always be ERROR); docs and code are not model
+# files.
 for no in ["README.md", "train.py", "model.h5", "logo.png"]:
     assert not r.search(no), no
 ' "$files_re"; then pass "$name"; else fail "$name" "pattern: $files_re"; fi
