@@ -69,7 +69,10 @@ constexpr std::array<std::string_view, 24> kStringFilters = {
     "forceescape", "urlencode", "indent",  "wordwrap", "truncate", "striptags",
     "replace",     "join",      "reverse", "tojson",   "xmlattr",  "filesizeformat"};
 // Filters and str methods that assemble a string from pieces.
-constexpr std::array<std::string_view, 3> kBuilders = {"join", "format", "replace"};
+// Filters and str methods that make a string out of pieces: joined, formatted, replaced, padded
+// with a fill character ('class'.center(9, '_')), translated.
+constexpr std::array<std::string_view, 8> kBuilders = {"join",  "format", "replace",   "center",
+                                                       "ljust", "rjust",  "translate", "maketrans"};
 // Context variables whose text comes from the model's own files (tokenizer_config.json, GGUF
 // metadata): a name chosen by whoever wrote the file.
 constexpr std::array<std::string_view, 8> kTokenVars = {
@@ -143,6 +146,7 @@ class Checker {
   size_t Block(size_t open, bool statement) {
     window_ = {};
     count_ = 0;
+    lead_ = 0;
     statement_ = statement;
     frames_.assign(1, Frame{});  // the block's top level
     deep_ = 0;
@@ -236,7 +240,10 @@ class Checker {
           hex(8), spelled = code >= 0;
           break;
         case 'N': {
-          const size_t close = text_.find('}', i + 2);
+          // Unicode names are short: look for the brace a bounded distance ahead (an unbounded
+          // search per escape is quadratic in the template's size).
+          const size_t close =
+              text_.substr(0, std::min(text_.size(), i + 3 + kMaxEscapeName)).find('}', i + 2);
           if (i + 2 < text_.size() && text_[i + 2] == '{' && close != std::string_view::npos) {
             const std::string name =
                 absl::AsciiStrToUpper(std::string(text_.substr(i + 3, close - (i + 3))));
@@ -446,7 +453,14 @@ class Checker {
           IsOp(&cur, "-"))) {
       f.literal_only = false;
     }
-    if (cur.kind == Kind::kString) f.string_literal = true;
+    if (cur.kind == Kind::kString) {
+      // Jinja joins adjacent string literals ('_' '_' 'class' '_' '_' is "__class__").
+      if (prev != nullptr && prev->kind == Kind::kString) {
+        f.concat = true;
+        f.literal_only = false;
+      }
+      f.string_literal = true;
+    }
     if (IsOp(&cur, "~")) f.concat = true;
     if (IsOp(&cur, "+") || IsOp(&cur, "*") || IsOp(&cur, "%")) f.arithmetic = true;
     if (cur.kind == Kind::kName) {
@@ -472,8 +486,11 @@ class Checker {
     }
     // {% set NAME[.ATTR] = ... %}, {% set NAME %}...{% endset %}, {% macro NAME(...) %}
     if (statement_ && frames_.size() == 1) {
-      if (count_ == 1 && cur.kind == Kind::kName) first_name_ = cur.text;
-      if ((first_name_ == "set" || first_name_ == "macro") && count_ >= 2 && !set_target_done_) {
+      // Whitespace control ({%- and {%+) puts a sign before the keyword.
+      if (count_ == 1 && (IsOp(&cur, "-") || IsOp(&cur, "+"))) lead_ = 1;
+      if (count_ == 1 + lead_ && cur.kind == Kind::kName) first_name_ = cur.text;
+      if ((first_name_ == "set" || first_name_ == "macro") && count_ >= 2 + lead_ &&
+          !set_target_done_) {
         if (cur.kind == Kind::kName && (set_target_.empty() || IsOp(prev, "."))) {
           absl::StrAppend(&set_target_, set_target_.empty() ? "" : ".", cur.text);
         } else if (IsOp(&cur, "=")) {
@@ -512,6 +529,7 @@ class Checker {
   TemplateCheck result_;
   std::array<Token, 4> window_;
   uint64_t count_ = 0;
+  uint64_t lead_ = 0;  // 1 when the statement starts with a whitespace-control sign
   bool statement_ = false;
 
   // What the tokens inside one bracket (or the block's top level, frames_[0]) amount to.
@@ -532,7 +550,8 @@ class Checker {
     bool string_filter = false;  // a string-producing filter at this level
     bool Built() const { return concat || built_var || (string_literal && arithmetic); }
   };
-  static constexpr size_t kMaxFrames = 256;  // deeper brackets are counted, not tracked
+  static constexpr size_t kMaxFrames = 256;      // deeper brackets are counted, not tracked
+  static constexpr size_t kMaxEscapeName = 128;  // longest \N{...} looked for
   std::vector<Frame> frames_;
   uint64_t deep_ = 0;                  // brackets open past kMaxFrames
   bool last_closed_computed_ = false;  // the subscript just closed had a computed key

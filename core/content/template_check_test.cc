@@ -260,6 +260,28 @@ TEST(TemplateCheckTest, EveryListedConstructHasAnExample) {
                                              std::end(kTemplateConstructs)));
 }
 
+// Found by attacking the GGUF reading: each renders <class 'tuple'> or reaches __import__ in
+// jinja2 3.1.2's plain Environment.
+TEST(TemplateCheckTest, PaddedJoinedAndAdjacentNamesUnderWhitespaceControl) {
+  for (const std::string t : {
+           "{% set c='class'.center(9,'_') %}{% set k=z[c] %}",
+           "{% set c='class'.ljust(7,'_').rjust(9,'_') %}{{ x[c] }}",
+           "{%- set c = ['_','_','class','_','_']|join -%}{%- set k = z[c] -%}",
+           "{%+ set c = ['_','_','class','_','_']|join +%}{{ z[c] }}",
+           "{{ ()['_' '_' 'class' '_' '_'] }}",
+           "{%- set c = '_' '_' 'class' '_' '_' -%}{{ ()[c] }}",
+       }) {
+    const std::vector<std::string> kinds = Constructs(Check(t));
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "computed_key"), kinds.end()) << t;
+  }
+}
+
+TEST(TemplateCheckTest, UnclosedNamedEscapesAreLinear) {
+  std::string t = "{{ '";
+  for (int i = 0; i < 200000; ++i) t += "\\N";
+  EXPECT_LE(Check(t).hits.size(), 64u);  // finishes: each escape looks a bounded distance ahead
+}
+
 TEST(TemplateCheckTest, HitsAreCappedAndCounted) {
   std::string t;
   for (int i = 0; i < 100; ++i) t += "{{ x.__a__ }}";

@@ -33,7 +33,7 @@ constexpr GgmlType kTypes[] = {
     {6, "Q5_0", 32, 2 + 4 + 16},
     {7, "Q5_1", 32, 2 + 2 + 4 + 16},
     {8, "Q8_0", 32, 2 + 32},
-    {9, "Q8_1", 32, 4 + 4 + 32},
+    {9, "Q8_1", 32, 2 + 2 + 32},  // ggml's block_q8_1 (gguf-py's table says 40)
     {10, "Q2_K", kQkK, 2 + 2 + kQkK / 16 + kQkK / 4},
     {11, "Q3_K", kQkK, 2 + kQkK / 4 + kQkK / 8 + 12},
     {12, "Q4_K", kQkK, 2 + 2 + kQkK / 2 + 12},
@@ -96,9 +96,11 @@ uint64_t FixedSize(uint32_t type) {
 }
 
 bool IsTemplateKey(std::string_view key) {
+  // llama-cpp-python collects every key that starts with "tokenizer.chat_template." (an empty
+  // NAME included).
   return key == kTemplateKey ||
-         (key.size() > kTemplateKey.size() + 1 &&
-          key.substr(0, kTemplateKey.size()) == kTemplateKey && key[kTemplateKey.size()] == '.');
+         (key.size() > kTemplateKey.size() && key.substr(0, kTemplateKey.size()) == kTemplateKey &&
+          key[kTemplateKey.size()] == '.');
 }
 
 // x rounded up to a multiple of `alignment` (a power of two).
@@ -377,6 +379,12 @@ class Reader {
           numel >= static_cast<uint64_t>(INT64_MAX)) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": the element count overflows int64"));
+      }
+      // ggml divides INT64_MAX by ne[1], ne[2] and ne[3] to check the element count: a zero
+      // there crashes its loader (SIGFPE).
+      if (d >= 1 && n == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": dimension ", d, " is 0, which ggml's loader divides by (a crash)"));
       }
       t.dims.push_back(n);
     }

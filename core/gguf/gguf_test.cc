@@ -145,6 +145,7 @@ TEST(GgufTest, ReadsAWellFormedFile) {
 TEST(GgufTest, TypeTableMatchesGgmlBlockSizes) {
   // A few of ggml-common.h's static_asserts on block sizes.
   EXPECT_EQ(FindGgmlType(2)->block_bytes, 18u);    // block_q4_0
+  EXPECT_EQ(FindGgmlType(9)->block_bytes, 36u);    // block_q8_1 (half2 ds + 32 int8)
   EXPECT_EQ(FindGgmlType(10)->block_bytes, 84u);   // block_q2_K
   EXPECT_EQ(FindGgmlType(11)->block_bytes, 110u);  // block_q3_K
   EXPECT_EQ(FindGgmlType(12)->block_bytes, 144u);  // block_q4_K
@@ -200,6 +201,10 @@ TEST(GgufTest, RefusesWhatGgmlRefuses) {
   EXPECT_THAT(ErrorOf(Builder().Tensor("t", 2, {33}, 36).Bytes()),
               HasSubstr("not a whole number of Q4_0 blocks"));
   EXPECT_THAT(ErrorOf(Builder().Alignment(48).Bytes()), HasSubstr("not a power of two"));
+  // ggml divides by dimensions 1-3 (SIGFPE on a zero); a zero first dimension is an empty row.
+  EXPECT_THAT(ErrorOf(Builder().Tensor("t", 0, {4, 0}, 0).Bytes()), HasSubstr("divides by"));
+  EXPECT_THAT(ErrorOf(Builder().Tensor("t", 0, {4, 1, 0}, 0).Bytes()), HasSubstr("divides by"));
+  EXPECT_EQ(ErrorOf(Builder().Tensor("t", 0, {0, 4}, 0).Bytes()), "ok");
   EXPECT_THAT(ErrorOf(Builder().Raw("general.alignment", 10, std::string(8, '\0')).Bytes()),
               HasSubstr("not u32"));
   // Out of order, a gap, overlapping, misaligned.
@@ -252,11 +257,12 @@ TEST(GgufTest, NamedTemplatesAreAllReturned) {
                                 .Str("tokenizer.chat_template", "a")
                                 .Str("tokenizer.chat_template.tool_use", "b")
                                 .Str("tokenizer.chat_templatex", "not one")
-                                .Str("tokenizer.chat_template.", "not one either")
+                                .Str("tokenizer.chat_template.", "c: llama-cpp-python reads it")
                                 .Bytes();
   absl::StatusOr<File> f = Read(bytes, Limits{});
   ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_EQ(f->templates.size(), 2u);
+  ASSERT_EQ(f->templates.size(), 3u);
+  EXPECT_EQ(f->templates[2].key, "tokenizer.chat_template.");
   EXPECT_EQ(f->templates[1].key, "tokenizer.chat_template.tool_use");
   EXPECT_EQ(f->templates[1].text, "b");
 }
