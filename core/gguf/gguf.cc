@@ -353,38 +353,43 @@ class Reader {
     t.info_offset = item_;
     CKPT_ASSIGN_OR_RETURN(const std::string_view name,
                           String(limits_.max_key_bytes, "max_key_bytes", "a tensor name"));
-    const std::string where =
-        absl::StrCat("tensor ", index, " ", base::Quoted(name), " (info at offset ", item_, ")");
+    // Built only for a message: a file may hold a million tensors.
+    const auto where = [&] {
+      return absl::StrCat("tensor ", index, " ", base::Quoted(name), " (info at offset ", item_,
+                          ")");
+    };
     if (name.empty() || name.find('\0') != std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": the name is empty or holds a NUL"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": the name is empty or holds a NUL"));
     }
     if (name.size() > kMaxNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": the name is ", name.size(), " bytes; ggml refuses names of 64 bytes or more"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": the name is ", name.size(),
+                       " bytes; ggml refuses names of 64 bytes or more"));
     }
     t.name = std::string(name);
     CKPT_ASSIGN_OR_RETURN(const uint32_t n_dims, r_.ReadU32LE());
     if (n_dims > kMaxDims) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", n_dims, " dimensions, more than ggml's ", kMaxDims));
+          absl::StrCat(where(), ": ", n_dims, " dimensions, more than ggml's ", kMaxDims));
     }
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       CKPT_ASSIGN_OR_RETURN(const uint64_t n, r_.ReadU64LE());
       if (n > static_cast<uint64_t>(INT64_MAX)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": dimension ", d, " is negative as ggml reads it (int64)"));
+            absl::StrCat(where(), ": dimension ", d, " is negative as ggml reads it (int64)"));
       }
       if (!base::CheckedMul<uint64_t>(numel, n, &numel) ||
           numel >= static_cast<uint64_t>(INT64_MAX)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": the element count overflows int64"));
+            absl::StrCat(where(), ": the element count overflows int64"));
       }
       // ggml divides INT64_MAX by ne[1], ne[2] and ne[3] to check the element count: a zero
       // there crashes its loader (SIGFPE).
       if (d >= 1 && n == 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": dimension ", d, " is 0, which ggml's loader divides by (a crash)"));
+            where(), ": dimension ", d, " is 0, which ggml's loader divides by (a crash)"));
       }
       t.dims.push_back(n);
     }
@@ -393,20 +398,20 @@ class Reader {
     const GgmlType* type = FindGgmlType(t.type);
     if (type == nullptr) {
       return absl::UnimplementedError(
-          absl::StrCat(where, ": ggml type ", t.type, " at offset ", type_at,
+          absl::StrCat(where(), ": ggml type ", t.type, " at offset ", type_at,
                        " is not in ckptscan's ggml type table "
                        "(removed from ggml, or newer than this table)"));
     }
     const uint64_t row = t.dims.empty() ? 1 : t.dims[0];
     if (row % type->block_elements != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", row, " elements per row is not a whole number of ",
+          absl::StrCat(where(), ": ", row, " elements per row is not a whole number of ",
                        AbslView(type->name), " blocks (", type->block_elements, " elements each)"));
     }
     // bytes = numel / block_elements * block_bytes; numel is a multiple of the block (its
     // first dimension is).
     if (!base::CheckedMul<uint64_t>(numel / type->block_elements, type->block_bytes, &t.nbytes)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": the byte size overflows"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": the byte size overflows"));
     }
     CKPT_ASSIGN_OR_RETURN(t.offset, r_.ReadU64LE());  // relative until DataSection
     if (const auto [it, inserted] = tensor_names_.emplace(t.name, item_); !inserted) {
@@ -437,25 +442,29 @@ class Reader {
     uint64_t expected = 0;  // the running padded size, relative to the data section
     for (Tensor& t : file_.tensors) {
       item_ = t.info_offset;
-      const std::string where =
-          absl::StrCat("tensor ", base::Quoted(t.name), " (info at offset ", t.info_offset, ")");
+      // Built only for a message.
+      const auto where = [&] {
+        return absl::StrCat("tensor ", base::Quoted(t.name), " (info at offset ", t.info_offset,
+                            ")");
+      };
       if (t.offset != expected) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": data at relative offset ", t.offset, " where ggml expects ", expected,
+            where(), ": data at relative offset ", t.offset, " where ggml expects ", expected,
             " (tensors lie in order, each padded to general.alignment ", file_.alignment, ")"));
       }
       uint64_t abs = 0;
       if (!base::CheckedAdd<uint64_t>(start, t.offset, &abs) ||
           !base::RangeWithin(abs, t.nbytes, size)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": its ", t.nbytes, " bytes at relative offset ", t.offset,
+            absl::StrCat(where(), ": its ", t.nbytes, " bytes at relative offset ", t.offset,
                          " run past the end of the file (", size, " bytes)"));
       }
       t.offset = abs;
       uint64_t padded = 0;
       if (!Pad(t.nbytes, file_.alignment, &padded) ||
           !base::CheckedAdd<uint64_t>(expected, padded, &expected)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": the data section size overflows"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": the data section size overflows"));
       }
     }
     // ggml reads the whole data section, the last tensor's padding included (a file cut inside

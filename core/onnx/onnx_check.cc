@@ -1,6 +1,7 @@
 #include "core/onnx/onnx_check.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -114,8 +115,9 @@ class Walker {
     }
     ++model_->graphs;
     for (const onnx::TensorProto& t : g.initializer()) {
-      CKPT_RETURN_IF_ERROR(
-          Tensor(t, absl::StrCat(where, ", initializer ", AbslView(base::Quoted(t.name())))));
+      CKPT_RETURN_IF_ERROR(Tensor(t, [&] {
+        return absl::StrCat(where, ", initializer ", AbslView(base::Quoted(t.name())));
+      }));
     }
     for (const onnx::SparseTensorProto& s : g.sparse_initializer()) {
       CKPT_RETURN_IF_ERROR(Sparse(s, absl::StrCat(where, ", sparse initializer")));
@@ -129,16 +131,26 @@ class Walker {
       return base::LimitError(absl::StrCat("more than ", limits_.max_nodes, " nodes (max_nodes)"),
                               "max_nodes", limits_.max_nodes);
     }
-    const std::string here = absl::StrCat(where, ", node ", AbslView(base::Quoted(n.name())), " (",
-                                          AbslView(base::Quoted(n.op_type())), ")");
+    // Where-strings are built only when something needs them (a model may hold a million
+    // nodes, almost all with plain attributes).
+    const auto here = [&] {
+      return absl::StrCat(where, ", node ", AbslView(base::Quoted(n.name())), " (",
+                          AbslView(base::Quoted(n.op_type())), ")");
+    };
     if (!IsStandardDomain(n.domain()) && !local_functions_.count({n.domain(), n.op_type()})) {
-      auto [it, inserted] = custom_.emplace(n.domain(), std::make_pair(uint64_t{0}, here));
+      auto it = custom_.find(n.domain());
+      if (it == custom_.end()) it = custom_.emplace(n.domain(), std::make_pair(0, here())).first;
       ++it->second.first;
     }
     for (const onnx::AttributeProto& a : n.attribute()) {
-      const std::string at = absl::StrCat(here, ", attribute ", AbslView(base::Quoted(a.name())));
-      if (a.has_t()) CKPT_RETURN_IF_ERROR(Tensor(a.t(), at));
-      for (const onnx::TensorProto& t : a.tensors()) CKPT_RETURN_IF_ERROR(Tensor(t, at));
+      if (!a.has_t() && a.tensors_size() == 0 && !a.has_sparse_tensor() &&
+          a.sparse_tensors_size() == 0 && !a.has_g() && a.graphs_size() == 0) {
+        continue;
+      }
+      const std::string at = absl::StrCat(here(), ", attribute ", AbslView(base::Quoted(a.name())));
+      const auto at_fn = [&] { return at; };
+      if (a.has_t()) CKPT_RETURN_IF_ERROR(Tensor(a.t(), at_fn));
+      for (const onnx::TensorProto& t : a.tensors()) CKPT_RETURN_IF_ERROR(Tensor(t, at_fn));
       if (a.has_sparse_tensor()) CKPT_RETURN_IF_ERROR(Sparse(a.sparse_tensor(), at));
       for (const onnx::SparseTensorProto& s : a.sparse_tensors()) {
         CKPT_RETURN_IF_ERROR(Sparse(s, at));
@@ -150,14 +162,16 @@ class Walker {
   }
 
   absl::Status Sparse(const onnx::SparseTensorProto& s, const std::string& where) {
-    if (s.has_values()) CKPT_RETURN_IF_ERROR(Tensor(s.values(), absl::StrCat(where, " values")));
+    if (s.has_values()) {
+      CKPT_RETURN_IF_ERROR(Tensor(s.values(), [&] { return absl::StrCat(where, " values"); }));
+    }
     if (s.has_indices()) {
-      CKPT_RETURN_IF_ERROR(Tensor(s.indices(), absl::StrCat(where, " indices")));
+      CKPT_RETURN_IF_ERROR(Tensor(s.indices(), [&] { return absl::StrCat(where, " indices"); }));
     }
     return absl::OkStatus();
   }
 
-  absl::Status Tensor(const onnx::TensorProto& t, const std::string& where) {
+  absl::Status Tensor(const onnx::TensorProto& t, const std::function<std::string()>& where_fn) {
     if (++model_->tensors > limits_.max_tensors) {
       return base::LimitError(
           absl::StrCat("more than ", limits_.max_tensors, " tensors (max_tensors)"), "max_tensors",
@@ -165,6 +179,7 @@ class Walker {
     }
     const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
     if (!external && t.external_data_size() == 0) return absl::OkStatus();
+    const std::string where = where_fn();
     // onnx's external_data_helper reads every key onto an ExternalDataInfo; the location is
     // joined to the model's folder and opened.
     std::string location;
