@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -350,6 +351,69 @@ TEST(FactsCodecTest, SafetensorsFactsForAnotherFormatAreRejected) {
   EncodeFacts(facts, r.mutable_facts());
   r.mutable_facts()->set_format("pickle");
   ExpectRejected(DecodeResult(r.SerializeAsString()).status(), "safetensors");
+}
+
+// A compromised worker lying about the facts of the new readings: each lie is refused on the
+// trusted side before anything is judged or hashed.
+TEST(FactsCodecTest, LiesAboutTheNewFormatsAreRejected) {
+  const auto decode = [](const std::function<void(wv1::FileFacts*)>& edit) {
+    FileFacts facts;
+    facts.format = "torchscript";
+    facts.code_files.push_back(torch::CodeFile{"a/code/m.py", 10, 3, true, "abc"});
+    wv1::Result r;
+    EncodeFacts(facts, r.mutable_facts());
+    edit(r.mutable_facts());
+    return DecodeResult(r.SerializeAsString()).status();
+  };
+  EXPECT_TRUE(decode([](wv1::FileFacts*) {}).ok());
+  // Code files on a file that is no TorchScript archive.
+  ExpectRejected(decode([](wv1::FileFacts* f) { f->set_format("pickle"); }), "code files");
+  // Content that is not the size the worker reports (the digest would describe other bytes).
+  ExpectRejected(decode([](wv1::FileFacts* f) { f->mutable_code_files(0)->set_nbytes(4); }),
+                 "code files");
+  ExpectRejected(decode([](wv1::FileFacts* f) { f->mutable_code_files(0)->set_has_content(false); }),
+                 "code files");
+  // More code bytes than the worker may carry.
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   wv1::CodeFileFacts* big = f->add_code_files();
+                   big->set_name("a/code/big.py");
+                   big->set_has_content(true);
+                   big->set_content(std::string(torch::kMaxCodeBytes, 'x'));
+                   big->set_nbytes(torch::kMaxCodeBytes);
+                 }),
+                 "code files");
+  // "Validated" GGUF or ONNX facts for another format, or a GGUF tensor count that differs
+  // from the tensors sent: either would make an unread file SAFE.
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   f->clear_code_files();
+                   f->mutable_gguf()->set_valid(true);
+                 }),
+                 "GGUF");
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   f->clear_code_files();
+                   f->set_format("gguf");
+                   f->mutable_gguf()->set_valid(true);
+                   f->mutable_gguf()->set_tensors(5);
+                 }),
+                 "GGUF");
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   f->clear_code_files();
+                   f->mutable_onnx()->set_valid(true);
+                 }),
+                 "ONNX");
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   f->clear_code_files();
+                   f->set_format("onnx");
+                   f->mutable_onnx()->set_valid(false);
+                 }),
+                 "ONNX");
+  // An anomaly of a category no reader reports.
+  ExpectRejected(decode([](wv1::FileFacts* f) {
+                   wv1::ContainerAnomaly* a = f->add_anomalies();
+                   a->set_kind("x");
+                   a->set_category("gguf");
+                 }),
+                 "category");
 }
 
 TEST(FactsCodecTest, MoreOtherValuesListedThanCountedIsRejected) {
