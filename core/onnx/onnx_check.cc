@@ -186,7 +186,19 @@ class Walker {
     bool has_location = false;
     uint64_t offset = 0, length = 0;
     bool has_length = false;
+    bool seen_location = false, seen_offset = false, seen_length = false;
     for (const onnx::StringStringEntryProto& e : t.external_data()) {
+      // A key given twice: onnx keeps the last copy, another reader may keep the first, and
+      // only one of them would be judged.
+      bool* seen = e.key() == "location" ? &seen_location
+                   : e.key() == "offset" ? &seen_offset
+                   : e.key() == "length" ? &seen_length
+                                         : nullptr;
+      if (seen != nullptr && std::exchange(*seen, true)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": external data ", AbslView(e.key()),
+                         " given twice (readers keep different copies)"));
+      }
       if (e.key() == "location") {
         location = e.value();
         has_location = true;
@@ -248,8 +260,13 @@ class Walker {
 }  // namespace
 
 bool LooksLikeModel(std::string_view data) {
-  // Field 1 (ir_version), wire type 0 (varint): tag byte 0x08, then a small version.
-  return data.size() >= 2 && data[0] == '\x08' && static_cast<uint8_t>(data[1]) < 0x80;
+  // Field 1 (ir_version), wire type 0 (varint): tag byte 0x08, then a varint of at most 10
+  // bytes (onnx decodes any value; the differential found a large one).
+  if (data.size() < 2 || data[0] != '\x08') return false;
+  for (size_t i = 1; i < data.size() && i <= 10; ++i) {
+    if (static_cast<uint8_t>(data[i]) < 0x80) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<Model> Read(std::string_view data, const Limits& limits) {

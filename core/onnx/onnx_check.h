@@ -51,7 +51,7 @@ struct Model {
 };
 
 // Whether `data` starts as a ModelProto serialized by protobuf does (field 1, ir_version, a
-// varint): the cue to try this reading.
+// varint of any value): the cue to try this reading.
 bool LooksLikeModel(std::string_view data);
 
 // Decodes and walks a whole model. InvalidArgument for what is no model or is malformed,

@@ -111,6 +111,17 @@ TEST(OnnxCheckTest, ExternalDataRangesAreChecked) {
   onnx::ModelProto m = Relu();
   External(m.mutable_graph()->mutable_initializer(0), "");
   EXPECT_THAT(ErrorOf(m), HasSubstr("without a location"));
+  // Two locations, the escaping one first: onnx keeps the last (harmless) copy, a reader that
+  // keeps the first opens /etc/passwd. Refused, whichever copy comes first.
+  for (bool evil_first : {true, false}) {
+    m = Relu();
+    onnx::TensorProto* t = m.mutable_graph()->mutable_initializer(0);
+    External(t, evil_first ? "/etc/passwd" : "w.bin");
+    onnx::StringStringEntryProto* e = t->add_external_data();
+    e->set_key("location");
+    e->set_value(evil_first ? "w.bin" : "/etc/passwd");
+    EXPECT_THAT(ErrorOf(m), HasSubstr("location given twice")) << evil_first;
+  }
 }
 
 TEST(OnnxCheckTest, CustomDomainsInSubgraphsAndFunctions) {
@@ -161,6 +172,12 @@ TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
 TEST(OnnxCheckTest, NotAModel) {
   EXPECT_FALSE(LooksLikeModel(""));
   EXPECT_FALSE(LooksLikeModel("\x80\x02"));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x08\x80\x80", 3)));  // the varint never ends
+  // A large ir_version is still a model to onnx (found by onnx_differential).
+  onnx::ModelProto big = Relu();
+  big.set_ir_version(int64_t{1} << 40);
+  EXPECT_TRUE(LooksLikeModel(big.SerializeAsString()));
+  EXPECT_TRUE(Read(big.SerializeAsString(), Limits{}).ok());
   // A protobuf message has no end marker: a cut between two fields is a smaller model of its
   // own (what onnxruntime would load too). Every other cut fails; none crashes.
   const std::string bytes = Relu().SerializeAsString();
