@@ -1,8 +1,11 @@
 #include "app/scan_set.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,13 +50,80 @@ bool OnlyUnknown(const v1::FileReport& f) {
          f.errors(0).location().member().empty();
 }
 
+// Reports scanned ahead of need, `jobs` files at a time, then taken in the sequential order.
+// Only speed changes: a path not scanned ahead is scanned when it is asked for; one scanned
+// ahead but never asked for (it cannot happen with the paths ScanSet gives) is dropped.
+class ScanAhead {
+ public:
+  ScanAhead(FileSource* source, int jobs) : source_(source), jobs_(std::max(jobs, 1)) {}
+
+  // Scans the `paths` not yet scanned, one per file identity (the first name), in parallel.
+  void Prefetch(const std::vector<std::string>& paths, const std::set<FileId>& scanned) {
+    if (jobs_ <= 1) return;
+    std::vector<std::string> todo;
+    std::set<FileId> seen = scanned;
+    for (const std::string& path : paths) {
+      absl::StatusOr<FileId> id = source_->Find(path);
+      if (!id.ok() || !seen.insert(*id).second || ready_.count(path) != 0) continue;
+      todo.push_back(path);
+    }
+    if (todo.size() < 2) return;
+    std::vector<v1::FileReport> reports(todo.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < todo.size(); i = next++) reports[i] = source_->Scan(todo[i]);
+    };
+    const size_t threads = std::min<size_t>(static_cast<size_t>(jobs_), todo.size());
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (size_t i = 0; i < todo.size(); ++i) ready_.emplace(todo[i], std::move(reports[i]));
+  }
+
+  v1::FileReport Scan(const std::string& path) {
+    const auto it = ready_.find(path);
+    if (it == ready_.end()) return source_->Scan(path);
+    v1::FileReport r = std::move(it->second);
+    ready_.erase(it);
+    return r;
+  }
+
+ private:
+  FileSource* source_;
+  int jobs_;
+  std::map<std::string, v1::FileReport> ready_;
+};
+
 class SetScanner {
  public:
-  SetScanner(FileSource* source, v1::Report* report) : source_(source), report_(report) {}
+  SetScanner(FileSource* source, v1::Report* report, int jobs)
+      : source_(source), report_(report), ahead_(source, jobs) {}
+
+  // Scans, in parallel ahead of need, the files `paths` name that are not scanned yet.
+  void Prefetch(const std::vector<std::string>& paths) {
+    std::set<FileId> scanned;
+    for (const auto& [id, at] : scanned_) scanned.insert(id);
+    ahead_.Prefetch(paths, scanned);
+  }
+
+  // The shard paths of every index in the report from place `from` on.
+  std::vector<std::string> ShardPaths(int from) const {
+    std::vector<std::string> paths;
+    for (int i = from; i < report_->files_size(); ++i) {
+      if (report_->files(i).format() != kIndexFormat) continue;
+      const std::string& index_path = report_->files(i).path();
+      const size_t slash = index_path.rfind('/');
+      const std::string dir = slash == std::string::npos ? "" : index_path.substr(0, slash + 1);
+      for (const std::string& shard : report_->files(i).shards()) paths.push_back(dir + shard);
+    }
+    return paths;
+  }
 
   // Scans `path` and remembers it; returns its index in the report.
   int Scan(const std::string& path) {
-    *report_->add_files() = source_->Scan(path);
+    *report_->add_files() = ahead_.Scan(path);
     const int at = report_->files_size() - 1;
     if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) scanned_.emplace(*id, at);
     return at;
@@ -76,7 +146,12 @@ class SetScanner {
   // Every shard of every index in the report, the shards appended as they are scanned (the loop
   // visits them too).
   void FollowIndexes() {
+    int prefetched_to = 0;  // the indexes before this place have their shards scanned ahead
     for (int i = 0; i < report_->files_size(); ++i) {
+      if (i >= prefetched_to) {
+        Prefetch(ShardPaths(i));
+        prefetched_to = report_->files_size();
+      }
       if (report_->files(i).format() != kIndexFormat) continue;
       const std::string index_path = report_->files(i).path();
       const size_t slash = index_path.rfind('/');
@@ -122,6 +197,7 @@ class SetScanner {
   std::map<FileId, int> scanned_;  // every file scanned, by identity -> its place in the report
   std::map<FileId, int> skipped_;  // skipped targets, by identity -> their skipped entry
   std::set<int> shards_;           // report places of files some index names as a shard
+  ScanAhead ahead_;
 
  public:
   const std::set<int>& shards() const { return shards_; }
@@ -131,7 +207,15 @@ class SetScanner {
 
 void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestEntry>& manifest,
              FileSource* source, v1::Report* report, const ScanSetOptions& options) {
-  SetScanner set(source, report);
+  SetScanner set(source, report, options.jobs);
+  {
+    std::vector<std::string> ahead;
+    for (const ScanTarget& t : targets) {
+      if (t.kind == ScanTarget::Kind::kFile) ahead.push_back(t.path);
+    }
+    for (const ManifestEntry& entry : manifest) ahead.push_back(entry.path);
+    set.Prefetch(ahead);
+  }
   std::vector<int> target_files;  // report places of the files scanned as targets
   for (const ScanTarget& t : targets) {
     switch (t.kind) {

@@ -9,7 +9,7 @@
 // scanned as a target is not scanned again. A shard that cannot be found is an error of its
 // index (code missing_shard), so an incomplete set is never SAFE.
 //
-// Thread-compatible: one FileSource per call.
+// Thread-compatible: one FileSource per call (called from `jobs` threads, see ScanSetOptions).
 #ifndef CKPTSCAN_APP_SCAN_SET_H_
 #define CKPTSCAN_APP_SCAN_SET_H_
 
@@ -60,6 +60,10 @@ struct ScanSetOptions {
   UnknownPolicy unknown = UnknownPolicy::kError;
   // With a manifest: every target file it does not list gets a manifest.unlisted finding.
   bool report_unlisted = false;
+  // How many files are scanned at once (scan -j). Above 1 the source's Scan is called from
+  // that many threads, so it must be thread-safe; the report is the same, in the same order,
+  // as with 1: the files are scanned ahead in parallel, then placed as a sequential scan would.
+  int jobs = 1;
 };
 
 // Scans the targets (kSkipped ones go to the report's skipped list; a file already scanned

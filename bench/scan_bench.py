@@ -4,13 +4,15 @@ one run, on the same files.
 
     /usr/bin/python3 bench/scan_bench.py --ckptscan build/clients/ckptscan FILE... [--runs 5]
 
-For each file: median wall time over --runs of each tool (after one warm-up run each, so both
-read from the page cache), peak RSS of each (getrusage of the child), and the ratio
-baseline / ckptscan. Extra ckptscan flags go after `--`.
+For each file, median wall times over --runs (after one warm-up run each, so all read from the
+page cache) of: the default scan (no digest), the baseline, and their ratio (speedup); the scan
+with `--digest sha256` and `openssl dgst -sha256` of the same file, and their ratio; the peak
+RSS of ckptscan (wait4 of the child). Extra ckptscan flags go after `--`.
 """
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,21 +55,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckptscan", required=True)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("--folder", action="append", default=[],
+                    help="also time `scan -j 1 DIR` against `scan -j N DIR` (N: --jobs)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("files", nargs="*")
     args = ap.parse_args(argv)
-    print("%-40s %10s %12s %10s %12s %8s %8s" % ("file", "ckptscan_s", "ckptscan_KiB",
-                                                 "python_s", "python_KiB", "speedup", "size_MB"))
+    cli = [os.path.abspath(args.ckptscan), "scan", "--format", "json"] + extra
+    for d in args.folder:
+        # A folder (e.g. tests/fixtures): one file after another against -j N, same run.
+        seq = measure(cli + ["-j", "1", d], args.runs)
+        par = measure(cli + ["-j", str(args.jobs), d], args.runs)
+        print("folder %s: -j 1 %.3f s, -j %d %.3f s, speedup %.2fx" % (
+            d, seq[0], args.jobs, par[0], seq[0] / par[0]))
+    openssl = shutil.which("openssl")
+    if args.files:
+        print("%-28s %8s %11s %11s %11s %10s %9s %9s %8s" % (
+        "file", "size_MB", "ckptscan_s", "python_s", "speedup", "sha256_s", "openssl_s",
+        "sha/ossl", "RSS_KiB"))
     for f in args.files:
-        ours = measure([os.path.abspath(args.ckptscan), "scan", "--format", "json"] + extra + [f],
-                       args.runs)
+        scan = [os.path.abspath(args.ckptscan), "scan", "--format", "json"] + extra
+        # The default scan (no digest, as `ckptscan scan` runs unless asked), the baseline, and
+        # the digest path beside `openssl dgst -sha256` of the same file, all in this run.
+        ours = measure(scan + [f], args.runs)
         base = measure([sys.executable, os.path.join(HERE, "picklescan_baseline.py"), f],
                        args.runs)
-        print("%-40s %10.4f %12d %10.4f %12d %7.1fx %8.1f" % (
-            os.path.basename(f)[:40], ours[0], ours[1], base[0], base[1], base[0] / ours[0],
-            os.path.getsize(f) / 1e6))
-        if ours[2] not in (0, 1, 2):
-            print("  ckptscan exit code %s" % ours[2])
-
+        digest = measure(scan + ["--digest", "sha256", f], args.runs)
+        ossl = measure([openssl, "dgst", "-sha256", f], args.runs) if openssl else (float("nan"),)
+        print("%-28s %8.1f %11.4f %11.4f %10.1fx %10.4f %9.4f %8.2fx %8d" % (
+            os.path.basename(f)[:28], os.path.getsize(f) / 1e6, ours[0], base[0],
+            base[0] / ours[0], digest[0], ossl[0], digest[0] / ossl[0], max(ours[1], digest[1])))
+        for name, m in (("ckptscan", ours), ("ckptscan --digest sha256", digest)):
+            if m[2] not in (0, 1, 2):
+                print("  %s exit code %s" % (name, m[2]))
 
 if __name__ == "__main__":
     main()

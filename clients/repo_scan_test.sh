@@ -384,4 +384,19 @@ assert root.get("tests") == "7", root.attrib
 ' && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# -j: files scanned at once give the same report, in the same order, as one after another: the
+# whole fixture corpus (indexes and their shards, Hugging Face caches, duplicates by identity,
+# skipped paths), compared byte for byte with -j 1.
+name=ParallelScanIsTheSequentialReport
+"$bin" scan -j 1 --format json "$fixtures" >seq.json 2>/dev/null
+seq_rc=$?
+"$bin" scan -j 3 --format json "$fixtures" >par.json 2>/dev/null
+par_rc=$?
+if [[ $seq_rc == "$par_rc" ]] && cmp -s seq.json par.json && [[ $(grep -c '"path"' seq.json) -gt 500 ]]; then
+  pass "$name"
+else
+  fail "$name" "exit $seq_rc vs $par_rc; $(diff seq.json par.json | head -20)"
+fi
+run "-j 0" 64 "$bin" scan -j 0 "$fixtures" && pass "-j 0 is a usage error"
+
 finish

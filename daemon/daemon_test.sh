@@ -278,7 +278,7 @@ kill -HUP "$small_pid"
 for _ in $(seq 50); do grep -q '"rules_version":"test.sighup"' "$tmp/small/log" && break; sleep 0.05; done
 run "status after SIGHUP" 0 "$bin" admin status --server "$small_sock" &&
   contains out.txt "rules test.sighup" && pass "SIGHUP reloads the rules file"
-"$bin" scan --server "$small_sock" --by-path "$tmp/big/long.bin" >slow1.txt 2>&1 &
+"$bin" scan --digest sha256 --server "$small_sock" --by-path "$tmp/big/long.bin" >slow1.txt 2>&1 &
 client=$!
 sleep 0.5
 run "queue full" 2 "$bin" scan --server "$small_sock" "$fixtures/torch/tied.pt" &&
@@ -318,7 +318,7 @@ else
 fi
 
 # --- SIGTERM drains ------------------------------------------------------------------------
-"$bin" scan -f json --server "$small_sock" --by-path "$tmp/big/long.bin" >drained.txt 2>&1 &
+"$bin" scan -f json --digest sha256 --server "$small_sock" --by-path "$tmp/big/long.bin" >drained.txt 2>&1 &
 client=$!
 sleep 0.5
 kill -TERM "$small_pid"

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,10 +20,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "app/convert.h"
 #include "app/manifest.h"
 #include "app/report.h"
@@ -55,7 +59,8 @@ struct ScanOptions {
   std::string format = "text";
   std::string output;
   RulesFlags rules;
-  std::string digest = "sha256";
+  // "auto": sha256 with --manifest (which compares digests), none otherwise.
+  std::string digest = "auto";
   std::string fail_on = "suspicious";
   std::vector<std::string> includes;
   std::vector<std::string> excludes;
@@ -63,9 +68,18 @@ struct ScanOptions {
   std::string manifest;
   std::string sarif_output;
   std::vector<std::string> limits;
+  int jobs = 0;  // 0: one per core this process may run on
   SandboxFlags sandbox;
   ServerFlags server;
 };
+
+// scan -j's default: the CPUs this process may run on (sched_getaffinity), at least 1.
+int DefaultJobs() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
 
 // A file on this machine by stat(2) (symlinks followed).
 absl::StatusOr<app::FileId> FindLocal(const std::string& path) {
@@ -115,6 +129,7 @@ class RemoteFiles final : public app::FileSource {
     if (r->files_size() != 1) {
       return ServerErrorReport(path, absl::DataLossError("the daemon's report has no single file"));
     }
+    absl::MutexLock lock(&mu_);  // files are scanned from several threads (-j)
     report_->set_scanner_version(r->scanner_version());
     report_->set_rules_version(r->rules_version());
     return r->files(0);
@@ -125,7 +140,8 @@ class RemoteFiles final : public app::FileSource {
 
  private:
   RemoteClient* remote_;
-  v1::Report* report_;
+  absl::Mutex mu_;
+  v1::Report* report_ ABSL_GUARDED_BY(mu_);
   v1::ScanOptions options_;
 };
 
@@ -147,7 +163,22 @@ int RunScan(const ScanOptions& opt) {
     }
     manifest = *std::move(m);
   }
-  const bool sha256 = opt.digest == "sha256";
+  // --manifest alone: the manifest's folder is walked too, so that a file it does not list is
+  // found (manifest.unlisted).
+  std::vector<std::string> paths = opt.paths;
+  if (paths.empty()) paths.push_back(app::ManifestFolder(opt.manifest));
+  app::WalkOptions walk{opt.includes, opt.excludes};
+  absl::StatusOr<app::Expansion> expansion = app::ExpandScanPaths(paths, walk);
+  if (!expansion.ok()) {
+    PrintError(absl::StrCat("scan: ", TerminalSafe(base::StdView(expansion.status().message()))));
+    return kExitUsage;
+  }
+  std::vector<app::ScanTarget> targets = std::move(expansion->targets);
+  // auto: a digest when one is compared, with a manifest's or with the digests Hugging Face
+  // cache blobs are named by; none otherwise (it costs a read of every byte of every file).
+  bool compared = !opt.manifest.empty();
+  for (const app::ScanTarget& t : targets) compared = compared || !t.expected_sha256.empty();
+  const bool sha256 = opt.digest == "sha256" || (opt.digest == "auto" && compared);
   v1::Report report = app::NewReport(Version(), "");
   std::unique_ptr<RemoteClient> remote;
   std::optional<Engine> engine;
@@ -169,17 +200,6 @@ int RunScan(const ScanOptions& opt) {
     source = std::make_unique<LocalFiles>(*engine, *jail);
   }
 
-  // --manifest alone: the manifest's folder is walked too, so that a file it does not list is
-  // found (manifest.unlisted).
-  std::vector<std::string> paths = opt.paths;
-  if (paths.empty()) paths.push_back(app::ManifestFolder(opt.manifest));
-  app::WalkOptions walk{opt.includes, opt.excludes};
-  absl::StatusOr<app::Expansion> expansion = app::ExpandScanPaths(paths, walk);
-  if (!expansion.ok()) {
-    PrintError(absl::StrCat("scan: ", TerminalSafe(base::StdView(expansion.status().message()))));
-    return kExitUsage;
-  }
-  std::vector<app::ScanTarget> targets = std::move(expansion->targets);
   if (!opt.manifest.empty()) {
     // The manifest lists digests; it does not list itself.
     const absl::StatusOr<app::FileId> self = FindLocal(opt.manifest);
@@ -197,6 +217,7 @@ int RunScan(const ScanOptions& opt) {
                         : opt.unknown == "skip" ? app::UnknownPolicy::kSkip
                                                 : app::UnknownPolicy::kError;
   set_options.report_unlisted = !opt.manifest.empty();
+  set_options.jobs = opt.jobs > 0 ? opt.jobs : DefaultJobs();
   app::ScanSet(targets, manifest, source.get(), &report, set_options);
   for (const std::string& pattern : expansion->unmatched) {
     PrintError(absl::StrCat("warning: ", TerminalSafe(pattern), " matched nothing"));
@@ -339,9 +360,17 @@ void AddScanCommand(CLI::App* app, Commands* out) {
   AddRulesFlags(scan, &scan_opt->rules);
   scan->add_option("--digest", scan_opt->digest,
                    "File digest in the report: sha256 (read on a second core while the "
-                   "worker parses) or none (scan time then does not grow with file size)")
-      ->check(CLI::IsMember({"sha256", "none"}))
+                   "worker parses; binds the verdict to the bytes hashed), none (the report's "
+                   "sha256 is empty; scan time does not grow with file size) or auto (sha256 "
+                   "with --manifest, none otherwise)")
+      ->check(CLI::IsMember({"auto", "sha256", "none"}))
       ->capture_default_str();
+  scan->add_option("--jobs,-j", scan_opt->jobs,
+                   "Scan up to N files at once (folders, manifests, an index's shards), each in "
+                   "its own jailed worker; the report is the same, in the same order, whatever N. "
+                   "Default: the number of CPUs this process may use")
+      ->type_name("N")
+      ->check(CLI::Range(1, 256));
   scan->add_option("--limit", scan_opt->limits, "Set a VM limit, e.g. max_opcodes=1000 (see below)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);

@@ -18,6 +18,7 @@ python3-protobuf is missing.
 """
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -195,6 +196,18 @@ class ScanTest(DaemonTestCase):
         report = self.client.scan_path(self.in_root("train_checkpoint.pt"), skip_digest=True)
         self.assertEqual(report.files[0].sha256, "")
         self.assertSameAsCli(report, self.in_root("train_checkpoint.pt"), "--digest", "none")
+
+    def test_a_digest_only_when_asked_as_the_cli(self):
+        path = self.in_root("train_checkpoint.pt")
+        with open(path, "rb") as f:
+            want = hashlib.sha256(f.read()).hexdigest()
+        report = self.client.scan_path(path, skip_digest=False)
+        self.assertEqual(report.files[0].sha256, want)
+        self.assertSameAsCli(report, path, "--digest", "sha256")
+        report = self.client.scan_bytes("train_checkpoint.pt", open(path, "rb").read(),
+                                        skip_digest=False)
+        self.assertEqual(report.files[0].sha256, want)
+        self.assertEqual(self.client.scan_path(path).files[0].sha256, "")
 
     def test_upload_forms_and_chunk_sizes_give_one_report(self):
         with open(self.torch, "rb") as f:

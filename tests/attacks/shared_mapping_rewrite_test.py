@@ -110,7 +110,8 @@ class Round:
         # With a daemon: by path (ScanPath, ConvertPath), the file beneath its root.
         via = ["--server", "unix:" + self.server, "--by-path"] if self.server else []
         if self.mode == "scan":
-            return [self.cli, "scan", "--format", "json", *via, self.path]
+            return [self.cli, "scan", "--format", "json", "--digest", "sha256", *via,
+                    self.path]
         return [self.cli, "convert", "--format", "json", "--force", *via, "-o", self.out,
                 self.path]
 

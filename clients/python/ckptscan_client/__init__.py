@@ -6,6 +6,8 @@
         report = client.scan_bytes("model.pt", f)     # a ckptscan.v1.Report
     if verdict_name(report.verdict) != "SAFE": ...    # report_to_dict(report): the CLI's JSON
 
+    state = scan_then_load("model.pt", map_location="cpu")  # torch.load only when SAFE (load.py)
+
 The gRPC stubs are generated from proto/ckptscan/v1 on first use (_stubs.py).
 """
 
@@ -13,7 +15,10 @@ from .client import (CHUNK_BYTES, ConvertResult, ScanClient, ScanClientError,
                      default_socket_path)
 from .report import error_code_name, report_to_dict, severity_name, verdict_name
 from ._stubs import StubError, generate
+from .load import (CheckpointScanError, DigestMismatchError, ScanUnavailableError,
+                   UnsafeCheckpointError, scan_then_load)
 
-__all__ = ["CHUNK_BYTES", "ConvertResult", "ScanClient", "ScanClientError", "StubError",
-           "default_socket_path", "error_code_name", "generate", "report_to_dict",
-           "severity_name", "verdict_name"]
+__all__ = ["CHUNK_BYTES", "CheckpointScanError", "ConvertResult", "DigestMismatchError",
+           "ScanClient", "ScanClientError", "ScanUnavailableError", "StubError",
+           "UnsafeCheckpointError", "default_socket_path", "error_code_name", "generate",
+           "report_to_dict", "scan_then_load", "severity_name", "verdict_name"]

@@ -11,9 +11,10 @@ Generators, the first found wins:
   2. `python3 -m grpc_tools.protoc` (Debian: python3-grpc-tools; its bundled protoc is older,
      3.5.1 in Debian 12, and its output still loads under python3-protobuf 3.21).
 
-Where the protos are: `proto_dir` if given, else $CKPTSCAN_PROTO_DIR, else the source tree this
-package sits in (clients/python/ckptscan_client -> proto/), else a `proto/` directory inside the
-package (for installed copies: see README.md).
+Where the protos are: `proto_dir` if given, else $CKPTSCAN_PROTO_DIR, else a `proto/` directory
+inside the package (an installed copy: setup.py copies proto/ckptscan/v1/*.proto there when the
+wheel is built; see README.md), else the source tree this package sits in
+(clients/python/ckptscan_client -> proto/).
 
 Where the stubs go: `cache_dir` if given, else $CKPTSCAN_STUBS_DIR, else
 $XDG_CACHE_HOME/ckptscan/python-stubs (default ~/.cache/...). The stub files are code that is
@@ -42,8 +43,11 @@ class StubError(RuntimeError):
 def find_proto_dir(proto_dir=None):
     candidates = [proto_dir, os.environ.get("CKPTSCAN_PROTO_DIR")]
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates.append(os.path.join(here, "..", "..", "..", "proto"))
+    # The copy packaged with an installed package first: it is the one the package was built
+    # with, and three folders up from site-packages is no source tree. The source tree has no
+    # such copy (setup.py writes it into the build folder only).
     candidates.append(os.path.join(here, "proto"))
+    candidates.append(os.path.join(here, "..", "..", "..", "proto"))
     for c in candidates:
         if c and all(os.path.isfile(os.path.join(c, p)) for p in PROTOS):
             return os.path.realpath(c)

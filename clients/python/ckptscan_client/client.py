@@ -107,9 +107,10 @@ class ScanClient:
 
     # ------------------------------------------------------------------ Scanner
 
-    def scan_path(self, path, skip_digest=False, timeout=None):
+    def scan_path(self, path, skip_digest=True, timeout=None):
         """Scans a file the daemon opens itself: beneath one of its --root directories, absolute
-        or relative to the first root. Returns the ckptscan.v1.Report (files[0].path is `path`;
+        or relative to the first root. With skip_digest=False the report carries the file's
+        SHA-256 (`ckptscan scan --digest sha256`); by default it does not, as the CLI. Returns the ckptscan.v1.Report (files[0].path is `path`;
         a sharded checkpoint's index is followed by its shards' reports, and a missing shard is
         an error of the index). A path outside the roots raises ScanClientError with code
         PERMISSION_DENIED."""
@@ -118,8 +119,9 @@ class ScanClient:
                                      options=pb.ScanOptions(skip_digest=skip_digest))
         return self._call(self._scanner.ScanPath, request, self._deadline(timeout, 0))
 
-    def scan_bytes(self, name, data, skip_digest=False, chunk=CHUNK_BYTES, timeout=None):
+    def scan_bytes(self, name, data, skip_digest=True, chunk=CHUNK_BYTES, timeout=None):
         """Uploads bytes (bytes-like, or a binary file object read to its end) and scans them.
+        skip_digest as for scan_path.
         `name` is what the report calls the file; the daemon never opens it. Returns the
         ckptscan.v1.Report. An uploaded index's shards are not in the upload: each is a
         missing_shard error and the verdict ERROR (scan_path verifies a set). An upload over the
