@@ -4,6 +4,8 @@
 # when nothing is missing. Runs apt-get as root, or through sudo otherwise.
 #
 #   scripts/setup.sh          build + test dependencies
+#   scripts/setup.sh --build-only
+#                             only what building needs (scripts/run.sh scan: a first verdict sooner)
 #   scripts/setup.sh --dev    also Debian's python3-torch, needed only to regenerate fixtures
 #   scripts/setup.sh --bazel  also Debian's bazel-bootstrap (Bazel 4.2.3 + a JDK), for the optional
 #                             Bazel build (docs/bazel.md; scripts/bazel.sh). Not needed for CMake.
@@ -17,50 +19,62 @@
 # Options combine: scripts/setup.sh --dev --bazel
 set -euo pipefail
 
+# What building needs (the configure step finds every one of these; `--build-only` stops here).
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libseccomp-dev libabsl-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev zlib1g-dev python3 python3-jsonschema
+  nlohmann-json3-dev libcli11-dev zlib1g-dev
   # core/compress: joblib's bz2, lzma/xz and lz4 files (zlib above)
   libbz2-dev liblzma-dev liblz4-dev
   # grpc/health/v1/health.proto for `ckptscan health` (the daemon's side is in libgrpc++)
   grpc-proto
-  # the daemon's metrics (prometheus-cpp) and their lint in the tests (promtool)
-  prometheus-cpp-dev prometheus
-  # clients/python: the hub client and its test (grpc-tools: the stubs generator fallback)
-  python3-grpcio python3-protobuf python3-grpc-tools
+  # the daemon's metrics (prometheus-cpp)
+  prometheus-cpp-dev
+  # ONNX: the worker decodes ModelProto with code generated from libonnx-dev's onnx.proto.
+  libonnx-dev
+  # Rebuilds (a second checkout, the sanitizer trees, CI on a machine that built before) compile
+  # only what changed (scripts/ccache_env.sh).
+  ccache
 )
-# deploy/kubernetes: k8s_consistency_test reads the manifests with PyYAML.
-packages+=(python3-yaml)
-# Programs the tests call that a minimal Debian (debootstrap --variant=minbase) lacks:
-# openssl (the signing cross-check, certificate and TLS cases; libssl-dev does not bring it),
-# pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests find
-# workers with it). Checked by scripts/fresh_root_check.sh.
-packages+=(openssl python3-pkg-resources procps)
-# The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
-# (python3-lz4: joblib.load of its lz4 files).
-packages+=(python3-joblib python3-numpy python3-lz4)
-# ONNX: the worker decodes ModelProto with code generated from libonnx-dev's onnx.proto; the
-# ONNX differential (tests/differential/onnx_diff.py) decodes the same bytes with onnx itself.
-packages+=(libonnx-dev python3-onnx)
-# Rebuilds (a second checkout, the sanitizer trees, CI on a machine that built before) compile
-# only what changed (scripts/ccache_env.sh).
-packages+=(ccache)
+# What the test suite needs besides.
+test_packages=(
+  python3 python3-jsonschema
+  # the metrics' lint in the tests (promtool)
+  prometheus
+  # clients/python: the hub client and its tests (grpc-tools: the stubs generator fallback;
+  # venv, setuptools and wheel: the offline install test)
+  python3-grpcio python3-protobuf python3-grpc-tools python3-venv python3-setuptools python3-wheel
+  # deploy/kubernetes: k8s_consistency_test reads the manifests with PyYAML.
+  python3-yaml
+  # Programs the tests call that a minimal Debian (debootstrap --variant=minbase) lacks:
+  # openssl (the signing cross-check, certificate and TLS cases; libssl-dev does not bring it),
+  # pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests
+  # find workers with it). Checked by scripts/fresh_root_check.sh.
+  openssl python3-pkg-resources procps
+  # The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
+  # (python3-lz4: joblib.load of its lz4 files).
+  python3-joblib python3-numpy python3-lz4
+  # The ONNX differential (tests/differential/onnx_diff.py) decodes the same bytes with onnx.
+  python3-onnx
+)
 k8s=0
+build_only=0
 for opt in "$@"; do
   case "$opt" in
+    --build-only) build_only=1 ;;
     --dev) packages+=(python3-torch) ;;
     # bazel-bootstrap pulls default-jdk-headless itself; the rule sets it would download are
     # replaced by stubs in third_party/bazel (docs/bazel.md).
     --bazel) packages+=(bazel-bootstrap) ;;
     --hardening) packages+=(clang-14 libclang-rt-14-dev llvm-14) ;;
     --k8s) k8s=1; command -v node >/dev/null || packages+=(nodejs) ;;
-    *) echo "setup: unknown option: $opt (expected --dev, --bazel, --hardening, --k8s)" >&2
+    *) echo "setup: unknown option: $opt (expected --build-only, --dev, --bazel, --hardening, --k8s)" >&2
        exit 64 ;;
   esac
 done
 
+[[ $build_only -eq 1 ]] || packages+=("${test_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -362,7 +362,8 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "File digest in the report: sha256 (read on a second core while the "
                    "worker parses; binds the verdict to the bytes hashed), none (the report's "
                    "sha256 is empty; scan time does not grow with file size) or auto (sha256 "
-                   "with --manifest, none otherwise)")
+                   "when a digest is compared: --manifest, Hugging Face cache blobs; none "
+                   "otherwise)")
       ->check(CLI::IsMember({"auto", "sha256", "none"}))
       ->capture_default_str();
   scan->add_option("--jobs,-j", scan_opt->jobs,
