@@ -1,11 +1,14 @@
 #include "app/report_format.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -98,6 +101,21 @@ Json FileJson(const v1::FileReport& f) {
       code.push_back(Json{{"name", c.name()}, {"bytes", c.bytes()}, {"sha256", c.sha256()}});
     }
     j["code_files"] = std::move(code);
+  }
+  if (f.tensor_list_size() > 0) {
+    Json list = Json::array();
+    for (const v1::TensorInfo& t : f.tensor_list()) {
+      Json shape = Json::array();
+      for (int64_t d : t.shape()) shape.push_back(d);
+      list.push_back(Json{{"name", t.name()},
+                          {"dtype", t.dtype()},
+                          {"shape", std::move(shape)},
+                          {"bytes", t.bytes()},
+                          {"storage", t.storage()},
+                          {"shared", t.shared()},
+                          {"note", t.note()}});
+    }
+    j["tensor_list"] = std::move(list);
   }
   if (f.has_conversion()) {
     const v1::Conversion& c = f.conversion();
@@ -428,7 +446,17 @@ std::string ReportToJson(const v1::Report& report) {
   return Dump(j);
 }
 
-std::string FileReportToText(const v1::FileReport& f) {
+namespace {
+
+std::string ShapeText(const v1::TensorInfo& t) {
+  std::string out = "[";
+  for (int i = 0; i < t.shape_size(); ++i) absl::StrAppend(&out, i == 0 ? "" : ", ", t.shape(i));
+  return out + "]";
+}
+
+}  // namespace
+
+std::string FileReportToText(const v1::FileReport& f, bool tensor_lines) {
   std::string out =
       absl::StrCat(TerminalSafe(f.path()), ": ", base::AbslView(VerdictName(f.verdict())), " (",
                    f.format().empty() ? "unknown format" : TerminalSafe(f.format()), ", ",
@@ -454,6 +482,17 @@ std::string FileReportToText(const v1::FileReport& f) {
     absl::StrAppend(
         &out, "  code ", TerminalSafe(c.name()), " (", Plural(c.bytes(), "byte"),
         c.sha256().empty() ? std::string(")") : absl::StrCat(", sha256 ", c.sha256(), ")"), "\n");
+  }
+  for (int i = 0; tensor_lines && i < f.tensor_list_size(); ++i) {
+    const v1::TensorInfo& t = f.tensor_list(i);
+    absl::StrAppend(&out, "  tensor ", TerminalSafe(t.name()), " ",
+                    t.dtype().empty() ? "?" : TerminalSafe(t.dtype()), " ", ShapeText(t), " ",
+                    Plural(t.bytes(), "byte"));
+    if (t.storage() >= 0) {
+      absl::StrAppend(&out, ", storage ", t.storage(), t.shared() ? " (shared)" : "");
+    }
+    if (!t.note().empty()) absl::StrAppend(&out, ": ", TerminalSafe(t.note()));
+    out += "\n";
   }
   if (f.has_conversion()) {
     const v1::Conversion& c = f.conversion();
@@ -506,13 +545,73 @@ std::string FileReportToText(const v1::FileReport& f) {
   return out;
 }
 
+namespace {
+
+// The table of one file's tensors, columns aligned (cells made terminal-safe first).
+std::string TensorTable(const v1::FileReport& f) {
+  if (f.tensor_list_size() == 0) {
+    return absl::StrCat("  no tensors listed (", Plural(f.tensors().count(), "tensor"), ", ",
+                        Plural(f.tensors().bytes(), "byte"), " in the file's summary)\n");
+  }
+  std::vector<std::array<std::string, 6>> rows;
+  rows.push_back({"NAME", "DTYPE", "SHAPE", "BYTES", "STORAGE", "NOTE"});
+  uint64_t total = 0;
+  for (const v1::TensorInfo& t : f.tensor_list()) {
+    total = t.bytes() > UINT64_MAX - total ? UINT64_MAX : total + t.bytes();
+    rows.push_back({TerminalSafe(t.name()), t.dtype().empty() ? "?" : TerminalSafe(t.dtype()),
+                    ShapeText(t), absl::StrCat(t.bytes()),
+                    t.storage() < 0 ? "-" : absl::StrCat(t.storage(), t.shared() ? " shared" : ""),
+                    TerminalSafe(t.note())});
+  }
+  std::array<size_t, 6> width{};
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      // Numbers right-aligned, text left-aligned; no padding after the last column.
+      const size_t pad = width[c] - row[c].size();
+      if (c == 3) {
+        absl::StrAppend(&line, std::string(pad, ' '), row[c]);
+      } else {
+        absl::StrAppend(&line, row[c], c + 1 < row.size() ? std::string(pad, ' ') : "");
+      }
+      if (c + 1 < row.size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  absl::StrAppend(&out, "  ", Plural(f.tensor_list_size(), "tensor"), ", ", Plural(total, "byte"),
+                  " of tensor data (a shared storage counts for each tensor on it)\n");
+  return out;
+}
+
+std::string Summary(const v1::Report& report, std::string out);
+
+}  // namespace
+
+std::string TensorTableText(const v1::Report& report) {
+  std::string out;
+  for (const v1::FileReport& f : report.files()) {
+    out += FileReportToText(f, /*tensor_lines=*/false);
+    out += TensorTable(f);
+  }
+  return Summary(report, std::move(out));
+}
+
 std::string ReportToText(const v1::Report& report) {
   std::string out;
+  for (const v1::FileReport& f : report.files()) out += FileReportToText(f);
+  return Summary(report, std::move(out));
+}
+
+namespace {
+
+std::string Summary(const v1::Report& report, std::string out) {
   std::map<v1::Verdict, uint64_t> counts;
-  for (const v1::FileReport& f : report.files()) {
-    out += FileReportToText(f);
-    ++counts[f.verdict()];
-  }
+  for (const v1::FileReport& f : report.files()) ++counts[f.verdict()];
   uint64_t unspecified = report.files_size();
   for (v1::Verdict v :
        {v1::VERDICT_SAFE, v1::VERDICT_SUSPICIOUS, v1::VERDICT_DANGEROUS, v1::VERDICT_ERROR}) {
@@ -535,6 +634,8 @@ std::string ReportToText(const v1::Report& report) {
   }
   return out;
 }
+
+}  // namespace
 
 std::string ReportToSarif(const v1::Report& report, absl::Span<const rules::RuleInfo> catalogue,
                           int exit_code) {

@@ -39,8 +39,12 @@ std::string ReportToJson(const v1::Report& report);
 // For people: per file a header line, findings (with their call), then errors;
 // a summary line.
 std::string ReportToText(const v1::Report& report);
-// The lines ReportToText prints for one file.
-std::string FileReportToText(const v1::FileReport& file);
+// The lines ReportToText prints for one file (with `tensor_lines`, a line per tensor_list entry).
+std::string FileReportToText(const v1::FileReport& file, bool tensor_lines = true);
+
+// ckptscan ls: per file its ReportToText lines (verdict, findings, errors) and a table of its
+// tensors (name, dtype, shape, bytes, storage, shared, note), then ReportToText's summary.
+std::string TensorTableText(const v1::Report& report);
 
 // SARIF 2.1.0, one run. `catalogue` describes the rule ids (pass
 // rules::Catalogue()); an id missing from it still gets a descriptor, with the

@@ -477,6 +477,7 @@ grpc::Status ScannerService::ScanJob(
     const v1::ScanOptions& options, JobLog* log, v1::Report* response) {
   const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
   pipeline::JailOptions jail = JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
+  jail.list_tensors = options.list_tensors();
   jail.on_pin = [log](std::string_view how) { log->Pin(how); };
   // The input is read through the descriptor opened for the call, never by its name again.
   const int held = input.get();

@@ -178,6 +178,7 @@ v1::FileReport ReportForRun(const JailedRun& run, const JailOptions& options,
   using sandbox::Outcome;
   if (run.result.ok()) {
     v1::FileReport report = JudgeFacts(run.facts, rules);
+    if (options.list_tensors) AddTensorList(run.facts, &report);
     // TorchScript code files: the SHA-256 of the bytes the worker inflated (hashing parses
     // nothing; such an archive is never SAFE whatever its code holds).
     const std::vector<torch::CodeFile>& code = run.facts.code_files;

@@ -68,6 +68,8 @@ struct JailOptions {
   // Compute the file's SHA-256 for the report (--digest), on another thread while the worker
   // parses, reading with a bounded buffer. Off: the report's sha256 is empty.
   bool sha256 = true;
+  // List every tensor in the report (FileReport.tensor_list: ckptscan ls, scan --tensors).
+  bool list_tensors = false;
   // RLIMIT_FSIZE of a converting worker: the largest output it may write. 0 = four times the
   // input plus 1 GiB (views and expanded tensors may be larger than their storage).
   uint64_t max_output_bytes = 0;

@@ -195,6 +195,35 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   return report;
 }
 
+void AddTensorList(const FileFacts& facts, v1::FileReport* report) {
+  std::vector<uint32_t> users(facts.storages.size(), 0);
+  auto has_storage = [&](int32_t s) { return s >= 0 && static_cast<size_t>(s) < users.size(); };
+  for (const torch::TensorFact& t : facts.tensors) {
+    if (has_storage(t.storage)) ++users[t.storage];
+  }
+  for (const torch::TensorFact& t : facts.tensors) {
+    v1::TensorInfo* info = report->add_tensor_list();
+    info->set_name(base::Escaped(t.name));
+    if (t.dtype != nullptr) info->set_dtype(std::string(t.dtype->name));
+    // numel x element size, overflow-checked; packed dtypes (per_byte > 1) round up.
+    uint64_t numel = 1;
+    bool ok = t.dtype != nullptr;
+    for (int64_t d : t.shape) {
+      info->add_shape(d);
+      if (d < 0 || (d != 0 && numel > UINT64_MAX / static_cast<uint64_t>(d))) ok = false;
+      if (ok) numel *= static_cast<uint64_t>(d);
+    }
+    if (ok) {
+      const uint64_t per = t.dtype->per_byte == 0 ? 1 : t.dtype->per_byte;
+      const uint64_t units = numel / per + (numel % per != 0 ? 1 : 0);
+      if (units <= UINT64_MAX / t.dtype->size) info->set_bytes(units * t.dtype->size);
+    }
+    info->set_storage(has_storage(t.storage) ? t.storage : -1);
+    info->set_shared(has_storage(t.storage) && users[t.storage] > 1);
+    info->set_note(base::Escaped(t.problem));
+  }
+}
+
 std::string_view KindOfFormat(std::string_view format) {
   if (torch::IsDataFormat(format)) return "data";
   if (format == "unknown") return "unknown";

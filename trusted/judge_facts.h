@@ -28,6 +28,10 @@ namespace ckptscan::pipeline {
 // and verdict. path, sha256 and size are the caller's to fill.
 v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules);
 
+// Appends every tensor of `facts` to report->tensor_list (name, dtype, shape, bytes, storage,
+// whether the storage is shared, why convert cannot write it). Nothing is judged by it.
+void AddTensorList(const FileFacts& facts, v1::FileReport* report);
+
 // What a file's name alone makes a loader do, added to its report: a Python file (*.py) in a
 // model repository is code that transformers imports with trust_remote_code=True (finding
 // repo.remote_code, SUSPICIOUS; kind "code" for a text file). The path is not read.

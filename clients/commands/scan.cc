@@ -68,7 +68,9 @@ struct ScanOptions {
   std::string manifest;
   std::string sarif_output;
   std::vector<std::string> limits;
-  int jobs = 0;  // 0: one per core this process may run on
+  int jobs = 0;          // 0: one per core this process may run on
+  bool tensors = false;  // --tensors: every tensor in the report (ckptscan ls sets it)
+  bool table = false;    // ckptscan ls: the text format is the tensor table
   SandboxFlags sandbox;
   ServerFlags server;
 };
@@ -117,9 +119,10 @@ class LocalFiles final : public app::FileSource {
 // report.
 class RemoteFiles final : public app::FileSource {
  public:
-  RemoteFiles(RemoteClient* remote, bool sha256, v1::Report* report)
+  RemoteFiles(RemoteClient* remote, bool sha256, bool tensors, v1::Report* report)
       : remote_(remote), report_(report) {
     options_.set_skip_digest(!sha256);
+    options_.set_list_tensors(tensors);
     options_.set_single_file(true);
   }
 
@@ -188,7 +191,7 @@ int RunScan(const ScanOptions& opt) {
     int setup_exit = 0;
     remote = ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
     if (remote == nullptr) return setup_exit;
-    source = std::make_unique<RemoteFiles>(remote.get(), sha256, &report);
+    source = std::make_unique<RemoteFiles>(remote.get(), sha256, opt.tensors, &report);
   } else {
     engine = LoadEngine(opt.rules, opt.limits);
     if (!engine) return kExitUsage;
@@ -196,6 +199,7 @@ int RunScan(const ScanOptions& opt) {
     jail = SetUpSandbox(opt.sandbox, &setup_exit);
     if (!jail.has_value()) return setup_exit;
     jail->sha256 = sha256;
+    jail->list_tensors = opt.tensors;
     report.set_rules_version(engine->rules->version());
     source = std::make_unique<LocalFiles>(*engine, *jail);
   }
@@ -238,6 +242,8 @@ int RunScan(const ScanOptions& opt) {
     out = ReportToSarif(report, rules::Catalogue(), exit_code);
   } else if (opt.format == "junit") {
     out = ReportToJunit(report, fail_on);
+  } else if (opt.table) {
+    out = skipped + app::TensorTableText(report);
   } else {
     out = skipped + ReportToText(report);
   }
@@ -366,6 +372,9 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "otherwise)")
       ->check(CLI::IsMember({"auto", "sha256", "none"}))
       ->capture_default_str();
+  scan->add_flag("--tensors", scan_opt->tensors,
+                 "List every tensor in the report (name, dtype, shape, bytes, storage; JSON: "
+                 "tensor_list). ckptscan ls prints them as a table");
   scan->add_option("--jobs,-j", scan_opt->jobs,
                    "Scan up to N files at once (folders, manifests, an index's shards), each in "
                    "its own jailed worker; the report is the same, in the same order, whatever N. "
@@ -379,6 +388,35 @@ void AddScanCommand(CLI::App* app, Commands* out) {
   AddServerFlags(scan, &scan_opt->server);
   scan->footer(ScanFooter());
   out->push_back({scan, [scan_opt] { return RunScan(*scan_opt); }});
+
+  // ls: a scan that lists every tensor, as a table (the same jail, verdict and exit codes).
+  auto ls_opt = std::make_shared<ScanOptions>();
+  ls_opt->tensors = true;
+  ls_opt->table = true;
+  CLI::App* ls = app->add_subcommand(
+      "ls", "List a checkpoint's tensors (name, dtype, shape, bytes, shared storage)");
+  ls->add_option("PATH", ls_opt->paths, "Files or folders to list")->required();
+  ls->add_option("--format,-f", ls_opt->format, "text (a table per file) or json (the report)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  ls->add_option("--output,-o", ls_opt->output, "Write to FILE instead of stdout")
+      ->type_name("FILE");
+  AddRulesFlags(ls, &ls_opt->rules);
+  ls->add_option("--limit", ls_opt->limits, "Set a VM limit, e.g. max_opcodes=1000")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false);
+  ls->add_option("--jobs,-j", ls_opt->jobs, "List up to N files at once")
+      ->type_name("N")
+      ->check(CLI::Range(1, 256));
+  AddSandboxFlags(ls, &ls_opt->sandbox);
+  AddServerFlags(ls, &ls_opt->server);
+  ls->footer(absl::StrCat(
+      "The file is read in the jailed worker exactly as `ckptscan scan` reads it; the verdict\n"
+      "and any findings are printed above each table, and the exit code is scan's. Tensors\n"
+      "are listed for the pickle-based formats (torch zip and legacy files, pickles, joblib,\n"
+      "numpy) and GGUF; for others the file's tensor count and bytes are printed.\n\n",
+      kExitCodesHelp));
+  out->push_back({ls, [ls_opt] { return RunScan(*ls_opt); }});
 }
 
 }  // namespace ckptscan::clients

@@ -209,6 +209,14 @@ class ScanTest(DaemonTestCase):
         self.assertEqual(report.files[0].sha256, want)
         self.assertEqual(self.client.scan_path(path).files[0].sha256, "")
 
+    def test_list_tensors_is_the_cli_scan_tensors(self):
+        path = self.in_root("train_checkpoint.pt")
+        report = self.client.scan_path(path, list_tensors=True)
+        self.assertEqual(len(report.files[0].tensor_list), 28)
+        parsed = self.assertSameAsCli(report, path, "--tensors")
+        self.assertEqual(parsed["files"][0]["tensor_list"][0]["name"], "model.0.weight")
+        self.assertNotIn("tensor_list", report_to_dict(self.client.scan_path(path))["files"][0])
+
     def test_upload_forms_and_chunk_sizes_give_one_report(self):
         with open(self.torch, "rb") as f:
             data = f.read()

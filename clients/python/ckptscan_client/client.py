@@ -107,19 +107,23 @@ class ScanClient:
 
     # ------------------------------------------------------------------ Scanner
 
-    def scan_path(self, path, skip_digest=True, timeout=None):
+    def scan_path(self, path, skip_digest=True, timeout=None, list_tensors=False):
         """Scans a file the daemon opens itself: beneath one of its --root directories, absolute
         or relative to the first root. With skip_digest=False the report carries the file's
-        SHA-256 (`ckptscan scan --digest sha256`); by default it does not, as the CLI. Returns the ckptscan.v1.Report (files[0].path is `path`;
+        SHA-256 (`ckptscan scan --digest sha256`); by default it does not, as the CLI.
+        list_tensors=True lists every tensor (FileReport.tensor_list, as `ckptscan scan
+        --tensors`). Returns the ckptscan.v1.Report (files[0].path is `path`;
         a sharded checkpoint's index is followed by its shards' reports, and a missing shard is
         an error of the index). A path outside the roots raises ScanClientError with code
         PERMISSION_DENIED."""
         pb = self._pb.scanner_pb2
         request = pb.ScanPathRequest(path=os.fspath(path),
-                                     options=pb.ScanOptions(skip_digest=skip_digest))
+                                     options=pb.ScanOptions(skip_digest=skip_digest,
+                                                            list_tensors=list_tensors))
         return self._call(self._scanner.ScanPath, request, self._deadline(timeout, 0))
 
-    def scan_bytes(self, name, data, skip_digest=True, chunk=CHUNK_BYTES, timeout=None):
+    def scan_bytes(self, name, data, skip_digest=True, chunk=CHUNK_BYTES, timeout=None,
+                   list_tensors=False):
         """Uploads bytes (bytes-like, or a binary file object read to its end) and scans them.
         skip_digest as for scan_path.
         `name` is what the report calls the file; the daemon never opens it. Returns the
@@ -129,7 +133,8 @@ class ScanClient:
         pb = self._pb.scanner_pb2
         size, chunks = _upload_source(data, chunk)
         header = pb.UploadHeader(name=name, size=size,
-                                 options=pb.ScanOptions(skip_digest=skip_digest))
+                                 options=pb.ScanOptions(skip_digest=skip_digest,
+                                                        list_tensors=list_tensors))
         requests = _Requests(pb, header, chunks)
         return self._call(self._scanner.ScanUpload, requests, self._deadline(timeout, size),
                           requests)

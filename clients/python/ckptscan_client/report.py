@@ -31,8 +31,10 @@ _CONVERSION = ("output", "tensors", "aliases", "bytes", "dtype", "dtypes", "not_
                "not_written_total", "signature", "signer")
 _DTYPE_CONVERSION = ("source", "written", "how", "tensors")
 _FILE = ("path", "sha256", "size", "format", "kind", "verdict", "findings", "errors", "tensors",
-         "pickles", "globals", "shards", "expected_sha256", "code_files", "conversion")
+         "pickles", "globals", "shards", "expected_sha256", "code_files", "tensor_list",
+         "conversion")
 _CODE_FILE = ("name", "bytes", "sha256")
+_TENSOR_INFO = ("name", "dtype", "shape", "bytes", "storage", "shared", "note")
 _SUMMARY = ("files", "safe", "suspicious", "dangerous", "error", "skipped", "kinds")
 _SKIPPED = ("path", "reason")
 _REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files", "summary",
@@ -142,6 +144,16 @@ def _file(d):
                            for c in d["code_files"]]
     else:
         d.pop("code_files", None)
+    if d.get("tensor_list"):  # only when asked for (ScanOptions.list_tensors)
+        d["tensor_list"] = [_ordered({"name": t.get("name", ""), "dtype": t.get("dtype", ""),
+                                      "shape": [int(x) for x in t.get("shape", [])],
+                                      "bytes": int(t.get("bytes", 0)),
+                                      "storage": int(t.get("storage", 0)),
+                                      "shared": bool(t.get("shared", False)),
+                                      "note": t.get("note", "")}, _TENSOR_INFO)
+                            for t in d["tensor_list"]]
+    else:
+        d.pop("tensor_list", None)
     if "conversion" in d:
         d["conversion"] = _conversion(d["conversion"])
     return _ordered(d, _FILE)
