@@ -601,9 +601,11 @@ std::string TensorTableText(const v1::Report& report) {
   return Summary(report, std::move(out));
 }
 
-std::string ReportToText(const v1::Report& report) {
+std::string ReportToText(const v1::Report& report, bool only_unsafe) {
   std::string out;
-  for (const v1::FileReport& f : report.files()) out += FileReportToText(f);
+  for (const v1::FileReport& f : report.files()) {
+    if (!only_unsafe || f.verdict() != v1::VERDICT_SAFE) out += FileReportToText(f);
+  }
   return Summary(report, std::move(out));
 }
 

@@ -38,7 +38,8 @@ std::string ReportToJson(const v1::Report& report);
 
 // For people: per file a header line, findings (with their call), then errors;
 // a summary line.
-std::string ReportToText(const v1::Report& report);
+// With `only_unsafe` (scan --quiet) the SAFE files' lines are left out; the summary counts all.
+std::string ReportToText(const v1::Report& report, bool only_unsafe = false);
 // The lines ReportToText prints for one file (with `tensor_lines`, a line per tensor_list entry).
 std::string FileReportToText(const v1::FileReport& file, bool tensor_lines = true);
 

@@ -88,6 +88,18 @@ std::optional<Engine> LoadEngine(const RulesFlags& rules_flags,
   return Engine{*std::move(ruleset), *limits};
 }
 
+void AddVerbosityFlags(CLI::App* cmd, VerbosityFlags* f) {
+  CLI::Option* quiet = cmd->add_flag(
+      "--quiet,-q", f->quiet,
+      "No progress line on the terminal; a text report lists only the files that are not SAFE "
+      "(the summary still counts every file). Errors are still printed");
+  CLI::Option* verbose =
+      cmd->add_flag("--verbose,-v", f->verbose,
+                    "On stderr: the settings in force, then one line per file with its verdict "
+                    "and how long it took");
+  quiet->excludes(verbose);
+}
+
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
   cmd->add_flag("--no-sandbox", f->no_sandbox,
                 "Parse in a worker process without the jail: no seccomp filter, "

@@ -98,6 +98,14 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
 // worker process, never in this one.
 std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* exit_code);
 
+// --quiet / --verbose (exclusive): what is printed beside the report on stderr.
+struct VerbosityFlags {
+  bool quiet = false;    // no progress line; text reports leave SAFE files out
+  bool verbose = false;  // the settings, then one line per file with its time
+};
+
+void AddVerbosityFlags(CLI::App* cmd, VerbosityFlags* f);
+
 // --server: the daemon instead of the embedded jail (clients/remote.h).
 struct ServerFlags {
   std::string server;  // --server, or $CKPTSCAN_SERVER when the flag is not given

@@ -265,4 +265,47 @@ if run "$name" 0 "$bin" version; then
   contains out.txt "ckptscan " && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# --quiet: a text report leaves the SAFE files out, the summary still counts them; no progress.
+name=QuietListsOnlyWhatIsNotSafe
+if run "$name" 1 "$bin" scan -q dir; then
+  if ! grep -q "a.pkl" out.txt && contains out.txt "b.pkl: DANGEROUS" &&
+     contains out.txt "2 files: 1 SAFE, 0 SUSPICIOUS, 1 DANGEROUS"; then
+    pass "$name"
+  else
+    fail "$name" "$(cat out.txt)"
+  fi
+fi
+# --verbose: the settings, then a line per file with its verdict and time, on stderr.
+name=VerbosePrintsEachFileOnStderr
+if run "$name" 1 "$bin" scan -v -j 1 dir; then
+  if contains err.txt "digest none" && contains err.txt "a.pkl: SAFE in " &&
+     contains err.txt "b.pkl: DANGEROUS in "; then
+    pass "$name"
+  else
+    fail "$name" "$(cat err.txt)"
+  fi
+fi
+run "quiet and verbose" 64 "$bin" scan -q -v safe.pkl && pass "--quiet with --verbose is a usage error"
+# Progress: only on a terminal. A 600 MiB sparse file hashed (--digest sha256) takes long enough
+# for a progress line; with stderr a file there is none, on a pseudo-terminal (script(1)) there is.
+truncate -s 600M big.bin
+name=NoProgressWhenStderrIsNotATerminal
+if run "$name" 2 "$bin" scan --digest sha256 big.bin; then
+  if grep -q $'\r' err.txt; then fail "$name" "progress in a file: $(od -c err.txt | head -3)"
+  else pass "$name"; fi
+fi
+name=ProgressOnATerminalThenErased
+if command -v script >/dev/null; then
+  script -qec "$bin scan --digest sha256 big.bin" /dev/null >tty.txt 2>&1
+  if grep -q "scan: 0/1 file, .* of 600.0 MiB read" tty.txt && grep -q $'\r\033\[K' tty.txt &&
+     contains tty.txt "big.bin: ERROR"; then
+    pass "$name"
+  else
+    fail "$name" "$(od -c tty.txt | head -8)"
+  fi
+else
+  echo "skip $name: script(1) is not installed (bsdutils)"
+fi
+rm -f big.bin
+
 finish

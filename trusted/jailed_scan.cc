@@ -373,7 +373,8 @@ absl::StatusOr<v1::FileReport> ScanFdJailed(base::UniqueFd fd, const std::string
       return *std::move(pinned.report);
     }
     pin = std::move(pinned.pin);
-    CKPT_ASSIGN_OR_RETURN(hash, BackgroundSha256::Start(pin->fd(), size, HashStop(*pin)));
+    CKPT_ASSIGN_OR_RETURN(
+        hash, BackgroundSha256::Start(pin->fd(), size, HashStop(*pin), options.bytes_read));
     CKPT_ASSIGN_OR_RETURN(fd, pin->DupForWorker());
   }
   const JailedRun run = RunJailedJob(std::move(fd), size, worker::v1::Job::MODE_SCAN, limits,
@@ -492,7 +493,7 @@ absl::StatusOr<ConvertResult> ConvertFileJailed(const ConvertRequest& original,
   // plans with a placeholder of the same length (so the same header size), and the header
   // with the real digest is written here afterwards. Hashing runs on another core meanwhile.
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<BackgroundSha256> hash,
-                        BackgroundSha256::Start(pin.fd(), size, HashStop(pin)));
+                        BackgroundSha256::Start(pin.fd(), size, HashStop(pin), options.bytes_read));
   CKPT_ASSIGN_OR_RETURN(fd, pin.DupForWorker());
   const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
   const JailOptions job_options = JobOptions(options, pin);

@@ -19,6 +19,7 @@
 #ifndef CKPTSCAN_TRUSTED_JAILED_SCAN_H_
 #define CKPTSCAN_TRUSTED_JAILED_SCAN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -70,6 +71,8 @@ struct JailOptions {
   bool sha256 = true;
   // List every tensor in the report (FileReport.tensor_list: ckptscan ls, scan --tensors).
   bool list_tensors = false;
+  // May be null: the bytes of input hashed are added here as they are read (a progress meter).
+  std::atomic<uint64_t>* bytes_read = nullptr;
   // RLIMIT_FSIZE of a converting worker: the largest output it may write. 0 = four times the
   // input plus 1 GiB (views and expanded tensors may be larger than their storage).
   uint64_t max_output_bytes = 0;

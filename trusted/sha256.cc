@@ -37,7 +37,8 @@ absl::StatusOr<Ctx> NewSha256() {
 absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx);
 
 absl::StatusOr<std::string> HashRange(int fd, uint64_t offset, uint64_t length,
-                                      const std::function<bool()>& stop);
+                                      const std::function<bool()>& stop,
+                                      std::atomic<uint64_t>* progress = nullptr);
 
 }  // namespace
 
@@ -64,7 +65,8 @@ absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t l
 namespace {
 
 absl::StatusOr<std::string> HashRange(int fd, uint64_t offset, uint64_t length,
-                                      const std::function<bool()>& stop) {
+                                      const std::function<bool()>& stop,
+                                      std::atomic<uint64_t>* progress) {
   if (length > UINT64_MAX - offset) return absl::InvalidArgumentError("sha256: range overflows");
   const uint64_t size = offset + length;
   absl::StatusOr<Ctx> ctx = NewSha256();
@@ -87,6 +89,8 @@ absl::StatusOr<std::string> HashRange(int fd, uint64_t offset, uint64_t length,
       return absl::InternalError("sha256: EVP_DigestUpdate failed");
     }
     off += static_cast<uint64_t>(n);
+    if (progress != nullptr)
+      progress->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   }
   return FinishHex(ctx->get());
 }
@@ -108,13 +112,14 @@ absl::StatusOr<std::string> FinishHex(EVP_MD_CTX* ctx) {
 
 }  // namespace
 absl::StatusOr<std::unique_ptr<BackgroundSha256>> BackgroundSha256::Start(
-    int fd, uint64_t size, std::function<bool()> stop) {
+    int fd, uint64_t size, std::function<bool()> stop, std::atomic<uint64_t>* progress) {
   base::UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!dup.valid()) return absl::ErrnoToStatus(errno, "dup");
   std::unique_ptr<BackgroundSha256> hash(new BackgroundSha256(std::move(dup)));
   BackgroundSha256* h = hash.get();
-  h->thread_ = std::thread(
-      [h, size, stop = std::move(stop)] { h->result_ = HashRange(h->fd_.get(), 0, size, stop); });
+  h->thread_ = std::thread([h, size, stop = std::move(stop), progress] {
+    h->result_ = HashRange(h->fd_.get(), 0, size, stop, progress);
+  });
   return hash;
 }
 

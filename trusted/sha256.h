@@ -7,6 +7,7 @@
 #ifndef CKPTSCAN_TRUSTED_SHA256_H_
 #define CKPTSCAN_TRUSTED_SHA256_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,8 +42,10 @@ absl::StatusOr<std::string> Sha256HexOfRange(int fd, uint64_t offset, uint64_t l
 //   CKPT_ASSIGN_OR_RETURN(std::string hex, hash->Wait());
 class BackgroundSha256 final {
  public:
+  // `progress` (may be null) gets the bytes hashed added as they are read.
   static absl::StatusOr<std::unique_ptr<BackgroundSha256>> Start(
-      int fd, uint64_t size, std::function<bool()> stop = nullptr);
+      int fd, uint64_t size, std::function<bool()> stop = nullptr,
+      std::atomic<uint64_t>* progress = nullptr);
   ~BackgroundSha256();  // waits for the thread
   BackgroundSha256(const BackgroundSha256&) = delete;
   BackgroundSha256& operator=(const BackgroundSha256&) = delete;

@@ -24,6 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "app/convert.h"
 #include "app/manifest.h"
 #include "app/report.h"
@@ -35,6 +37,7 @@
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
+#include "clients/progress.h"
 #include "trusted/jailed_scan.h"
 #include "trusted/output_file.h"
 #include "trusted/shard_set.h"
@@ -71,6 +74,7 @@ struct ConvertOptions {
   std::string format = "text";
   RulesFlags rules;
   std::vector<std::string> limits;
+  VerbosityFlags verbosity;
   SandboxFlags sandbox;
   ServerFlags server;
 };
@@ -173,8 +177,25 @@ int RunConvert(const ConvertOptions& opt) {
   if (!engine) return kExitUsage;
   const rules::RuleSet& ruleset = *engine->rules;
   int setup_exit = 0;
-  const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
+  std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
   if (!jail.has_value()) return setup_exit;
+  // Progress on a terminal: the input's bytes as they are hashed (the digest goes into the
+  // output's provenance; the worker converts meanwhile).
+  ProgressMeter meter(ProgressMeter::ShouldDraw(opt.verbosity.quiet), "convert");
+  if (struct stat in; ::stat(opt.input.c_str(), &in) == 0 && S_ISREG(in.st_mode) &&
+                      !absl::EndsWith(opt.input, ".json")) {
+    meter.AddBytesTotal(static_cast<uint64_t>(in.st_size));
+  }
+  jail->bytes_read = meter.bytes();
+  const absl::Time started = absl::Now();
+  if (opt.verbosity.verbose) {
+    PrintError(absl::StrCat("converting ", TerminalSafe(opt.input), " to ",
+                            TerminalSafe(opt.output), ", dtype ", opt.dtype, ", ",
+                            opt.sandbox.no_sandbox
+                                ? std::string("unjailed worker (--no-sandbox)")
+                                : absl::StrCat("jailed worker ", TerminalSafe(jail->worker_path)),
+                            opt.key.empty() ? "" : ", signed"));
+  }
   // The key is loaded here, before anything is scanned (a key file others can read is refused),
   // and stays in this process: no worker ever sees it.
   std::optional<signing::PrivateKey> key;
@@ -239,6 +260,11 @@ int RunConvert(const ConvertOptions& opt) {
         return pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check);
       },
       Version(), ruleset.version());
+  if (opt.verbosity.verbose) {
+    PrintError(absl::StrCat(
+        base::AbslView(app::VerdictName(outcome.report.verdict())), " in ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - started, absl::Milliseconds(1)))));
+  }
   return FinishConvert(opt, outcome.report, outcome.error);
 }
 
@@ -336,6 +362,7 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
   convert->add_option("--limit", convert_opt->limits, "Set a VM limit (as for scan)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
+  AddVerbosityFlags(convert, &convert_opt->verbosity);
   AddSandboxFlags(convert, &convert_opt->sandbox);
   AddServerFlags(convert, &convert_opt->server);
   convert->footer(

@@ -26,6 +26,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "app/convert.h"
 #include "app/manifest.h"
 #include "app/report.h"
@@ -36,6 +38,7 @@
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/limit_flags.h"
+#include "clients/progress.h"
 #include "rules/catalogue.h"
 #include "trusted/jailed_scan.h"
 #include "trusted/judge_facts.h"
@@ -71,6 +74,7 @@ struct ScanOptions {
   int jobs = 0;          // 0: one per core this process may run on
   bool tensors = false;  // --tensors: every tensor in the report (ckptscan ls sets it)
   bool table = false;    // ckptscan ls: the text format is the tensor table
+  VerbosityFlags verbosity;
   SandboxFlags sandbox;
   ServerFlags server;
 };
@@ -148,6 +152,36 @@ class RemoteFiles final : public app::FileSource {
   v1::ScanOptions options_;
 };
 
+// Another source's files, counted for the progress line and, with --verbose, each printed on
+// stderr with its verdict and time (from any scanning thread: one line at a time).
+class WatchedFiles final : public app::FileSource {
+ public:
+  WatchedFiles(app::FileSource* inner, ProgressMeter* meter, bool verbose)
+      : inner_(inner), meter_(meter), verbose_(verbose) {}
+
+  v1::FileReport Scan(const std::string& path) override {
+    const absl::Time start = absl::Now();
+    v1::FileReport r = inner_->Scan(path);
+    meter_->FileDone();
+    if (verbose_) {
+      const std::string line = absl::StrCat(
+          TerminalSafe(path), ": ", base::AbslView(app::VerdictName(r.verdict())),
+          " in ", absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(10))));
+      absl::MutexLock lock(&mu_);
+      PrintError(line);
+    }
+    return r;
+  }
+
+  absl::StatusOr<app::FileId> Find(const std::string& path) override { return inner_->Find(path); }
+
+ private:
+  app::FileSource* inner_;
+  ProgressMeter* meter_;
+  bool verbose_;
+  absl::Mutex mu_;
+};
+
 int RunScan(const ScanOptions& opt) {
   if (opt.paths.empty() && opt.manifest.empty()) {
     PrintError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
@@ -216,13 +250,36 @@ int RunScan(const ScanOptions& opt) {
       }
     }
   }
+  // Progress on a terminal: files found (an index's shards join as they are found) and, with a
+  // digest, the bytes to hash.
+  ProgressMeter meter(ProgressMeter::ShouldDraw(opt.verbosity.quiet), opt.table ? "ls" : "scan");
+  for (const app::ScanTarget& t : targets) {
+    if (t.kind != app::ScanTarget::Kind::kFile) continue;
+    meter.AddFiles(1);
+    struct stat st;
+    if (sha256 && !remote && ::stat(t.path.c_str(), &st) == 0) {
+      meter.AddBytesTotal(static_cast<uint64_t>(st.st_size));
+    }
+  }
+  meter.AddFiles(manifest.size());
+  if (jail.has_value()) jail->bytes_read = meter.bytes();
+  const int jobs = opt.jobs > 0 ? opt.jobs : DefaultJobs();
+  if (opt.verbosity.verbose) {
+    PrintError(absl::StrCat(targets.size(), " paths, -j ", jobs, ", digest ",
+                            sha256 ? "sha256" : "none", ", ",
+                            remote ? absl::StrCat("daemon ", TerminalSafe(remote->target()))
+                            : opt.sandbox.no_sandbox
+                                ? std::string("unjailed worker (--no-sandbox)")
+                                : absl::StrCat("jailed worker ", TerminalSafe(jail->worker_path))));
+  }
+  WatchedFiles watched(source.get(), &meter, opt.verbosity.verbose);
   app::ScanSetOptions set_options;
   set_options.unknown = opt.unknown == "warn"   ? app::UnknownPolicy::kWarn
                         : opt.unknown == "skip" ? app::UnknownPolicy::kSkip
                                                 : app::UnknownPolicy::kError;
   set_options.report_unlisted = !opt.manifest.empty();
-  set_options.jobs = opt.jobs > 0 ? opt.jobs : DefaultJobs();
-  app::ScanSet(targets, manifest, source.get(), &report, set_options);
+  set_options.jobs = jobs;
+  app::ScanSet(targets, manifest, &watched, &report, set_options);
   for (const std::string& pattern : expansion->unmatched) {
     PrintError(absl::StrCat("warning: ", TerminalSafe(pattern), " matched nothing"));
   }
@@ -245,9 +302,10 @@ int RunScan(const ScanOptions& opt) {
   } else if (opt.table) {
     out = skipped + app::TensorTableText(report);
   } else {
-    out = skipped + ReportToText(report);
+    out =
+        (opt.verbosity.quiet ? std::string() : skipped) + ReportToText(report, opt.verbosity.quiet);
   }
-  if (opt.format != "text" && !skipped.empty()) {
+  if (opt.format != "text" && !skipped.empty() && !opt.verbosity.quiet) {
     (void)WriteAll(STDERR_FILENO,
                    skipped);  // never silent, but keep JSON/SARIF/JUnit parseable
   }
@@ -384,6 +442,7 @@ void AddScanCommand(CLI::App* app, Commands* out) {
   scan->add_option("--limit", scan_opt->limits, "Set a VM limit, e.g. max_opcodes=1000 (see below)")
       ->type_name("NAME=VALUE")
       ->allow_extra_args(false);
+  AddVerbosityFlags(scan, &scan_opt->verbosity);
   AddSandboxFlags(scan, &scan_opt->sandbox);
   AddServerFlags(scan, &scan_opt->server);
   scan->footer(ScanFooter());
@@ -408,6 +467,7 @@ void AddScanCommand(CLI::App* app, Commands* out) {
   ls->add_option("--jobs,-j", ls_opt->jobs, "List up to N files at once")
       ->type_name("N")
       ->check(CLI::Range(1, 256));
+  AddVerbosityFlags(ls, &ls_opt->verbosity);
   AddSandboxFlags(ls, &ls_opt->sandbox);
   AddServerFlags(ls, &ls_opt->server);
   ls->footer(absl::StrCat(

@@ -1,0 +1,69 @@
+// A progress line on a terminal for long scans and conversions: files done of those found, and
+// the bytes read for digests (hashing is what makes a big file take seconds), with the rate.
+//
+// Drawn on stderr, every kProgressInterval, only when stderr is a terminal and --quiet was not
+// given (never in CI logs, pipes or files), after a first interval has passed (a quick scan
+// draws nothing), and erased when the meter ends, so the report that follows is untouched.
+//
+// Thread-safe: the counters are atomics (several scanning threads add to them); one drawing
+// thread per meter.
+//
+//   ProgressMeter meter(ProgressMeter::ShouldDraw(quiet), "scan");
+//   jail.bytes_read = meter.bytes();
+//   ... meter.AddFiles(n); ... meter.FileDone(); ...
+#ifndef CKPTSCAN_CLIENTS_PROGRESS_H_
+#define CKPTSCAN_CLIENTS_PROGRESS_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+
+namespace ckptscan::clients {
+
+inline constexpr absl::Duration kProgressInterval = absl::Milliseconds(250);
+
+// One line of progress, without the terminal's control characters: e.g.
+// "scan: 3/120 files, 512.0 MiB of 1.2 GiB read, 1.1 GB/s". Parts with a zero total are left
+// out; `seconds` <= 0 leaves the rate out.
+std::string ProgressText(const std::string& label, uint64_t files_done, uint64_t files_total,
+                         uint64_t bytes_done, uint64_t bytes_total, double seconds);
+
+class ProgressMeter final {
+ public:
+  // Whether a meter should draw: stderr is a terminal and the user did not ask for --quiet.
+  static bool ShouldDraw(bool quiet);
+
+  ProgressMeter(bool draw, std::string label);
+  ~ProgressMeter();  // stops drawing and erases the line
+  ProgressMeter(const ProgressMeter&) = delete;
+  ProgressMeter& operator=(const ProgressMeter&) = delete;
+
+  void AddFiles(uint64_t n) { files_total_.fetch_add(n, std::memory_order_relaxed); }
+  void FileDone() { files_done_.fetch_add(1, std::memory_order_relaxed); }
+  void AddBytesTotal(uint64_t n) { bytes_total_.fetch_add(n, std::memory_order_relaxed); }
+  // Where readers add the bytes they read (JailOptions::bytes_read).
+  std::atomic<uint64_t>* bytes() { return &bytes_done_; }
+
+ private:
+  void Run();
+
+  const std::string label_;
+  std::atomic<uint64_t> files_done_{0};
+  std::atomic<uint64_t> files_total_{0};
+  std::atomic<uint64_t> bytes_done_{0};
+  std::atomic<uint64_t> bytes_total_{0};
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  bool drawn_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ckptscan::clients
+
+#endif  // CKPTSCAN_CLIENTS_PROGRESS_H_
