@@ -46,6 +46,14 @@ add_test(NAME install_layout_test COMMAND ${CKPT_JAILED_TEST} bash
 set_tests_properties(install_layout_test PROPERTIES TIMEOUT 300)
 ckpt_jailed_tests(install_layout_test)
 
+# The Debian package (cmake/package.cmake) built with cpack from this build: metadata, files,
+# the extracted binaries scanning. Jailed: skipped, with the reason, in sanitizer builds.
+add_test(NAME deb_package_test COMMAND ${CKPT_JAILED_TEST} bash
+         ${CMAKE_SOURCE_DIR}/tests/deploy/deb_package_test.sh ${CMAKE_CPACK_COMMAND}
+         ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
+set_tests_properties(deb_package_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+ckpt_jailed_tests(deb_package_test)
+
 # The Dockerfile, statically (no image is built: docker may be absent or without a daemon).
 add_test(NAME docker_files_test COMMAND /usr/bin/python3
          ${CMAKE_SOURCE_DIR}/tests/deploy/docker_files_test.py --source ${CMAKE_SOURCE_DIR}

@@ -26,6 +26,8 @@ EXCEPTIONS = {
     # CMake-only.
     "install_layout_test": "runs `cmake --install` on the CMake build tree and checks the installed "
                            "layout; Bazel has no install step (cmake/install.cmake)",
+    "deb_package_test": "runs cpack on the CMake build tree's CPackConfig.cmake (cmake/package.cmake) "
+                        "and checks the Debian package; Bazel has no install or package step",
     "k8s_manifests_test": "renders with the system's kubectl and validates with npm packages from "
                           "the user's cache (scripts/setup.sh --k8s), both outside Bazel's "
                           "declared inputs, and skips (exit 77) where they are absent, for which "

@@ -9,6 +9,7 @@
 # Exits non-zero if either command fails. Needs root and debootstrap (apt-get install debootstrap).
 #
 #   scripts/fresh_root_check.sh [--dir DIR] [--keep] [--mirror URL] [--test-args "ARGS"] [--scan-only]
+#   scripts/fresh_root_check.sh --package build/ckptscan_0.1.0_amd64.deb [--dir DIR] [--keep]
 #     --dir DIR       where the root is made (default /var/tmp/ckptscan-fresh-root); it must not
 #                     exist yet, so every run starts from nothing
 #     --keep          leave the root in place afterwards (default: unmounted and removed)
@@ -16,6 +17,9 @@
 #     --test-args A   extra arguments for the test command, passed to ctest (e.g. "-R daemon")
 #     --scan-only     the newcomer's first contact: only the scan command, and its time to the
 #                     first verdict (packages, configure, build, scan) against the 240 s target
+#     --package DEB   instead of the README's commands: install the Debian package (cpack -G DEB
+#                     in the build directory) with apt-get, which pulls its computed Depends, and
+#                     scan a SAFE and a malicious fixture with the installed /usr/bin/ckptscan
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir=/var/tmp/ckptscan-fresh-root
@@ -23,6 +27,7 @@ keep=0
 mirror=""
 test_args=""
 scan_only=0
+package=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
@@ -30,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --mirror) mirror="$2"; shift 2 ;;
     --test-args) test_args="$2"; shift 2 ;;
     --scan-only) scan_only=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --package) package="$(realpath "$2")"; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "fresh_root_check: unknown argument: $1 (see --help)" >&2; exit 64 ;;
   esac
 done
@@ -98,6 +104,33 @@ in_root() {
     bash -c "cd /root/src && $1"
 }
 rc=0
+if [[ -n "$package" ]]; then
+  # The package alone: no checkout, no compiler. apt-get installs its Depends from the mirror.
+  mkdir -p "$dir/root/pkg"
+  cp "$package" "$dir/root/pkg/"
+  cp "$src/tests/fixtures/torch/train_checkpoint.pt" \
+     "$src/tests/fixtures/pickles/malicious/inst_os_system.pkl" "$dir/root/pkg/"
+  deb="/root/pkg/$(basename "$package")"
+  t=$SECONDS
+  echo "=== fresh root: apt-get install $deb"
+  in_root "export DEBIAN_FRONTEND=noninteractive; apt-get update -q >/dev/null &&
+           apt-get install -y -q --no-install-recommends $deb" || rc=$?
+  echo "=== fresh root: installed in $((SECONDS - t)) s (exit $rc)"
+  [[ $rc -eq 0 ]] || exit 1
+  check() {  # check WANT_EXIT COMMAND
+    local got=0
+    in_root "$2" || got=$?
+    if [[ $got -eq $1 ]]; then echo "ok: $2 (exit $got)"; else echo "FAIL: $2: exit $got, want $1"; rc=1; fi
+  }
+  check 0 "ckptscan scan /root/pkg/train_checkpoint.pt"
+  check 1 "ckptscan scan /root/pkg/inst_os_system.pkl"
+  check 0 "ckptscan ls /root/pkg/train_checkpoint.pt >/dev/null"
+  check 0 "getent passwd ckptscan"
+  check 0 "ckptscand --help >/dev/null"
+  check 0 "test -f /usr/lib/systemd/system/ckptscand.service"
+  echo "=== fresh root: the package check exited $rc after $((SECONDS - t0)) s in all"
+  exit "$rc"
+fi
 t=$SECONDS
 echo "=== fresh root: scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt"
 in_root "scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt" || rc=$?
