@@ -317,6 +317,20 @@ else
     fail "daemon --allow posix.system" "$(head -c 400 "$tmp/ovl2/log")"
 fi
 
+# --- --scan-digest: the operator decides whether reports carry the digest ------------------
+start_daemon digest --root "$fixtures" --scan-digest always || exit 1
+digest_sock=$sock
+want=$(sha256sum "$fixtures/torch/tied.pt" | cut -d' ' -f1)
+run "scan-digest always" 0 "$bin" scan -f json --server "$digest_sock" "$fixtures/torch/tied.pt" &&
+  contains out.txt "\"sha256\": \"$want\"" &&
+  pass "--scan-digest always: the digest although the CLI did not ask for one"
+kill "$dpid" 2>/dev/null
+start_daemon nodigest --root "$fixtures" --scan-digest never || exit 1
+run "scan-digest never" 0 "$bin" scan -f json --digest sha256 --server "$sock" \
+  "$fixtures/torch/tied.pt" && contains out.txt '"sha256": ""' &&
+  pass "--scan-digest never: no digest although the CLI asked for one"
+kill "$dpid" 2>/dev/null
+
 # --- SIGTERM drains ------------------------------------------------------------------------
 "$bin" scan -f json --digest sha256 --server "$small_sock" --by-path "$tmp/big/long.bin" >drained.txt 2>&1 &
 client=$!

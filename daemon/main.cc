@@ -98,6 +98,7 @@ struct Flags {
   std::string max_upload = "64G";
   double drain_seconds = 30;
   bool reflection = false;
+  std::string scan_digest = "request";
   std::string sign_method = "files";
   std::string health_tcp;
   double max_connection_age = 300;
@@ -431,6 +432,12 @@ int Run(int argc, char** argv) {
                  "On SIGTERM, how long running jobs may take to finish")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  app.add_option("--scan-digest", f.scan_digest,
+                 "Whether scan reports carry the input's SHA-256: request (as each request's "
+                 "ScanOptions.skip_digest says), always (every scan: provenance) or never "
+                 "(throughput; a digest costs a read of every byte). Conversions always hash")
+      ->check(CLI::IsMember({"request", "always", "never"}))
+      ->capture_default_str();
   app.add_flag("--reflection", f.reflection, "Serve gRPC server reflection");
   app.add_option("--health-tcp", f.health_tcp,
                  "Also serve gRPC health checking alone, in plaintext, on HOST:PORT (for probes "
@@ -526,6 +533,9 @@ int Run(int argc, char** argv) {
   absl::StatusOr<uint64_t> max_copy = base::ParseSize(f.max_sealed_copy);
   if (!max_copy.ok()) return Fail("--max-sealed-copy-bytes: not a size");
   options.max_upload_bytes = *upload;
+  options.scan_digest = f.scan_digest == "always"  ? ServiceOptions::ScanDigest::kAlways
+                        : f.scan_digest == "never" ? ServiceOptions::ScanDigest::kNever
+                                                   : ServiceOptions::ScanDigest::kRequest;
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   const uint32_t max_running = f.max_running != 0 ? f.max_running : cores;
   const uint32_t max_queued = app.count("--max-queued") > 0 ? f.max_queued : 4 * max_running;

@@ -476,7 +476,10 @@ grpc::Status ScannerService::ScanJob(
     std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> others,
     const v1::ScanOptions& options, JobLog* log, v1::Report* response) {
   const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
-  pipeline::JailOptions jail = JailFor(d_->options(), ctx, !options.skip_digest(), &d_->metrics());
+  const ServiceOptions::ScanDigest digest = d_->options().scan_digest;
+  const bool sha256 = digest == ServiceOptions::ScanDigest::kAlways ||
+                      (digest == ServiceOptions::ScanDigest::kRequest && !options.skip_digest());
+  pipeline::JailOptions jail = JailFor(d_->options(), ctx, sha256, &d_->metrics());
   jail.list_tensors = options.list_tensors();
   jail.on_pin = [log](std::string_view how) { log->Pin(how); };
   // The input is read through the descriptor opened for the call, never by its name again.

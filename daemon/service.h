@@ -55,6 +55,11 @@ struct ServiceOptions {
   pipeline::JailOptions jail;  // timeout = the per-job limit (a caller's deadline may cut it)
   pickle::Limits limits;
   uint64_t max_upload_bytes = 64ull << 30;
+  // --scan-digest: whether a scan's report carries the input's SHA-256. kRequest: as the
+  // request's ScanOptions.skip_digest says; kAlways: every scan (a hub that records
+  // provenance); kNever: none (throughput). Conversions always hash their input.
+  enum class ScanDigest { kRequest, kAlways, kNever };
+  ScanDigest scan_digest = ScanDigest::kRequest;
   // How long an upload may wait for its next chunk, and a chunk of ConvertUpload's output for
   // the caller to take it, before the call is cancelled (--upload-idle-timeout,
   // --output-idle-timeout).
