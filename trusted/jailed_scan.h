@@ -39,6 +39,7 @@
 #include "trusted/pinned_input.h"
 #include "trusted/result.h"
 #include "trusted/shard_set.h"
+#include "trusted/spawner.h"
 
 namespace ckptscan::pipeline {
 
@@ -50,6 +51,10 @@ struct JailOptions {
   // a child of its own, under the timeout, but enters no jail layer (no seccomp filter,
   // namespaces or rlimits); its report shows none in force.
   bool unjailed = false;
+  // How each jailed job's process is made (--jail-spawn): forked by this process's fork server
+  // for `worker_path` (started on first use, restarted if it dies), or spawned per job. An
+  // unjailed job is always spawned.
+  sandbox::SpawnMode spawn_mode = sandbox::SpawnMode::kForkServer;
   absl::Duration timeout = absl::Seconds(60);  // per file, wall clock (--timeout)
   // RLIMIT_AS for the worker's own allocations (--worker-memory); the read-only mapping of the
   // input is added on top, so any file size can be mapped.
