@@ -52,6 +52,9 @@ struct ForkReply {
   int32_t error = 0;  // 0, or the errno of what failed (EINVAL: a malformed request)
 };
 inline constexpr size_t kWaitStatusBytes = sizeof(int32_t);
+// The name (PR_SET_NAME, /proc/PID/comm) of a fork server's job process, so that ps and tests
+// tell jobs from the server (whose argv they share).
+inline constexpr char kForkedJobName[] = "ckptscan-job";
 
 // How a worker ends when it writes no frame. Anything else that is not 0 is a failure too.
 enum WorkerExit : int {

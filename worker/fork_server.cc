@@ -108,6 +108,7 @@ void Reply(int32_t error, int pidfd) {
   sigset_t empty;
   sigemptyset(&empty);
   if (::sigprocmask(SIG_SETMASK, &empty, nullptr) != 0) ::_exit(kExitJailSetup);
+  (void)::prctl(PR_SET_NAME, kForkedJobName);
   int moved[kForkRequestFds + 1];
   for (size_t i = 0; i < request.fds.size(); ++i) {
     moved[i] = ::fcntl(request.fds[i].get(), F_DUPFD_CLOEXEC, kFirstSourceFd);
