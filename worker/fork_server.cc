@@ -28,8 +28,9 @@ namespace ckptscan::sandbox {
 namespace {
 
 // Received job descriptors are moved at or above this in the child before they are put in
-// place, so that no dup2 onto 0, 1 or 3 clobbers another.
-constexpr int kFirstSourceFd = 16;
+// place, so that no dup2 onto 0, 1 or 3 clobbers another. As low as it can be: the server may
+// run under a small RLIMIT_NOFILE (F_DUPFD past it fails).
+constexpr int kFirstSourceFd = kOutputFd + 1;
 
 struct Request {
   std::vector<std::string> args;
