@@ -225,6 +225,11 @@ absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
                        options.max_frame_bytes, options.cancelled);
 }
 
+pid_t WorkerProcess::pid() const {
+  if (pid_ == 0 && pidfd_.valid()) return PidOfPidfd(pidfd_.get());
+  return pid_;
+}
+
 Result WorkerProcess::Wait() && {
   Result result;
   const pid_t pid = std::exchange(pid_, -1);
@@ -241,7 +246,8 @@ Result WorkerProcess::Wait() && {
   // glibc 2.36's <sys/pidfd.h> lacks extern "C", so the system call is made directly.
   // Invalid on kernels before 5.3: the pid is then polled with waitpid(WNOHANG).
   base::UniqueFd pidfd(forked ? -1 : static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  std::string buf(kReadChunk, '\0');
+  // Not zeroed: only what read() returns is used (64 KiB of memset per job otherwise).
+  const std::unique_ptr<char[]> buf = std::make_unique_for_overwrite<char[]>(kReadChunk);
 
   while (!(eof && exited)) {
     const absl::Duration left = deadline_ - absl::Now();
@@ -271,9 +277,9 @@ Result WorkerProcess::Wait() && {
       break;
     }
     if (!eof && ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      const ssize_t got = ::read(pipe_.get(), buf.data(), buf.size());
+      const ssize_t got = ::read(pipe_.get(), buf.get(), kReadChunk);
       if (got > 0) {
-        frame_error = reader.Feed(std::string_view(buf.data(), static_cast<size_t>(got)));
+        frame_error = reader.Feed(std::string_view(buf.get(), static_cast<size_t>(got)));
         if (!frame_error.ok()) break;  // oversized or trailing: stop reading, kill
       } else if (got == 0) {
         eof = true;
@@ -443,8 +449,9 @@ absl::StatusOr<WorkerProcess> WorkerProcess::StartForked(const SpawnOptions& opt
     }
     if (!pidfd.ok()) return pidfd.status();
     // The parent's copies of the handed descriptors close here (the child holds its own).
-    WorkerProcess w(PidOfPidfd(pidfd->get()), std::move(read_end), start, start + options.timeout,
-                    options.max_frame_bytes, options.cancelled);
+    // pid 0: looked up from the pidfd only when asked (pid()).
+    WorkerProcess w(0, std::move(read_end), start, start + options.timeout, options.max_frame_bytes,
+                    options.cancelled);
     w.pidfd_ = *std::move(pidfd);
     w.status_pipe_ = std::move(status_read);
     return w;

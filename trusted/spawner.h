@@ -136,7 +136,7 @@ class WorkerProcess final {
   ~WorkerProcess();  // kills and reaps a worker nobody waited for
 
   // The worker's pid (in this process's pid namespace).
-  pid_t pid() const { return pid_; }
+  pid_t pid() const;
 
   // Blocks until the worker has ended (or is killed at the deadline) and is reaped.
   Result Wait() &&;
