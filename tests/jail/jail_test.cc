@@ -413,7 +413,9 @@ class BadConversionTest : public SpawnModeTest<const char*> {};
 
 TEST_P(BadConversionTest, OutputThatIsNotThePlanIsNeverPublished) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = absl::StrCat(testing::TempDir(), "/bad_", Param(), ".safetensors");
+  // Per mode: ctest runs the two instances of a case at once.
+  const std::string out = absl::StrCat(testing::TempDir(), "/bad_", Param(), "_",
+                                       ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
   absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert(Param(), out);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -437,7 +439,8 @@ INSTANTIATE_TEST_SUITE_P(Jail, BadConversionTest,
 // in the planned places is indistinguishable from an input that held them (docs/sandbox.md).
 TEST_P(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = testing::TempDir() + "/other_data.safetensors";
+  const std::string out =
+      absl::StrCat(testing::TempDir(), "/other_data_", ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
   absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("convert_other_data", out);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -448,7 +451,8 @@ TEST_P(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
 
 TEST_P(JailTest, ProbeOkModeConvertsLikeTheRealWorker) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = testing::TempDir() + "/ok.safetensors";
+  const std::string out =
+      absl::StrCat(testing::TempDir(), "/ok_", ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
   absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("ok", out);
   ASSERT_TRUE(r.ok()) << r.status();
