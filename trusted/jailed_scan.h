@@ -80,9 +80,9 @@ struct JailOptions {
   // with code "cancelled" (the daemon: the caller's deadline passed or it cancelled).
   std::function<bool()> cancelled;
   // Observers for the daemon's metrics (each may be empty): every worker's fate, and the time
-  // of each phase: "spawn" (posix_spawn of the worker), "parse" (the worker's run after it
-  // started, to reaped), "convert" (the trusted side after the worker: validation, header,
-  // signing, publishing).
+  // of each phase: "spawn" (posix_spawn of the worker, or the fork server's request and
+  // reply), "parse" (the worker's run after it started, to reaped), "convert" (the trusted side
+  // after the worker: validation, header, signing, publishing).
   std::function<void(const sandbox::Result&)> on_worker_exit;
   std::function<void(std::string_view phase, absl::Duration)> on_phase;
   // The input is pinned for the job so that the bytes hashed are the bytes parsed
