@@ -121,6 +121,12 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
                   "is ERROR (docs/security.md)")
       ->type_name("BYTES")
       ->capture_default_str();
+  cmd->add_option("--jail-spawn", f->jail_spawn,
+                  "How each jailed worker process is made: fork-server (default: forked by "
+                  "one jailed helper that set up the namespaces and the seccomp filter once) "
+                  "or per-job (a posix_spawn of the worker per file)")
+      ->type_name("MODE")
+      ->check(CLI::IsMember({"fork-server", "per-job"}));
   cmd->add_option("--worker", f->worker,
                   "The ckptscan-worker binary (default: the one next to "
                   "this ckptscan)")
@@ -168,6 +174,8 @@ std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* ex
   jail.worker_memory = *memory;
   jail.max_sealed_copy_bytes = *max_copy;
   jail.unjailed = f.no_sandbox;
+  jail.spawn_mode = f.jail_spawn == "per-job" ? sandbox::SpawnMode::kSpawnPerJob
+                                              : sandbox::SpawnMode::kForkServer;
   return jail;
 }
 
@@ -212,11 +220,12 @@ std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxF
         "API over the unix socket or TLS");
     return nullptr;
   }
-  if (sandbox.no_sandbox || !sandbox.worker.empty() || rules.any() || !limits.empty()) {
+  if (sandbox.no_sandbox || !sandbox.worker.empty() || !sandbox.jail_spawn.empty() || rules.any() ||
+      !limits.empty()) {
     PrintError(
         absl::StrCat("--server", FromEnv(f.server) ? " (from CKPTSCAN_SERVER)" : "",
-                     ": --no-sandbox, --worker, --rules, --rules-overlay, --allow and --limit "
-                     "are the daemon's to set; they cannot be used with --server"));
+                     ": --no-sandbox, --worker, --jail-spawn, --rules, --rules-overlay, --allow "
+                     "and --limit are the daemon's to set; they cannot be used with --server"));
     return nullptr;
   }
   RemoteOptions options;

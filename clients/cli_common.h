@@ -88,6 +88,7 @@ struct SandboxFlags {
   std::string worker_memory = "8G";
   std::string max_sealed_copy = "4G";
   std::string worker;
+  std::string jail_spawn;  // --jail-spawn: "fork-server" or "per-job"; "" = the default
 };
 
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);

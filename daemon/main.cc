@@ -95,6 +95,7 @@ struct Flags {
   double job_timeout = 60;
   std::string worker_memory = "8G";
   std::string max_sealed_copy = "4G";
+  std::string jail_spawn = "fork-server";
   std::string max_upload = "64G";
   double drain_seconds = 30;
   bool reflection = false;
@@ -425,6 +426,12 @@ int Run(int argc, char** argv) {
                  "Largest file by path copied into sealed memory when it cannot be pinned "
                  "with a read lease (suffix K, M, G, T); a larger one is ERROR")
       ->capture_default_str();
+  app.add_option("--jail-spawn", f.jail_spawn,
+                 "How each jailed worker process is made: fork-server (forked by one jailed "
+                 "helper that set up the namespaces and the seccomp filter once) or per-job (a "
+                 "posix_spawn of the worker per file)")
+      ->check(CLI::IsMember({"fork-server", "per-job"}))
+      ->capture_default_str();
   app.add_option("--max-upload-bytes", f.max_upload,
                  "Largest upload (suffix K, M, G, T); past it RESOURCE_EXHAUSTED")
       ->capture_default_str();
@@ -606,6 +613,8 @@ int Run(int argc, char** argv) {
   options.jail.max_frame_values = f.max_frame_values;
   pipeline::FactsBudget facts_budget(*facts_memory);
   options.jail.max_sealed_copy_bytes = *max_copy;
+  options.jail.spawn_mode = f.jail_spawn == "per-job" ? sandbox::SpawnMode::kSpawnPerJob
+                                                      : sandbox::SpawnMode::kForkServer;
   absl::StatusOr<std::string> layers = CheckJail(options.jail);
   options.jail.facts_budget = &facts_budget;
   if (!layers.ok()) return Fail(absl::StrCat("refusing to start: ", layers.status().message()));

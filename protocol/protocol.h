@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace ckptscan::sandbox {
 
@@ -34,6 +35,26 @@ inline constexpr uint64_t kMaxFrameBytes = 64ull << 20;
 inline constexpr uint64_t kMaxFrameValues = 8'000'000;
 // Largest opcode listing a disasm job returns (cut with a note past it).
 inline constexpr size_t kMaxTraceBytes = 16u << 20;
+
+// The fork server (worker/fork_server.h, trusted/spawner.h ForkServer): `ckptscan-worker
+// --fork-server=PID` is handed one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) as kForkServerFd
+// and no other descriptor. A request is one message: the job's arguments (argv[1..] of a
+// per-job worker), each ended by a NUL, at most kMaxForkRequestBytes, with SCM_RIGHTS
+// descriptors in this order: input, result pipe write end, status pipe write end, and the output
+// when the job converts. The reply is one message: a ForkReply, and when `error` is 0, the
+// child's pidfd (SCM_RIGHTS). The server writes the child's wait status (4 bytes, native
+// endianness) to the status pipe once it has reaped the child, then closes it.
+inline constexpr std::string_view kForkServerFlag = "--fork-server=";
+inline constexpr int kForkServerFd = 3;
+inline constexpr size_t kMaxForkRequestBytes = 64u << 10;
+inline constexpr int kForkRequestFds = 3;  // + 1 with an output
+struct ForkReply {
+  int32_t error = 0;  // 0, or the errno of what failed (EINVAL: a malformed request)
+};
+inline constexpr size_t kWaitStatusBytes = sizeof(int32_t);
+// The name (PR_SET_NAME, /proc/PID/comm) of a fork server's job process, so that ps and tests
+// tell jobs from the server (whose argv they share).
+inline constexpr char kForkedJobName[] = "ckptscan-job";
 
 // How a worker ends when it writes no frame. Anything else that is not 0 is a failure too.
 enum WorkerExit : int {

@@ -92,6 +92,9 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   spawn.timeout = options.timeout;
   spawn.max_frame_bytes = options.max_frame_bytes;
   spawn.cancelled = options.cancelled;
+  if (options.spawn_mode == sandbox::SpawnMode::kForkServer && !options.unjailed) {
+    spawn.fork_server = &sandbox::ForkServer::Shared(options.worker_path);
+  }
 
   JailedRun run;
   const absl::Time spawn_start = absl::Now();

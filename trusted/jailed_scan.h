@@ -40,6 +40,7 @@
 #include "trusted/pinned_input.h"
 #include "trusted/result.h"
 #include "trusted/shard_set.h"
+#include "trusted/spawner.h"
 
 namespace ckptscan::pipeline {
 
@@ -51,6 +52,10 @@ struct JailOptions {
   // a child of its own, under the timeout, but enters no jail layer (no seccomp filter,
   // namespaces or rlimits); its report shows none in force.
   bool unjailed = false;
+  // How each jailed job's process is made (--jail-spawn): forked by this process's fork server
+  // for `worker_path` (started on first use, restarted if it dies), or spawned per job. An
+  // unjailed job is always spawned.
+  sandbox::SpawnMode spawn_mode = sandbox::SpawnMode::kForkServer;
   absl::Duration timeout = absl::Seconds(60);  // per file, wall clock (--timeout)
   // RLIMIT_AS for the worker's own allocations (--worker-memory); the read-only mapping of the
   // input is added on top, so any file size can be mapped.
@@ -80,9 +85,9 @@ struct JailOptions {
   // with code "cancelled" (the daemon: the caller's deadline passed or it cancelled).
   std::function<bool()> cancelled;
   // Observers for the daemon's metrics (each may be empty): every worker's fate, and the time
-  // of each phase: "spawn" (posix_spawn of the worker), "parse" (the worker's run after it
-  // started, to reaped), "convert" (the trusted side after the worker: validation, header,
-  // signing, publishing).
+  // of each phase: "spawn" (posix_spawn of the worker, or the fork server's request and
+  // reply), "parse" (the worker's run after it started, to reaped), "convert" (the trusted side
+  // after the worker: validation, header, signing, publishing).
   std::function<void(const sandbox::Result&)> on_worker_exit;
   std::function<void(std::string_view phase, absl::Duration)> on_phase;
   // The input is pinned for the job so that the bytes hashed are the bytes parsed

@@ -6,19 +6,27 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "protocol/frame.h"
 
 namespace ckptscan::sandbox {
@@ -75,6 +83,42 @@ int Reap(pid_t pid) {
   return status;
 }
 
+// In an Unavailable from ForkServer::Fork when the request was not sent at all.
+constexpr char kNotDelivered[] = "(request not delivered)";
+
+// The spawn attributes every worker and helper gets: an empty signal mask and every signal at
+// its default action.
+absl::Status InitSpawnAttr(posix_spawnattr_t* attr) {
+  sigset_t empty;
+  sigset_t all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  int rc = ::posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (rc == 0) rc = ::posix_spawnattr_setsigmask(attr, &empty);
+  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(attr, &all);
+  if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawnattr");
+  return absl::OkStatus();
+}
+
+int PidfdSendSignal(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+// The pid a pidfd refers to, in this process's pid namespace (-1 if unknown).
+pid_t PidOfPidfd(int pidfd) {
+  std::ifstream info(absl::StrCat("/proc/self/fdinfo/", pidfd));
+  std::string line;
+  while (std::getline(info, line)) {
+    if (line.rfind("Pid:", 0) != 0) continue;
+    const char* p = line.c_str() + 4;
+    while (*p == ' ' || *p == '\t') ++p;
+    pid_t pid = -1;
+    (void)std::from_chars(p, line.c_str() + line.size(), pid);
+    return pid;
+  }
+  return -1;
+}
+
 // A frame the reader refused: over the frame limit (the worker's facts are larger than this
 // side accepts: a limit, ERROR naming max_frame_bytes) or broken (kBadFrame).
 void FrameFailure(const absl::Status& error, Result* result) {
@@ -101,10 +145,16 @@ WorkerProcess::WorkerProcess(WorkerProcess&& other) noexcept
       start_(other.start_),
       deadline_(other.deadline_),
       max_frame_bytes_(other.max_frame_bytes_),
-      cancelled_(std::move(other.cancelled_)) {}
+      cancelled_(std::move(other.cancelled_)),
+      pidfd_(std::move(other.pidfd_)),
+      status_pipe_(std::move(other.status_pipe_)),
+      status_bytes_(std::move(other.status_bytes_)) {}
 
 WorkerProcess::~WorkerProcess() {
-  if (pid_ > 0) {
+  if (status_pipe_.valid()) {
+    // A fork server's child: killed here, reaped by the server.
+    (void)PidfdSendSignal(pidfd_.get(), SIGKILL);
+  } else if (pid_ > 0) {
     (void)::kill(pid_, SIGKILL);
     (void)Reap(pid_);
   }
@@ -113,6 +163,9 @@ WorkerProcess::~WorkerProcess() {
 absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
                                                    base::UniqueFd input, base::UniqueFd output) {
   if (!input.valid()) return absl::InvalidArgumentError("no input descriptor");
+  if (options.fork_server != nullptr) {
+    return StartForked(options, std::move(input), std::move(output));
+  }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
   base::UniqueFd read_end(fds[0]);
@@ -153,14 +206,7 @@ absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
     return absl::ErrnoToStatus(arc, "posix_spawnattr_init");
   }
   absl::Cleanup destroy_attr = [&attr] { ::posix_spawnattr_destroy(&attr); };
-  sigset_t empty;
-  sigset_t all;
-  sigemptyset(&empty);
-  sigfillset(&all);
-  rc = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  if (rc == 0) rc = ::posix_spawnattr_setsigmask(&attr, &empty);
-  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(&attr, &all);
-  if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawnattr");
+  if (absl::Status st = InitSpawnAttr(&attr); !st.ok()) return st;
 
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(options.worker_path.c_str()));
@@ -179,6 +225,11 @@ absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
                        options.max_frame_bytes, options.cancelled);
 }
 
+pid_t WorkerProcess::pid() const {
+  if (pid_ == 0 && pidfd_.valid()) return PidOfPidfd(pidfd_.get());
+  return pid_;
+}
+
 Result WorkerProcess::Wait() && {
   Result result;
   const pid_t pid = std::exchange(pid_, -1);
@@ -189,10 +240,14 @@ Result WorkerProcess::Wait() && {
   bool timed_out = false;
   bool cancelled = false;
   int status = 0;
+  // A fork server's child: its fate comes through the status pipe (the server reaps it).
+  const bool forked = status_pipe_.valid();
+  bool server_lost = false;
   // glibc 2.36's <sys/pidfd.h> lacks extern "C", so the system call is made directly.
   // Invalid on kernels before 5.3: the pid is then polled with waitpid(WNOHANG).
-  base::UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  std::string buf(kReadChunk, '\0');
+  base::UniqueFd pidfd(forked ? -1 : static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  // Not zeroed: only what read() returns is used (64 KiB of memset per job otherwise).
+  const std::unique_ptr<char[]> buf = std::make_unique_for_overwrite<char[]>(kReadChunk);
 
   while (!(eof && exited)) {
     const absl::Duration left = deadline_ - absl::Now();
@@ -213,18 +268,18 @@ Result WorkerProcess::Wait() && {
     pollfd fds[2];
     nfds_t n = 0;
     if (!eof) fds[n++] = {pipe_.get(), POLLIN, 0};
-    const bool poll_pid = !exited && pidfd.valid();
-    if (poll_pid) fds[n++] = {pidfd.get(), POLLIN, 0};
-    if (!exited && !pidfd.valid()) timeout_ms = std::min(timeout_ms, 1);  // poll the pid
+    const bool poll_pid = !exited && (forked || pidfd.valid());
+    if (poll_pid) fds[n++] = {forked ? status_pipe_.get() : pidfd.get(), POLLIN, 0};
+    if (!exited && !poll_pid) timeout_ms = std::min(timeout_ms, 1);  // poll the pid
     const int ready = ::poll(fds, n, timeout_ms);
     if (ready < 0 && errno != EINTR) {
       frame_error = absl::ErrnoToStatus(errno, "poll");
       break;
     }
     if (!eof && ready > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      const ssize_t got = ::read(pipe_.get(), buf.data(), buf.size());
+      const ssize_t got = ::read(pipe_.get(), buf.get(), kReadChunk);
       if (got > 0) {
-        frame_error = reader.Feed(std::string_view(buf.data(), static_cast<size_t>(got)));
+        frame_error = reader.Feed(std::string_view(buf.get(), static_cast<size_t>(got)));
         if (!frame_error.ok()) break;  // oversized or trailing: stop reading, kill
       } else if (got == 0) {
         eof = true;
@@ -233,7 +288,17 @@ Result WorkerProcess::Wait() && {
         break;
       }
     }
-    if (!exited) {
+    if (!exited && forked) {
+      if (ready > 0 && (fds[n - 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        const int got = PollStatus(&status);
+        if (got != 0) exited = true;
+        if (got < 0) {
+          // The server died: its child dies with it; made sure of here, and fail closed.
+          server_lost = true;
+          (void)PidfdSendSignal(pidfd_.get(), SIGKILL);
+        }
+      }
+    } else if (!exited) {
       // With a pidfd, only when it is readable; without one, every round.
       const bool check = !poll_pid || (ready > 0 && (fds[n - 1].revents & POLLIN) != 0);
       if (check) {
@@ -242,11 +307,17 @@ Result WorkerProcess::Wait() && {
       }
     }
   }
-  if (!exited) {
+  if (!exited && forked) {
+    // The pidfd names this child even once the server has reaped it: no reused pid is hit.
+    (void)PidfdSendSignal(pidfd_.get(), SIGKILL);
+    if (!ReadStatus(absl::Now() + kForkReplyTimeout, &status)) server_lost = true;
+  } else if (!exited) {
     (void)::kill(pid, SIGKILL);  // not reaped yet, so the pid cannot have been reused
     status = Reap(pid);
   }
   pipe_.reset();
+  pidfd_.reset();
+  status_pipe_.reset();
   result.elapsed = absl::Now() - start_;
 
   if (cancelled && !exited) {
@@ -260,6 +331,11 @@ Result WorkerProcess::Wait() && {
     result.signal = SIGKILL;
     result.message = absl::StrCat("no result within ", Seconds(deadline_ - start_),
                                   " (--timeout); the worker was killed");
+    return result;
+  }
+  if (server_lost) {
+    result.outcome = Outcome::kFailed;
+    result.message = "the fork server ended before it reported the worker's fate";
     return result;
   }
   if (WIFSIGNALED(status)) {
@@ -309,6 +385,278 @@ Result WorkerProcess::Wait() && {
   result.outcome = Outcome::kOk;
   result.payload = *std::move(payload);
   return result;
+}
+
+int WorkerProcess::PollStatus(int* status) {
+  char buf[kWaitStatusBytes + 1];
+  for (;;) {
+    const ssize_t n = ::read(status_pipe_.get(), buf, sizeof(buf));
+    if (n > 0) {
+      status_bytes_.append(buf, static_cast<size_t>(n));
+      if (status_bytes_.size() > kWaitStatusBytes) return -1;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (status_bytes_.size() == kWaitStatusBytes) {
+      int32_t s;
+      std::memcpy(&s, status_bytes_.data(), sizeof(s));
+      *status = s;
+      return 1;
+    }
+    if (n < 0 && errno == EAGAIN) return 0;
+    return -1;  // EOF (or an error) before the whole status
+  }
+}
+
+bool WorkerProcess::ReadStatus(absl::Time until, int* status) {
+  for (;;) {
+    const int got = PollStatus(status);
+    if (got != 0) return got > 0;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd p{status_pipe_.get(), POLLIN, 0};
+    (void)::poll(
+        &p, 1,
+        static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)))));
+  }
+}
+
+absl::StatusOr<WorkerProcess> WorkerProcess::StartForked(const SpawnOptions& options,
+                                                         base::UniqueFd input,
+                                                         base::UniqueFd output) {
+  const absl::Time start = absl::Now();
+  // Twice at most: a helper found dead is restarted, and the job retried with fresh pipes (a
+  // child of the dead one may still hold the old ones for a moment). A converting job is
+  // retried only if its request never reached the old helper (the output's offset is shared).
+  for (int attempt = 0;; ++attempt) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
+    base::UniqueFd read_end(fds[0]);
+    base::UniqueFd write_end(fds[1]);
+    if (::pipe2(fds, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
+    base::UniqueFd status_read(fds[0]);
+    base::UniqueFd status_write(fds[1]);
+    if (::fcntl(read_end.get(), F_SETFL, O_NONBLOCK) != 0 ||
+        ::fcntl(status_read.get(), F_SETFL, O_NONBLOCK) != 0) {
+      return absl::ErrnoToStatus(errno, "fcntl(O_NONBLOCK)");
+    }
+    absl::StatusOr<base::UniqueFd> pidfd =
+        options.fork_server->Fork(options.args, input.get(), write_end.get(), status_write.get(),
+                                  output.valid() ? output.get() : -1);
+    if (absl::IsUnavailable(pidfd.status()) && attempt == 0 &&
+        (!output.valid() || absl::StrContains(pidfd.status().message(), kNotDelivered))) {
+      continue;
+    }
+    if (!pidfd.ok()) return pidfd.status();
+    // The parent's copies of the handed descriptors close here (the child holds its own).
+    // pid 0: looked up from the pidfd only when asked (pid()).
+    WorkerProcess w(0, std::move(read_end), start, start + options.timeout, options.max_frame_bytes,
+                    options.cancelled);
+    w.pidfd_ = *std::move(pidfd);
+    w.status_pipe_ = std::move(status_read);
+    return w;
+  }
+}
+
+ForkServer& ForkServer::Shared(const std::string& worker_path) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* servers = new std::map<std::string, std::unique_ptr<ForkServer>>();
+  absl::MutexLock lock(&mu);
+  std::unique_ptr<ForkServer>& server = (*servers)[worker_path];
+  if (server == nullptr) server = std::make_unique<ForkServer>(worker_path);
+  return *server;
+}
+
+ForkServer::ForkServer(std::string worker_path)
+    : worker_path_(std::move(worker_path)), spawner_([this] { SpawnerLoop(); }) {}
+
+ForkServer::~ForkServer() {
+  {
+    absl::MutexLock lock(&mu_);
+    StopHelperLocked();
+  }
+  {
+    absl::MutexLock lock(&spawn_mu_);
+    quit_ = true;
+  }
+  spawner_.join();
+}
+
+pid_t ForkServer::helper_pid() const {
+  absl::MutexLock lock(&mu_);
+  return helper_;
+}
+
+int ForkServer::restarts() const {
+  absl::MutexLock lock(&mu_);
+  return restarts_;
+}
+
+void ForkServer::SpawnerLoop() {
+  absl::MutexLock lock(&spawn_mu_);
+  for (;;) {
+    spawn_mu_.Await(absl::Condition(
+        +[](ForkServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->spawn_mu_) {
+          return s->quit_ || (s->spawn_fd_ >= 0 && !s->spawn_done_);
+        },
+        this));
+    if (quit_) return;
+    const int child_end = spawn_fd_;
+    absl::StatusOr<pid_t> result = [&]() -> absl::StatusOr<pid_t> {
+      posix_spawn_file_actions_t actions;
+      if (int rc = ::posix_spawn_file_actions_init(&actions); rc != 0) {
+        return absl::ErrnoToStatus(rc, "posix_spawn_file_actions_init");
+      }
+      absl::Cleanup destroy_actions = [&actions] { ::posix_spawn_file_actions_destroy(&actions); };
+      // The socket becomes kForkServerFd; 0, 1, 2 and everything above are closed.
+      int rc = ::posix_spawn_file_actions_adddup2(&actions, child_end, kForkServerFd);
+      for (int fd = 0; rc == 0 && fd < kForkServerFd; ++fd) {
+        rc = ::posix_spawn_file_actions_addclose(&actions, fd);
+      }
+      if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&actions, kForkServerFd + 1);
+      if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawn_file_actions");
+      posix_spawnattr_t attr;
+      if (int arc = ::posix_spawnattr_init(&attr); arc != 0) {
+        return absl::ErrnoToStatus(arc, "posix_spawnattr_init");
+      }
+      absl::Cleanup destroy_attr = [&attr] { ::posix_spawnattr_destroy(&attr); };
+      if (absl::Status st = InitSpawnAttr(&attr); !st.ok()) return st;
+      std::string flag = absl::StrCat(std::string(kForkServerFlag), ::getpid());
+      char* argv[] = {const_cast<char*>(worker_path_.c_str()), flag.data(), nullptr};
+      char* envp[] = {nullptr};
+      pid_t pid = -1;
+      rc = ::posix_spawn(&pid, worker_path_.c_str(), &actions, &attr, argv, envp);
+      if (rc != 0) {
+        return absl::ErrnoToStatus(rc, absl::StrCat("cannot start the fork server ", worker_path_));
+      }
+      return pid;
+    }();
+    spawn_result_ = std::move(result);
+    spawn_done_ = true;
+  }
+}
+
+absl::StatusOr<pid_t> ForkServer::SpawnOnOwnThread(int child_end) {
+  absl::MutexLock lock(&spawn_mu_);
+  spawn_fd_ = child_end;
+  spawn_done_ = false;
+  spawn_mu_.Await(absl::Condition(&spawn_done_));
+  spawn_fd_ = -1;
+  return std::move(spawn_result_);
+}
+
+void ForkServer::StopHelperLocked() {
+  socket_.reset();  // a live helper sees EOF, kills its children and exits
+  if (helper_ > 0) {
+    (void)::kill(helper_, SIGKILL);
+    (void)Reap(helper_);
+  }
+  helper_ = 0;
+}
+
+absl::Status ForkServer::EnsureHelperLocked() {
+  if (helper_ > 0) return absl::OkStatus();
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::ErrnoToStatus(errno, "socketpair");
+  }
+  base::UniqueFd ours(sv[0]);
+  absl::StatusOr<base::UniqueFd> theirs = AboveHandedSlots(base::UniqueFd(sv[1]));
+  if (!theirs.ok()) return theirs.status();
+  absl::StatusOr<pid_t> pid = SpawnOnOwnThread(theirs->get());
+  if (!pid.ok()) return pid.status();
+  if (started_once_) ++restarts_;
+  started_once_ = true;
+  helper_ = *pid;
+  socket_ = std::move(ours);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<base::UniqueFd> ForkServer::Fork(const std::vector<std::string>& args, int input,
+                                                int result, int status, int output) {
+  std::string data;
+  for (const std::string& a : args) {
+    if (a.find('\0') != std::string::npos) return absl::InvalidArgumentError("NUL in an argument");
+    data.append(a);
+    data.push_back('\0');
+  }
+  if (data.size() > kMaxForkRequestBytes) return absl::InvalidArgumentError("job too large");
+  int fds[kForkRequestFds + 1] = {input, result, status, output};
+  const int nfds = output >= 0 ? kForkRequestFds + 1 : kForkRequestFds;
+
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = EnsureHelperLocked(); !s.ok()) return s;
+  const auto lost = [&](const char* what, bool delivered) {
+    const std::string message = absl::StrCat("the fork server was lost (", what, ") and restarted",
+                                             delivered ? "" : absl::StrCat(" ", kNotDelivered));
+    StopHelperLocked();
+    if (absl::Status s = EnsureHelperLocked(); !s.ok()) return s;
+    return absl::UnavailableError(message);
+  };
+
+  iovec iov{data.data(), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kForkRequestFds + 1))];
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  ssize_t n;
+  do {
+    n = ::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return lost("send", false);
+    return absl::ErrnoToStatus(errno, "send to the fork server");
+  }
+
+  // The reply, within kForkReplyTimeout: a helper that does not answer is treated as dead.
+  const absl::Time until = absl::Now() + kForkReplyTimeout;
+  for (;;) {
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return lost("no reply", true);
+    pollfd p{socket_.get(), POLLIN, 0};
+    const int ready = ::poll(
+        &p, 1,
+        static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)))));
+    if (ready > 0) break;
+    if (ready < 0 && errno != EINTR) return absl::ErrnoToStatus(errno, "poll the fork server");
+  }
+  ForkReply reply;
+  iovec riov{&reply, sizeof(reply)};
+  msghdr rmsg{};
+  rmsg.msg_iov = &riov;
+  rmsg.msg_iovlen = 1;
+  alignas(cmsghdr) char rcontrol[CMSG_SPACE(sizeof(int) * 4)];
+  rmsg.msg_control = rcontrol;
+  rmsg.msg_controllen = sizeof(rcontrol);
+  do {
+    n = ::recvmsg(socket_.get(), &rmsg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  std::vector<base::UniqueFd> got;
+  for (cmsghdr* rc = CMSG_FIRSTHDR(&rmsg); rc != nullptr; rc = CMSG_NXTHDR(&rmsg, rc)) {
+    if (rc->cmsg_level != SOL_SOCKET || rc->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (rc->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(rc) + i * sizeof(int), sizeof(int));
+      got.emplace_back(fd);
+    }
+  }
+  if (n <= 0) return lost(n == 0 ? "EOF" : "receive", true);
+  if (n != sizeof(reply) || (rmsg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    return lost("malformed reply", true);
+  }
+  if (reply.error != 0) {
+    return absl::ErrnoToStatus(reply.error, "the fork server could not start the job");
+  }
+  if (got.size() != 1) return lost("reply without a pidfd", true);
+  return std::move(got[0]);
 }
 
 Result RunWorker(const SpawnOptions& options, base::UniqueFd input, base::UniqueFd output) {

@@ -2,13 +2,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/futex.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,27 +81,6 @@ absl::Status SetRlimits(const JailConfig& c) {
   return SetLimit(RLIMIT_NOFILE, "NOFILE", nofile, nofile);
 }
 
-// 5. Namespaces, best effort: all at once, else one by one (user first, so that the others
-// can use its capabilities when the process has none of its own).
-void EnterNamespaces(JailLayers* layers) {
-  struct Ns {
-    int flag;
-    bool JailLayers::*layer;
-  };
-  static constexpr Ns kNamespaces[] = {
-      {CLONE_NEWUSER, &JailLayers::user_ns}, {CLONE_NEWNET, &JailLayers::net_ns},
-      {CLONE_NEWIPC, &JailLayers::ipc_ns},   {CLONE_NEWUTS, &JailLayers::uts_ns},
-      {CLONE_NEWNS, &JailLayers::mount_ns},  {CLONE_NEWPID, &JailLayers::pid_ns},
-  };
-  int all = 0;
-  for (const Ns& ns : kNamespaces) all |= ns.flag;
-  if (::unshare(all) == 0) {
-    for (const Ns& ns : kNamespaces) layers->*ns.layer = true;
-    return;
-  }
-  for (const Ns& ns : kNamespaces) layers->*ns.layer = ::unshare(ns.flag) == 0;
-}
-
 // One allowlist entry and how it is added to the filter.
 struct Entry {
   AllowedSyscall doc;
@@ -164,20 +146,17 @@ const std::vector<Entry>& Entries() {
   return entries;
 }
 
-// 7. The filter: default KILL_PROCESS (foreign architectures too), then the allowlist.
-absl::Status LoadSeccomp(const JailConfig& config) {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
-  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
-  absl::Cleanup release = [ctx] { seccomp_release(ctx); };
-  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc != 0) {
-    return Errno(-rc, "seccomp_attr_set(ACT_BADARCH)");
+// 7. Loads a program made by CompileSeccomp: after this only the allowlist works.
+absl::Status LoadSeccomp(const SeccompProgram& program) {
+  if (program.insns.empty() || program.insns.size() > BPF_MAXINSNS) {
+    return absl::InternalError("no seccomp program to load");
   }
-  for (const Entry& e : Entries()) {
-    if (int rc = e.add(ctx, config); rc != 0) {
-      return absl::ErrnoToStatus(-rc, absl::StrCat("seccomp_rule_add(", e.doc.name, ")"));
-    }
+  struct sock_fprog prog;
+  prog.len = static_cast<unsigned short>(program.insns.size());
+  prog.filter = const_cast<sock_filter*>(program.insns.data());
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) {
+    return Errno(errno, "seccomp(SECCOMP_SET_MODE_FILTER)");
   }
-  if (int rc = seccomp_load(ctx); rc != 0) return Errno(-rc, "seccomp_load");
   return absl::OkStatus();
 }
 
@@ -192,7 +171,84 @@ const std::vector<AllowedSyscall>& SeccompAllowlist() {
   return list;
 }
 
-absl::StatusOr<JailLayers> EnterJail(const JailConfig& config) {
+void EnterNamespaces(JailLayers* layers) {
+  struct Ns {
+    int flag;
+    bool JailLayers::*layer;
+  };
+  static constexpr Ns kNamespaces[] = {
+      {CLONE_NEWUSER, &JailLayers::user_ns}, {CLONE_NEWNET, &JailLayers::net_ns},
+      {CLONE_NEWIPC, &JailLayers::ipc_ns},   {CLONE_NEWUTS, &JailLayers::uts_ns},
+      {CLONE_NEWNS, &JailLayers::mount_ns},  {CLONE_NEWPID, &JailLayers::pid_ns},
+  };
+  int all = 0;
+  for (const Ns& ns : kNamespaces) all |= ns.flag;
+  if (::unshare(all) == 0) {
+    for (const Ns& ns : kNamespaces) layers->*ns.layer = true;
+    return;
+  }
+  for (const Ns& ns : kNamespaces) layers->*ns.layer = ::unshare(ns.flag) == 0;
+}
+
+// 7 (before it is loaded). The filter: default KILL_PROCESS (foreign architectures too), then
+// the allowlist, compiled by libseccomp and exported as the BPF program the kernel loads.
+absl::StatusOr<SeccompProgram> CompileSeccomp(bool output) {
+  JailConfig config;
+  config.output = output;
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
+  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
+  absl::Cleanup release = [ctx] { seccomp_release(ctx); };
+  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc != 0) {
+    return Errno(-rc, "seccomp_attr_set(ACT_BADARCH)");
+  }
+  for (const Entry& e : Entries()) {
+    if (int rc = e.add(ctx, config); rc != 0) {
+      return absl::ErrnoToStatus(-rc, absl::StrCat("seccomp_rule_add(", e.doc.name, ")"));
+    }
+  }
+  // libseccomp 2.5 exports only to a descriptor: a memfd, read back whole.
+  const int raw = static_cast<int>(::syscall(SYS_memfd_create, "seccomp-bpf", MFD_CLOEXEC));
+  if (raw < 0) return Errno(errno, "memfd_create");
+  absl::Cleanup close_memfd = [raw] { ::close(raw); };
+  if (int rc = seccomp_export_bpf(ctx, raw); rc != 0) return Errno(-rc, "seccomp_export_bpf");
+  const off_t size = ::lseek(raw, 0, SEEK_END);
+  if (size <= 0 || size % static_cast<off_t>(sizeof(sock_filter)) != 0 ||
+      static_cast<size_t>(size) / sizeof(sock_filter) > BPF_MAXINSNS) {
+    return absl::InternalError("seccomp_export_bpf wrote no whole program");
+  }
+  SeccompProgram program;
+  program.insns.resize(static_cast<size_t>(size) / sizeof(sock_filter));
+  if (::pread(raw, program.insns.data(), static_cast<size_t>(size), 0) != size) {
+    return Errno(errno, "read the exported seccomp program");
+  }
+  return program;
+}
+
+absl::Status DieWithParent(pid_t parent) {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return Errno(errno, "PR_SET_PDEATHSIG");
+  if (parent != 0 && ::getppid() != parent) {
+    return absl::UnavailableError("the spawner died before die-with-parent was armed");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HardenProcess() {
+  if (::prctl(PR_SET_DUMPABLE, 0) != 0) return Errno(errno, "PR_SET_DUMPABLE");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno(errno, "PR_SET_NO_NEW_PRIVS");
+  if (::prctl(PR_GET_DUMPABLE) != 0 || ::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+    return absl::FailedPreconditionError("non-dumpable / no_new_privs did not take effect");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Steps 1-7 in order, shared by both ways into the jail. Step 5's namespaces are entered here,
+// or, with `inherited_ns`, were entered by the fork server this process was forked from; the
+// filter is compiled here, or `precompiled` by that fork server.
+absl::StatusOr<JailLayers> EnterJailSteps(const JailConfig& config, pid_t parent,
+                                          const JailLayers* inherited_ns,
+                                          const SeccompProgram* precompiled) {
   // Every setup failure is FailedPrecondition, so that Unavailable means only "parent gone".
   const auto setup_failed = [](const absl::Status& s) {
     return absl::FailedPreconditionError(s.message());
@@ -201,32 +257,51 @@ absl::StatusOr<JailLayers> EnterJail(const JailConfig& config) {
   if (absl::Status s = CloseOtherDescriptors(config.output); !s.ok()) return setup_failed(s);
   layers.closed_fds = true;
 
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
-    return setup_failed(Errno(errno, "PR_SET_PDEATHSIG"));
-  }
-  if (config.parent_pid != 0 && ::getppid() != config.parent_pid) {
-    return absl::UnavailableError("the spawner died before die-with-parent was armed");
+  if (absl::Status s = DieWithParent(parent); !s.ok()) {
+    return absl::IsUnavailable(s) ? s : setup_failed(s);
   }
   layers.die_with_parent = true;
 
-  if (::prctl(PR_SET_DUMPABLE, 0) != 0) return setup_failed(Errno(errno, "PR_SET_DUMPABLE"));
-  layers.non_dumpable = ::prctl(PR_GET_DUMPABLE) == 0;
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return setup_failed(Errno(errno, "PR_SET_NO_NEW_PRIVS"));
-  }
-  layers.no_new_privs = ::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
-  if (!layers.non_dumpable || !layers.no_new_privs) {
-    return absl::FailedPreconditionError("non-dumpable / no_new_privs did not take effect");
+  if (absl::Status s = HardenProcess(); !s.ok()) return setup_failed(s);
+  layers.non_dumpable = true;
+  layers.no_new_privs = true;
+
+  if (inherited_ns == nullptr) {
+    EnterNamespaces(&layers);
+  } else {
+    layers.user_ns = inherited_ns->user_ns;
+    layers.net_ns = inherited_ns->net_ns;
+    layers.ipc_ns = inherited_ns->ipc_ns;
+    layers.uts_ns = inherited_ns->uts_ns;
+    layers.mount_ns = inherited_ns->mount_ns;
+    layers.pid_ns = inherited_ns->pid_ns;
   }
 
-  EnterNamespaces(&layers);
+  // Compiled (it allocates) before the address-space limit is set.
+  absl::StatusOr<SeccompProgram> compiled;
+  if (precompiled == nullptr) {
+    compiled = CompileSeccomp(config.output);
+    if (!compiled.ok()) return setup_failed(compiled.status());
+    precompiled = &*compiled;
+  }
 
   if (absl::Status s = SetRlimits(config); !s.ok()) return setup_failed(s);
   layers.rlimits = true;
 
-  if (absl::Status s = LoadSeccomp(config); !s.ok()) return setup_failed(s);
+  if (absl::Status s = LoadSeccomp(*precompiled); !s.ok()) return setup_failed(s);
   layers.seccomp = true;
   return layers;
+}
+
+}  // namespace
+
+absl::StatusOr<JailLayers> EnterJail(const JailConfig& config) {
+  return EnterJailSteps(config, config.parent_pid, nullptr, nullptr);
+}
+
+absl::StatusOr<JailLayers> EnterForkedJail(const JailConfig& config, const PreparedJail& prepared) {
+  return EnterJailSteps(config, prepared.server_pid, &prepared.namespaces,
+                        config.output ? &prepared.convert_filter : &prepared.scan_filter);
 }
 
 }  // namespace ckptscan::sandbox

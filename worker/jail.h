@@ -16,9 +16,15 @@
 // any other kills the process with SIGSYS.
 //
 // Call it once, single-threaded, in a fresh process. Not for the trusted side.
+//
+// A fork server (worker/fork_server.h) takes steps 2-5 and the filter's compilation once for
+// itself (PrepareJail's pieces below), and each job's forked child then takes all seven steps
+// through EnterForkedJail: 2-4 again against the server, 5 inherited, 7 loading the
+// precompiled program. The steps are the same code either way.
 #ifndef CKPTSCAN_WORKER_JAIL_H_
 #define CKPTSCAN_WORKER_JAIL_H_
 
+#include <linux/filter.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -34,6 +40,39 @@ namespace ckptscan::sandbox {
 // Unavailable when the parent is gone (the worker exits kExitParentGone); another
 // error when a layer that must hold could not be set up.
 absl::StatusOr<JailLayers> EnterJail(const JailConfig& config);
+
+// A compiled seccomp filter: the BPF program libseccomp exports, loaded with
+// seccomp(SECCOMP_SET_MODE_FILTER). Compiling allocates and takes most of the jail's time;
+// loading one is a single system call.
+struct SeccompProgram {
+  std::vector<sock_filter> insns;
+};
+
+// The filter for a job with (`output`) or without an output descriptor.
+absl::StatusOr<SeccompProgram> CompileSeccomp(bool output);
+
+// Step 2: PR_SET_PDEATHSIG SIGKILL, then Unavailable unless getppid() is `parent` (0 skips the
+// check: tests only).
+absl::Status DieWithParent(pid_t parent);
+// Steps 3 and 4: non-dumpable and no_new_privs, both checked.
+absl::Status HardenProcess();
+// Step 5, best effort: unshare the user, net, ipc, uts, mount and pid namespaces, all at once,
+// else one by one (user first, so that the others can use its capabilities when the process
+// has none of its own). Records in `layers` which ones were entered. Note that a new pid
+// namespace holds only the caller's later children, not the caller.
+void EnterNamespaces(JailLayers* layers);
+
+// What a fork server set up once for all its jobs.
+struct PreparedJail {
+  pid_t server_pid = 0;           // the fork server's pid as its children see it (their parent)
+  JailLayers namespaces;          // the namespaces it entered (its children are in them)
+  SeccompProgram scan_filter;     // CompileSeccomp(false)
+  SeccompProgram convert_filter;  // CompileSeccomp(true)
+};
+
+// EnterJail for a child forked by a fork server: the same steps, with the die-with-parent
+// check against the server, the namespaces it entered, and its precompiled filter.
+absl::StatusOr<JailLayers> EnterForkedJail(const JailConfig& config, const PreparedJail& prepared);
 
 // One allowlist entry: the system call, its argument condition ("" = any) and why.
 struct AllowedSyscall {

@@ -95,8 +95,7 @@ int RunJobInJail(const worker::v1::Job& job, const JailLayers& layers, uint64_t 
   }
 }
 
-int WorkerMain(int argc, char** argv) {
-  std::set_terminate(Terminate);
+int WorkerJob(int argc, char** argv, const JailEntry& enter) {
   if (argc != 2) return kExitUsage;
   absl::StatusOr<worker::v1::Job> job = DecodeJobArg(argv[1]);
   if (!job.ok()) return kExitUsage;
@@ -107,11 +106,19 @@ int WorkerMain(int argc, char** argv) {
   const JailConfig config = JailConfigFromJob(*job);
   // --no-sandbox (debugging only, set by the CLI's user): no layer, and none reported.
   if (config.unjailed) return RunJobInJail(*job, JailLayers{}, static_cast<uint64_t>(st.st_size));
-  absl::StatusOr<JailLayers> layers = EnterJail(config);
+  absl::StatusOr<JailLayers> layers = enter(config);
   if (!layers.ok()) {
     return absl::IsUnavailable(layers.status()) ? kExitParentGone : kExitJailSetup;
   }
   return RunJobInJail(*job, *layers, static_cast<uint64_t>(st.st_size));
+}
+
+int WorkerMain(int argc, char** argv) {
+  std::set_terminate(Terminate);
+  if (argc >= 2 && std::string_view(argv[1]).starts_with(kForkServerFlag)) {
+    return ForkServerMain(argc, argv, WorkerJob);
+  }
+  return WorkerJob(argc, argv, EnterJail);
 }
 
 }  // namespace ckptscan::sandbox

@@ -1,6 +1,8 @@
 // ckptscan-worker: one job in a fresh, self-jailed process (docs/sandbox.md).
 //
 //   ckptscan-worker --job=HEX      (started by trusted/spawner.h; never by hand)
+//   ckptscan-worker --fork-server=PID   (the same jobs, each in a child forked by a fork
+//                                        server: worker/fork_server.h)
 //
 // It reads its Job (protocol/job.h), notes the input's size, enters the jail (worker/jail.h),
 // maps the input read-only, extracts facts (worker/extract_facts.h; plus the opcode listing
@@ -14,12 +16,17 @@
 #include <cstdint>
 
 #include "ckptscan/worker/v1/worker.pb.h"
+#include "worker/fork_server.h"
 #include "worker/jail.h"
 
 namespace ckptscan::sandbox {
 
 // The worker's main: returns the exit code (sandbox::WorkerExit).
 int WorkerMain(int argc, char** argv);
+
+// One job: argv[1] is the job (--job=HEX); `enter` enters its jail (EnterJail in a per-job
+// worker). A JobMain (worker/fork_server.h).
+int WorkerJob(int argc, char** argv, const JailEntry& enter);
 
 // The part after the jail is up: map `input_size` bytes of kInputFd, run the job, write the
 // frame. Returns the exit code. Shared with the test probe (worker/testing/jail_probe.cc).

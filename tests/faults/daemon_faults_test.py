@@ -10,7 +10,7 @@ A. Killed workers. One ckptscand (unix socket, --root, --max-running 2). Each of
    starts one call on a slow input -- ScanUpload and ScanPath of a pickle that memoizes None 4
    million times, ConvertPath (output beneath the root) and ConvertUpload of a torch archive
    whose pickle is padded the same way -- waits a random 0-400 ms (at most the job's own time,
-   measured first without a kill) and SIGKILLs the daemon's ckptscan-worker child, if one runs
+   measured first without a kill) and SIGKILLs the daemon's jailed worker, if one runs
    then. Which worker exit the daemon saw (its
    ckptscand_worker_exits_total counter, by reason) tells whether the kill landed or the worker
    had finished first. A landed kill must give a report with verdict ERROR (a convert: a
@@ -130,20 +130,27 @@ class Daemon:
         return self.proc.poll() is None
 
     def workers(self):
-        """Pids of its ckptscan-worker children (the jailed workers of the jobs it runs)."""
+        """Pids of the jailed workers of the jobs it runs: its fork server's children (named
+        ckptscan-job, at any depth below it) or ckptscan-worker children spawned per job (not
+        the fork server, whose argument is --fork-server=PID)."""
         workers = []
-        for k in child_pids(self.pid):
+        pending = child_pids(self.pid)
+        while pending:
+            k = pending.pop()
             try:
-                exe = os.path.basename(os.readlink("/proc/%d/exe" % k))
-            except OSError:
-                exe = ""
-            try:
+                with open("/proc/%d/comm" % k) as f:
+                    comm = f.read().strip()
                 with open("/proc/%d/cmdline" % k, "rb") as f:
-                    argv0 = os.path.basename(f.read().split(b"\0")[0].decode(errors="replace"))
+                    argv = f.read().split(b"\0")
             except OSError:
-                argv0 = ""
-            if "ckptscan-worker" in (exe, argv0):
+                continue
+            argv0 = os.path.basename(argv[0].decode(errors="replace"))
+            if comm == "ckptscan-job":
                 workers.append(k)
+            elif argv0 == "ckptscan-worker" and len(argv) > 1 and argv[1].startswith(b"--job="):
+                workers.append(k)
+            else:
+                pending += child_pids(k)
         return workers
 
     def fd_count(self):

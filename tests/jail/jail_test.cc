@@ -5,17 +5,22 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -62,9 +67,34 @@ Input MakeInput(std::string_view bytes) {
   return in;
 }
 
+// How the tests below start their jobs: each suite runs once per mode (its fixture sets it).
+SpawnMode g_spawn_mode = SpawnMode::kForkServer;
+
+std::string ModeName(SpawnMode mode) {
+  return mode == SpawnMode::kForkServer ? "fork_server" : "per_job";
+}
+
+const auto kSpawnModes = testing::Values(SpawnMode::kForkServer, SpawnMode::kSpawnPerJob);
+
+// A suite whose parameter is (case, spawn mode).
+template <typename Case>
+class SpawnModeTest : public testing::TestWithParam<std::tuple<Case, SpawnMode>> {
+ protected:
+  void SetUp() override { g_spawn_mode = std::get<1>(this->GetParam()); }
+  const Case& Param() const { return std::get<0>(this->GetParam()); }
+};
+
+JailOptions WorkerOptions() {
+  JailOptions o;
+  o.worker_path = CKPT_WORKER;
+  o.spawn_mode = g_spawn_mode;
+  return o;
+}
+
 JailOptions ProbeOptions(std::string_view mode) {
   JailOptions o;
   o.worker_path = CKPT_JAIL_PROBE;
+  o.spawn_mode = g_spawn_mode;
   o.timeout = absl::Seconds(20);
   o.extra_args = {absl::StrCat("--probe=", base::AbslView(mode))};
   return o;
@@ -95,24 +125,32 @@ int CountOpenFds() {
 
 // ------------------------------------------------------------ forbidden actions
 
-class ForbiddenActionTest : public testing::TestWithParam<const char*> {};
+class ForbiddenActionTest : public SpawnModeTest<const char*> {};
 
 TEST_P(ForbiddenActionTest, DiesOfSigsysAndIsAViolation) {
   SKIP_UNDER_SANITIZERS();
-  const JailedRun run = RunProbe(GetParam());
+  const JailedRun run = RunProbe(Param());
   EXPECT_EQ(run.result.outcome, Outcome::kViolation) << Describe(run.result);
   EXPECT_EQ(run.result.signal, SIGSYS) << Describe(run.result);
 }
 
-INSTANTIATE_TEST_SUITE_P(Jail, ForbiddenActionTest,
-                         testing::Values("open", "openat", "socket", "execve", "fork", "ptrace",
-                                         "kill", "mmap_exec", "mprotect_exec", "mmap_shared_write",
-                                         "write_stderr", "write_input", "read_input"),
-                         [](const testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Jail, ForbiddenActionTest,
+    testing::Combine(testing::Values("open", "openat", "socket", "execve", "fork", "ptrace", "kill",
+                                     "mmap_exec", "mprotect_exec", "mmap_shared_write",
+                                     "write_stderr", "write_input", "read_input"),
+                     kSpawnModes),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "_", ModeName(std::get<1>(info.param)));
+    });
 
-TEST(JailTest, ViolationIsReportedDangerousWithTheSandboxViolationFinding) {
+// The scenarios every spawn mode must pass (instantiated at the end of the file).
+class JailTest : public testing::TestWithParam<SpawnMode> {
+ protected:
+  void SetUp() override { g_spawn_mode = GetParam(); }
+};
+
+TEST_P(JailTest, ViolationIsReportedDangerousWithTheSandboxViolationFinding) {
   SKIP_UNDER_SANITIZERS();
   const JailOptions options = ProbeOptions("socket");
   const JailedRun run = RunProbe(options);
@@ -126,7 +164,7 @@ TEST(JailTest, ViolationIsReportedDangerousWithTheSandboxViolationFinding) {
   EXPECT_EQ(info->verdict, v1::VERDICT_DANGEROUS);
 }
 
-TEST(JailTest, WorkerSeesNoneOfTheParentsEnvironment) {
+TEST_P(JailTest, WorkerSeesNoneOfTheParentsEnvironment) {
   SKIP_UNDER_SANITIZERS();
   ASSERT_EQ(::setenv("CKPT_TEST_SECRET", "hunter2-do-not-leak", 1), 0);
   const JailedRun run = RunProbe("env");
@@ -136,7 +174,7 @@ TEST(JailTest, WorkerSeesNoneOfTheParentsEnvironment) {
   EXPECT_EQ(run.trace, "") << "the worker must start with an empty environment";
 }
 
-TEST(JailTest, DescriptorsOpenedBeforeTheJailAreClosedByIt) {
+TEST_P(JailTest, DescriptorsOpenedBeforeTheJailAreClosedByIt) {
   SKIP_UNDER_SANITIZERS();
   const JailedRun run = RunProbe("leaked_fd");
   ASSERT_EQ(run.result.outcome, Outcome::kOk) << Describe(run.result);
@@ -145,7 +183,7 @@ TEST(JailTest, DescriptorsOpenedBeforeTheJailAreClosedByIt) {
 
 // ------------------------------------------------------------ fates
 
-TEST(JailTest, DeadlineKillsASpinningWorkerAndReportsTimeout) {
+TEST_P(JailTest, DeadlineKillsASpinningWorkerAndReportsTimeout) {
   SKIP_UNDER_SANITIZERS();
   JailOptions options = ProbeOptions("spin");
   options.timeout = absl::Milliseconds(300);
@@ -160,7 +198,7 @@ TEST(JailTest, DeadlineKillsASpinningWorkerAndReportsTimeout) {
   EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_TIMEOUT);
 }
 
-TEST(JailTest, CpuLimitStopsASpinningWorkerBeforeTheWallDeadline) {
+TEST_P(JailTest, CpuLimitStopsASpinningWorkerBeforeTheWallDeadline) {
   SKIP_UNDER_SANITIZERS();
   JailOptions options = ProbeOptions("spin");
   options.cpu_seconds = 1;
@@ -170,7 +208,7 @@ TEST(JailTest, CpuLimitStopsASpinningWorkerBeforeTheWallDeadline) {
   EXPECT_EQ(run.result.signal, SIGXCPU) << Describe(run.result);
 }
 
-TEST(JailTest, AllocatingPastTheAddressSpaceLimitFailsCleanlyAsALimit) {
+TEST_P(JailTest, AllocatingPastTheAddressSpaceLimitFailsCleanlyAsALimit) {
   SKIP_UNDER_SANITIZERS();
   JailOptions options = ProbeOptions("alloc");
   options.worker_memory = 256ull << 20;
@@ -185,10 +223,9 @@ TEST(JailTest, AllocatingPastTheAddressSpaceLimitFailsCleanlyAsALimit) {
   EXPECT_EQ(report.errors(0).limit_name(), "worker_memory");
 }
 
-TEST(JailTest, RealWorkerOutOfAddressSpaceIsALimitNotACrash) {
+TEST_P(JailTest, RealWorkerOutOfAddressSpaceIsALimitNotACrash) {
   SKIP_UNDER_SANITIZERS();
-  JailOptions options;
-  options.worker_path = CKPT_WORKER;
+  JailOptions options = WorkerOptions();
   options.worker_memory = 1 << 20;  // far below what the process already maps
   // A pickle that builds a long list, so the VM must allocate.
   std::string big = "\x80\x04]q\x00(";
@@ -201,7 +238,7 @@ TEST(JailTest, RealWorkerOutOfAddressSpaceIsALimitNotACrash) {
   EXPECT_EQ(run.result.exit_code, kExitOutOfMemory) << Describe(run.result);
 }
 
-TEST(JailTest, WorkerCrashIsSignaledAndTheTrustedSideCarriesOn) {
+TEST_P(JailTest, WorkerCrashIsSignaledAndTheTrustedSideCarriesOn) {
   SKIP_UNDER_SANITIZERS();
   const JailOptions options = ProbeOptions("crash");
   const JailedRun run = RunProbe(options);
@@ -212,14 +249,14 @@ TEST(JailTest, WorkerCrashIsSignaledAndTheTrustedSideCarriesOn) {
   EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_SANDBOX);
 }
 
-TEST(JailTest, NonZeroExitIsFailed) {
+TEST_P(JailTest, NonZeroExitIsFailed) {
   SKIP_UNDER_SANITIZERS();
   const JailedRun run = RunProbe("exit3");
   EXPECT_EQ(run.result.outcome, Outcome::kFailed) << Describe(run.result);
   EXPECT_EQ(run.result.exit_code, 3);
 }
 
-TEST(JailTest, WorkerThatCannotBeStartedIsFailed) {
+TEST_P(JailTest, WorkerThatCannotBeStartedIsFailed) {
   JailOptions options;
   options.worker_path = "/nonexistent/ckptscan-worker";
   Input in = MakeInput(kSafePickle);
@@ -236,14 +273,14 @@ struct BadFrameCase {
   const char* why;  // in Result::message: the reason it was refused
 };
 
-class BadFrameTest : public testing::TestWithParam<BadFrameCase> {};
+class BadFrameTest : public SpawnModeTest<BadFrameCase> {};
 
 TEST_P(BadFrameTest, IsBadFrameAndTheFileIsError) {
   SKIP_UNDER_SANITIZERS();
-  const JailOptions options = ProbeOptions(GetParam().mode);
+  const JailOptions options = ProbeOptions(Param().mode);
   const JailedRun run = RunProbe(options);
   EXPECT_EQ(run.result.outcome, Outcome::kBadFrame) << Describe(run.result);
-  EXPECT_TRUE(absl::StrContains(run.result.message, GetParam().why)) << Describe(run.result);
+  EXPECT_TRUE(absl::StrContains(run.result.message, Param().why)) << Describe(run.result);
   EXPECT_TRUE(run.facts.members.empty());
   const v1::FileReport report = pipeline::ReportForRun(run, options, *rules::RuleSet::Default());
   EXPECT_EQ(report.verdict(), v1::VERDICT_ERROR);
@@ -251,21 +288,23 @@ TEST_P(BadFrameTest, IsBadFrameAndTheFileIsError) {
   EXPECT_EQ(report.errors(0).code(), v1::ERROR_CODE_SANDBOX);
 }
 
-INSTANTIATE_TEST_SUITE_P(Jail, BadFrameTest,
-                         testing::Values(BadFrameCase{"garbage", "not a worker.v1.Result"},
-                                         BadFrameCase{"truncated", "truncated"},
-                                         BadFrameCase{"trailing", "bytes after the declared"},
-                                         BadFrameCase{"no_frame", "no result frame"},
-                                         BadFrameCase{"inconsistent", "inconsistent graph"},
-                                         BadFrameCase{"bad_enum", "is not a pickle::Kind"},
-                                         BadFrameCase{"incomplete_jail", "incomplete jail"}),
-                         [](const testing::TestParamInfo<BadFrameCase>& info) {
-                           return std::string(info.param.mode);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Jail, BadFrameTest,
+    testing::Combine(testing::Values(BadFrameCase{"garbage", "not a worker.v1.Result"},
+                                     BadFrameCase{"truncated", "truncated"},
+                                     BadFrameCase{"trailing", "bytes after the declared"},
+                                     BadFrameCase{"no_frame", "no result frame"},
+                                     BadFrameCase{"inconsistent", "inconsistent graph"},
+                                     BadFrameCase{"bad_enum", "is not a pickle::Kind"},
+                                     BadFrameCase{"incomplete_jail", "incomplete jail"}),
+                     kSpawnModes),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param).mode, "_", ModeName(std::get<1>(info.param)));
+    });
 
 // A declared length over the cap is refused at the header and the worker killed; the report
 // names the limit (a compromised worker's or an honest one's too-large facts alike: ERROR).
-TEST(JailTest, AFrameOverTheLimitIsErrorNamingMaxFrameBytes) {
+TEST_P(JailTest, AFrameOverTheLimitIsErrorNamingMaxFrameBytes) {
   SKIP_UNDER_SANITIZERS();
   const JailOptions options = ProbeOptions("huge_length");
   const JailedRun run = RunProbe(options);
@@ -281,10 +320,9 @@ TEST(JailTest, AFrameOverTheLimitIsErrorNamingMaxFrameBytes) {
 
 // ------------------------------------------------------------ the real worker
 
-TEST(JailTest, RealWorkerScansAndReportsItsLayers) {
+TEST_P(JailTest, RealWorkerScansAndReportsItsLayers) {
   SKIP_UNDER_SANITIZERS();
-  JailOptions options;
-  options.worker_path = CKPT_WORKER;
+  JailOptions options = WorkerOptions();
   for (const auto& [bytes, verdict] : std::vector<std::pair<std::string_view, v1::Verdict>>{
            {std::string_view(kSafePickle, sizeof(kSafePickle) - 1), v1::VERDICT_SAFE},
            {kEvilPickle, v1::VERDICT_DANGEROUS},
@@ -309,9 +347,8 @@ TEST(JailTest, RealWorkerScansAndReportsItsLayers) {
 // the trusted side accepts that only for a run it asked to be unjailed (a jailed run that
 // reports a missing layer is a bad frame: BadFrameTest/incomplete_jail), and the verdicts are
 // the jailed ones. Runs under sanitizers too: nothing here needs the seccomp filter.
-TEST(JailTest, UnjailedWorkerEntersNoLayerAndGivesTheSameVerdicts) {
-  JailOptions options;
-  options.worker_path = CKPT_WORKER;
+TEST(PerJobSpawnTest, UnjailedWorkerEntersNoLayerAndGivesTheSameVerdicts) {
+  JailOptions options = WorkerOptions();
   options.unjailed = true;
   for (const auto& [bytes, verdict] : std::vector<std::pair<std::string_view, v1::Verdict>>{
            {std::string_view(kSafePickle, sizeof(kSafePickle) - 1), v1::VERDICT_SAFE},
@@ -327,10 +364,9 @@ TEST(JailTest, UnjailedWorkerEntersNoLayerAndGivesTheSameVerdicts) {
   }
 }
 
-TEST(JailTest, RealWorkerReturnsTheListingForDisasm) {
+TEST_P(JailTest, RealWorkerReturnsTheListingForDisasm) {
   SKIP_UNDER_SANITIZERS();
-  JailOptions options;
-  options.worker_path = CKPT_WORKER;
+  JailOptions options = WorkerOptions();
   Input in = MakeInput(kEvilPickle);
   const JailedRun run =
       pipeline::RunJailedJob(std::move(in.fd), in.size, worker::v1::Job::MODE_DISASM, {}, options);
@@ -340,10 +376,9 @@ TEST(JailTest, RealWorkerReturnsTheListingForDisasm) {
   EXPECT_FALSE(run.trace_truncated);
 }
 
-TEST(JailTest, RealWorkerRefusesAnyArgumentButTheJob) {
+TEST_P(JailTest, RealWorkerRefusesAnyArgumentButTheJob) {
   SKIP_UNDER_SANITIZERS();
-  JailOptions options;
-  options.worker_path = CKPT_WORKER;
+  JailOptions options = WorkerOptions();
   options.extra_args = {"--probe=socket"};
   Input in = MakeInput(kSafePickle);
   const JailedRun run =
@@ -352,7 +387,7 @@ TEST(JailTest, RealWorkerRefusesAnyArgumentButTheJob) {
   EXPECT_EQ(run.result.exit_code, kExitUsage);
 }
 
-TEST(JailTest, ProbeOkModeIsTheRealWorker) {
+TEST_P(JailTest, ProbeOkModeIsTheRealWorker) {
   SKIP_UNDER_SANITIZERS();
   const JailedRun run = RunProbe(ProbeOptions("ok"), kEvilPickle);
   ASSERT_EQ(run.result.outcome, Outcome::kOk) << Describe(run.result);
@@ -374,13 +409,15 @@ absl::StatusOr<pipeline::ConvertResult> ProbeConvert(std::string_view mode,
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
-class BadConversionTest : public testing::TestWithParam<const char*> {};
+class BadConversionTest : public SpawnModeTest<const char*> {};
 
 TEST_P(BadConversionTest, OutputThatIsNotThePlanIsNeverPublished) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = absl::StrCat(testing::TempDir(), "/bad_", GetParam(), ".safetensors");
+  // Per mode: ctest runs the two instances of a case at once.
+  const std::string out = absl::StrCat(testing::TempDir(), "/bad_", Param(), "_",
+                                       ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
-  absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert(GetParam(), out);
+  absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert(Param(), out);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->report.verdict(), v1::VERDICT_SAFE);  // the facts were the real ones
   EXPECT_FALSE(r->status.ok());
@@ -389,18 +426,21 @@ TEST_P(BadConversionTest, OutputThatIsNotThePlanIsNeverPublished) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Jail, BadConversionTest,
-                         testing::Values("convert_bad_header", "convert_short", "convert_long",
-                                         "convert_nothing"),
-                         [](const testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
+                         testing::Combine(testing::Values("convert_bad_header", "convert_short",
+                                                          "convert_long", "convert_nothing"),
+                                          kSpawnModes),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_",
+                                               ModeName(std::get<1>(info.param)));
                          });
 
 // The trusted side fixes the structure (header, sizes, order) but cannot check tensor values
 // without parsing the input itself, which it never does: a worker that writes other values
 // in the planned places is indistinguishable from an input that held them (docs/sandbox.md).
-TEST(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
+TEST_P(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = testing::TempDir() + "/other_data.safetensors";
+  const std::string out =
+      absl::StrCat(testing::TempDir(), "/other_data_", ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
   absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("convert_other_data", out);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -409,9 +449,10 @@ TEST(JailTest, OtherTensorValuesInThePlannedLayoutCannotBeToldApart) {
   ::unlink(out.c_str());
 }
 
-TEST(JailTest, ProbeOkModeConvertsLikeTheRealWorker) {
+TEST_P(JailTest, ProbeOkModeConvertsLikeTheRealWorker) {
   SKIP_UNDER_SANITIZERS();
-  const std::string out = testing::TempDir() + "/ok.safetensors";
+  const std::string out =
+      absl::StrCat(testing::TempDir(), "/ok_", ModeName(g_spawn_mode), ".safetensors");
   ::unlink(out.c_str());
   absl::StatusOr<pipeline::ConvertResult> r = ProbeConvert("ok", out);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -423,8 +464,43 @@ TEST(JailTest, ProbeOkModeConvertsLikeTheRealWorker) {
 
 // ------------------------------------------------------------ descriptors and children
 
-TEST(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {
+// The processes whose parent is `pid` (from /proc: works for any process here).
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> children;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    const pid_t p = static_cast<pid_t>(std::atoi(e->d_name));
+    if (p <= 0) continue;
+    std::ifstream stat(absl::StrCat("/proc/", p, "/stat"));
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) children.push_back(p);
+  }
+  ::closedir(d);
+  return children;
+}
+
+// Every descendant of `pid`.
+std::vector<pid_t> DescendantsOf(pid_t pid) {
+  std::vector<pid_t> all;
+  for (pid_t c : ChildrenOf(pid)) {
+    all.push_back(c);
+    for (pid_t d : DescendantsOf(c)) all.push_back(d);
+  }
+  return all;
+}
+
+TEST_P(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {
   SKIP_UNDER_SANITIZERS();
+  // The fork server is one long-lived child with one socket: started before counting.
+  (void)RunProbe("ok");
   const int before = CountOpenFds();
   for (int i = 0; i < 40; ++i) {
     for (const char* mode : {"ok", "socket", "garbage", "huge_length", "crash", "exit3"}) {
@@ -435,9 +511,23 @@ TEST(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {
   spin.timeout = absl::Milliseconds(50);
   for (int i = 0; i < 5; ++i) (void)RunProbe(spin);
   EXPECT_EQ(CountOpenFds(), before);
+  // The only children left are fork servers (this suite's other mode may have started them),
+  // and below each at most its pid-namespace half: every job's process was reaped (by this
+  // process, or by its fork server before Wait() returned).
+  std::vector<pid_t> servers;
+  for (const char* path : {CKPT_JAIL_PROBE, CKPT_WORKER}) {
+    const pid_t helper = ForkServer::Shared(path).helper_pid();
+    if (helper > 0) servers.push_back(helper);
+  }
+  for (pid_t child : ChildrenOf(::getpid())) {
+    EXPECT_TRUE(std::find(servers.begin(), servers.end(), child) != servers.end())
+        << "a worker was left unreaped: " << child;
+  }
+  for (pid_t server : servers) {
+    EXPECT_LE(DescendantsOf(server).size(), 1u) << "a fork server's worker was left unreaped";
+  }
   int status;
-  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), -1) << "a worker was left unreaped";
-  EXPECT_EQ(errno, ECHILD);
+  EXPECT_EQ(::waitpid(-1, &status, WNOHANG), servers.empty() ? -1 : 0);
 }
 
 // Forks an intermediate "spawner" that starts a probe and exits; this test process becomes
@@ -502,34 +592,205 @@ int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
   return probe_status;
 }
 
-TEST(JailTest, WorkerDiesWithItsParent) {
+TEST(PerJobSpawnTest, WorkerDiesWithItsParent) {
   SKIP_UNDER_SANITIZERS();
   const int status = OrphanedProbeStatus("spin", /*wait_for_jail=*/true);
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
-TEST(JailTest, WorkerWhoseParentDiedBeforeTheJailExitsWithoutWork) {
+TEST(PerJobSpawnTest, WorkerWhoseParentDiedBeforeTheJailExitsWithoutWork) {
   SKIP_UNDER_SANITIZERS();
   const int status = OrphanedProbeStatus("late_jail", /*wait_for_jail=*/false);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), kExitParentGone);
 }
 
+// ------------------------------------------------------------ the fork server
+
+// A probe job started through `server`, not waited for.
+absl::StatusOr<WorkerProcess> StartForked(ForkServer& server, std::string_view mode) {
+  worker::v1::Job job;
+  job.set_mode(worker::v1::Job::MODE_SCAN);
+  job.mutable_jail()->set_address_space_bytes(8ull << 30);
+  job.mutable_jail()->set_cpu_seconds(60);
+  job.mutable_jail()->set_parent_pid(::getpid());
+  SpawnOptions options;
+  options.worker_path = CKPT_JAIL_PROBE;
+  options.args = {EncodeJobArg(job), absl::StrCat("--probe=", base::AbslView(mode))};
+  options.timeout = absl::Seconds(20);
+  options.fork_server = &server;
+  Input in = MakeInput(kSafePickle);
+  return WorkerProcess::Start(options, std::move(in.fd), base::UniqueFd());
+}
+
+// A field of /proc/PID/status ("" if there is none, or no such process).
+std::string StatusField(pid_t pid, std::string_view field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  const std::string prefix = absl::StrCat(base::AbslView(field), ":");
+  while (std::getline(status, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const size_t value = line.find_first_not_of(" \t", prefix.size());
+    return value == std::string::npos ? "" : line.substr(value);
+  }
+  return "";
+}
+
+// Until `pid` has loaded its own filter: one more than this process has (which may itself run
+// under one, as under without_namespaces).
+bool WaitForJail(pid_t pid) {
+  const int inherited = std::atoi(StatusField(::getpid(), "Seccomp_filters").c_str());
+  for (int i = 0; i < 5000; ++i) {
+    if (std::atoi(StatusField(pid, "Seccomp_filters").c_str()) > inherited) return true;
+    ::usleep(1000);
+  }
+  return false;
+}
+
+// Whether the process `pidfd` refers to ends within five seconds.
+bool EndsSoon(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 5000) == 1;
+}
+
+base::UniqueFd PidfdOf(pid_t pid) {
+  return base::UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+}
+
+TEST(ForkServerTest, ChildIsUnderSeccompWithNoNewPrivsBeforeItReadsInput) {
+  SKIP_UNDER_SANITIZERS();
+  ForkServer server(CKPT_JAIL_PROBE);
+  absl::StatusOr<WorkerProcess> w = StartForked(server, "spin");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_GT(w->pid(), 0);
+  EXPECT_NE(w->pid(), server.helper_pid()) << "the job runs in a child, not in the server";
+  ASSERT_TRUE(WaitForJail(w->pid()));
+  EXPECT_EQ(StatusField(w->pid(), "Seccomp"), "2");
+  EXPECT_EQ(StatusField(w->pid(), "NoNewPrivs"), "1");
+  // The server itself is not under the job's filter (it must fork) but is no_new_privs.
+  EXPECT_EQ(StatusField(server.helper_pid(), "NoNewPrivs"), "1");
+}
+
+TEST(ForkServerTest, AJobSeesNoneOfAnotherJobsDescriptors) {
+  SKIP_UNDER_SANITIZERS();
+  ForkServer server(CKPT_JAIL_PROBE);
+  // A running job whose descriptors (and status pipe) the server holds while the next forks.
+  absl::StatusOr<WorkerProcess> other = StartForked(server, "spin");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(WaitForJail(other->pid()));
+  absl::StatusOr<WorkerProcess> w = StartForked(server, "open_fds");
+  ASSERT_TRUE(w.ok()) << w.status();
+  const Result r = std::move(*w).Wait();
+  ASSERT_EQ(r.outcome, Outcome::kOk) << Describe(r);
+  worker::v1::Result frame;
+  ASSERT_TRUE(frame.ParseFromString(r.payload));
+  EXPECT_EQ(frame.trace(), "0 1") << "open descriptors of a job";
+}
+
+TEST(ForkServerTest, KilledServerIsRestartedAndTheNextJobSucceeds) {
+  SKIP_UNDER_SANITIZERS();
+  ForkServer server(CKPT_JAIL_PROBE);
+  absl::StatusOr<WorkerProcess> w = StartForked(server, "spin");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(WaitForJail(w->pid()));
+  const pid_t helper = server.helper_pid();
+  ASSERT_EQ(::kill(helper, SIGKILL), 0);
+  // The running job ends without a status from its server: fail closed.
+  const Result lost = std::move(*w).Wait();
+  EXPECT_EQ(lost.outcome, Outcome::kFailed) << Describe(lost);
+  EXPECT_LT(lost.elapsed, absl::Seconds(10)) << "the job must not run to its deadline";
+  EXPECT_EQ(server.restarts(), 0);
+  absl::StatusOr<WorkerProcess> next = StartForked(server, "ok");
+  ASSERT_TRUE(next.ok()) << next.status();
+  const Result r = std::move(*next).Wait();
+  EXPECT_EQ(r.outcome, Outcome::kOk) << Describe(r);
+  EXPECT_EQ(server.restarts(), 1);
+  EXPECT_NE(server.helper_pid(), helper);
+  EXPECT_GT(server.helper_pid(), 0);
+}
+
+TEST(ForkServerTest, JobWhoseServerDiesIsKilled) {
+  SKIP_UNDER_SANITIZERS();
+  ForkServer server(CKPT_JAIL_PROBE);
+  absl::StatusOr<WorkerProcess> w = StartForked(server, "spin");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(WaitForJail(w->pid()));
+  const base::UniqueFd child = PidfdOf(w->pid());
+  ASSERT_TRUE(child.valid());
+  ASSERT_EQ(::kill(server.helper_pid(), SIGKILL), 0);
+  EXPECT_TRUE(EndsSoon(child.get())) << "a job outlived its fork server";
+}
+
+// The trusted process (here a forked stand-in) exits: its fork server and the server's jobs die.
+TEST(ForkServerTest, ServerAndItsJobsDieWithTheTrustedProcess) {
+  SKIP_UNDER_SANITIZERS();
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t middle = ::fork();
+  if (middle == 0) {
+    ::close(pipefd[0]);
+    auto* server = new ForkServer(CKPT_JAIL_PROBE);  // never destroyed: the process just ends
+    absl::StatusOr<WorkerProcess> w = StartForked(*server, "spin");
+    pid_t pids[2] = {0, 0};
+    if (w.ok() && WaitForJail(w->pid())) {
+      pids[0] = server->helper_pid();
+      pids[1] = w->pid();
+    }
+    (void)!::write(pipefd[1], pids, sizeof(pids));
+    ::_exit(0);  // no destructors: nothing is killed on the way out
+  }
+  ::close(pipefd[1]);
+  pid_t pids[2] = {0, 0};
+  EXPECT_EQ(::read(pipefd[0], pids, sizeof(pids)), static_cast<ssize_t>(sizeof(pids)));
+  ::close(pipefd[0]);
+  int status = 0;
+  EXPECT_EQ(::waitpid(middle, &status, 0), middle);
+  ASSERT_GT(pids[0], 0);
+  ASSERT_GT(pids[1], 0);
+  // The job: gone already (pidfd_open fails), or gone within seconds.
+  const base::UniqueFd job = PidfdOf(pids[1]);
+  EXPECT_TRUE(!job.valid() || EndsSoon(job.get())) << "a job outlived the trusted process";
+  // The server is ours now (subreaper): it must end by itself, killed.
+  int server_status = -1;
+  for (int i = 0; i < 5000; ++i) {
+    if (::waitpid(pids[0], &server_status, WNOHANG) == pids[0]) break;
+    ::usleep(1000);
+  }
+  (void)::kill(pids[0], SIGKILL);  // in case it did not: the assertions below then fail
+  (void)::waitpid(pids[0], nullptr, WNOHANG);
+  EXPECT_TRUE(WIFSIGNALED(server_status) && WTERMSIG(server_status) == SIGKILL) << server_status;
+  // Its pid-namespace half, if any, was reparented here too: reap it.
+  for (pid_t orphan : ChildrenOf(::getpid())) {
+    if (orphan == ForkServer::Shared(CKPT_JAIL_PROBE).helper_pid() ||
+        orphan == ForkServer::Shared(CKPT_WORKER).helper_pid()) {
+      continue;
+    }
+    for (int i = 0; i < 5000 && ::waitpid(orphan, nullptr, WNOHANG) != orphan; ++i) ::usleep(1000);
+  }
+  EXPECT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+}
+
 // ------------------------------------------------------------ policy
 
-TEST(JailTest, SeccompIsAvailableOnThisMachine) {
+TEST(JailPolicyTest, SeccompIsAvailableOnThisMachine) {
   SKIP_UNDER_SANITIZERS();
   EXPECT_TRUE(CheckSeccompAvailable().ok()) << CheckSeccompAvailable();
 }
 
-TEST(JailTest, AllowlistIsExactlyTheDocumentedOne) {
+TEST(JailPolicyTest, AllowlistIsExactlyTheDocumentedOne) {
   std::vector<std::string> names;
   for (const AllowedSyscall& s : SeccompAllowlist()) names.push_back(s.name);
   EXPECT_EQ(names, (std::vector<std::string>{"brk", "mmap", "munmap", "mremap", "madvise", "futex",
                                              "write", "exit", "exit_group", "rt_sigreturn"}));
   for (const AllowedSyscall& s : SeccompAllowlist()) EXPECT_NE(std::string(s.reason), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Spawn, JailTest, kSpawnModes,
+                         [](const testing::TestParamInfo<SpawnMode>& info) {
+                           return ModeName(info.param);
+                         });
 
 }  // namespace
 }  // namespace ckptscan::sandbox

@@ -2,12 +2,15 @@
 // job's JailConfig, exactly as ckptscan-worker does) and then does one thing the tests name:
 //
 //   jail_probe --job=HEX --probe=MODE
+//   jail_probe --fork-server=PID      (a fork server whose jobs are probes: their arguments
+//                                      are --job=HEX --probe=MODE)
 //
 // Forbidden actions (each must die of SIGSYS): open openat socket execve fork ptrace kill
 //   mmap_exec mprotect_exec mmap_shared_write write_stderr write_input read_input
 // Reports (a valid frame whose listing text says what the probe saw):
 //   env        the environment the worker was given
 //   leaked_fd  mmap of descriptors opened before the jail (must be closed: EBADF)
+//   open_fds   which descriptors below 1024 are open (mmap does not fail with EBADF)
 // Fates: ok (the real worker's job), spin, alloc, crash, exit3, late_jail (sleeps before the
 //   jail, so the parent can die first)
 // Bad frames: garbage huge_length truncated trailing no_frame inconsistent bad_enum
@@ -196,6 +199,16 @@ int Probe(std::string_view mode, const worker::v1::Job& job, const JailLayers& l
     // Descriptors 2 and 17 were opened (without O_CLOEXEC) before the jail: see main().
     return Report(layers, absl::StrCat(MmapOutcome(2), "; ", MmapOutcome(17)));
   }
+  if (mode == "open_fds") {
+    std::string open;
+    for (int fd = 0; fd < 1024; ++fd) {
+      if (::mmap(nullptr, 1, PROT_READ, MAP_PRIVATE, fd, 0) == MAP_FAILED && errno == EBADF) {
+        continue;
+      }
+      absl::StrAppend(&open, open.empty() ? "" : " ", fd);
+    }
+    return Report(layers, open);
+  }
   if (mode == "spin") {
     volatile uint64_t i = 0;
     for (;;) {
@@ -264,31 +277,38 @@ int Probe(std::string_view mode, const worker::v1::Job& job, const JailLayers& l
   return kExitProbeUsage;
 }
 
-int ProbeMain(int argc, char** argv) {
+int ProbeJob(int argc, char** argv, const JailEntry& enter) {
   if (argc != 3) return kExitProbeUsage;
   const std::string_view flag = "--probe=";
   const std::string_view arg = argv[2];
   if (arg.substr(0, flag.size()) != flag) return kExitProbeUsage;
   const std::string_view mode = arg.substr(flag.size());
-  if (mode == "ok") return WorkerMain(2, argv);  // the real worker, unchanged
+  if (mode == "ok") return WorkerJob(2, argv, enter);  // the real worker, unchanged
 
   absl::StatusOr<worker::v1::Job> job = DecodeJobArg(argv[1]);
   if (!job.ok()) return kExitUsage;
   if (mode == "leaked_fd") {
     // Opened by the worker itself, without O_CLOEXEC: only EnterJail can close them.
-    if (::dup(kInputFd) != 2 || ::dup2(kInputFd, 17) != 17) return kExitProbeUsage;
+    if (::dup2(kInputFd, 2) != 2 || ::dup2(kInputFd, 17) != 17) return kExitProbeUsage;
   }
   if (mode == "late_jail") ::usleep(1'000'000);  // long enough for the test's parent to exit
   struct stat st;
   if (::fstat(kInputFd, &st) == 0 && S_ISREG(st.st_mode)) {
     input_size = static_cast<uint64_t>(st.st_size);
   }
-  absl::StatusOr<JailLayers> layers = EnterJail(JailConfigFromJob(*job));
+  absl::StatusOr<JailLayers> layers = enter(JailConfigFromJob(*job));
   if (!layers.ok()) {
     return absl::IsUnavailable(layers.status()) ? kExitParentGone : kExitJailSetup;
   }
   if (mode == "late_jail") return 0;
   return Probe(mode, *job, *layers);
+}
+
+int ProbeMain(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]).starts_with(kForkServerFlag)) {
+    return ForkServerMain(argc, argv, ProbeJob);  // each job a probe, forked as a worker's
+  }
+  return ProbeJob(argc, argv, EnterJail);
 }
 
 }  // namespace
