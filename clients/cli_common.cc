@@ -122,9 +122,11 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
       ->type_name("BYTES")
       ->capture_default_str();
   cmd->add_option("--jail-spawn", f->jail_spawn,
-                  "How each jailed worker process is made: fork-server (default: forked by "
-                  "one jailed helper that set up the namespaces and the seccomp filter once) "
-                  "or per-job (a posix_spawn of the worker per file)")
+                  "How each jailed worker process is made: fork-server (forked by one jailed "
+                  "helper that set up the namespaces and the seccomp filter once) or per-job "
+                  "(a posix_spawn of the worker per file). Default: fork-server, but per-job "
+                  "when scan or ls is given a single file (the helper's start costs more than "
+                  "it saves for one job)")
       ->type_name("MODE")
       ->check(CLI::IsMember({"fork-server", "per-job"}));
   cmd->add_option("--worker", f->worker,

@@ -165,8 +165,8 @@ class WatchedFiles final : public app::FileSource {
     meter_->FileDone();
     if (verbose_) {
       const std::string line = absl::StrCat(
-          TerminalSafe(path), ": ", base::AbslView(app::VerdictName(r.verdict())),
-          " in ", absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(10))));
+          TerminalSafe(path), ": ", base::AbslView(app::VerdictName(r.verdict())), " in ",
+          absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(10))));
       absl::MutexLock lock(&mu_);
       PrintError(line);
     }
@@ -263,6 +263,13 @@ int RunScan(const ScanOptions& opt) {
   }
   meter.AddFiles(manifest.size());
   if (jail.has_value()) jail->bytes_read = meter.bytes();
+  // One file: a worker spawned for it costs less than starting the fork server's helper
+  // (its namespaces and filters) and forking from it once. An index's shards then spawn too.
+  size_t files = manifest.size();
+  for (const app::ScanTarget& t : targets) files += t.kind == app::ScanTarget::Kind::kFile;
+  if (jail.has_value() && opt.sandbox.jail_spawn.empty() && files <= 1) {
+    jail->spawn_mode = sandbox::SpawnMode::kSpawnPerJob;
+  }
   const int jobs = opt.jobs > 0 ? opt.jobs : DefaultJobs();
   if (opt.verbosity.verbose) {
     PrintError(absl::StrCat(targets.size(), " paths, -j ", jobs, ", digest ",
