@@ -587,6 +587,7 @@ absl::StatusOr<base::UniqueFd> ForkServer::Fork(const std::vector<std::string>& 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = EnsureHelperLocked(); !s.ok()) return s;
   const auto lost = [&](const char* what, bool delivered) {
+    mu_.AssertHeld();  // called only below, under the lock (for the thread-safety analysis)
     const std::string message = absl::StrCat("the fork server was lost (", what, ") and restarted",
                                              delivered ? "" : absl::StrCat(" ", kNotDelivered));
     StopHelperLocked();
