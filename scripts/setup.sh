@@ -52,6 +52,8 @@ test_packages=(
   # pkg_resources (python3 -m grpc_tools.protoc imports it), pgrep (the daemon and fault tests
   # find workers with it). Checked by scripts/fresh_root_check.sh.
   openssl python3-pkg-resources procps
+  # cpack's Debian generator (deb_package_test) runs file(1) before dpkg-shlibdeps.
+  file
   # The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
   # (python3-lz4: joblib.load of its lz4 files).
   python3-joblib python3-numpy python3-lz4
