@@ -235,6 +235,16 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
           s->set_path(t.path);
           s->set_reason(absl::StrCat("the same file as ", TerminalSafe(report->files(seen).path()),
                                      ", which is scanned"));
+          // A second name still carries its own expected digest (a cache blob named by its
+          // SHA-256, linked to another blob): compared with the file's, not dropped.
+          v1::FileReport* file = report->mutable_files(seen);
+          if (!t.expected_sha256.empty() && !file->sha256().empty() &&
+              file->sha256() != t.expected_sha256) {
+            AddError(file, v1::ERROR_CODE_DIGEST_MISMATCH,
+                     absl::StrCat("sha256 ", file->sha256(), " is not the ", t.expected_sha256,
+                                  " its other name ", TerminalSafe(t.path),
+                                  " is a cache blob named by: the blob was changed or replaced"));
+          }
           break;
         }
         const int at = set.Scan(t.path);
@@ -272,8 +282,18 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
     } else {
       const int seen = set.Scanned(entry.path);
       const int at = seen >= 0 ? seen : set.Scan(entry.path);
-      if (!listed.insert(at).second) continue;  // listed twice under two names: once is enough
       file = report->mutable_files(at);
+      // Listed again (the same path twice, or another name of the same file): scanned once,
+      // but every entry's digest is compared.
+      if (!listed.insert(at).second) {
+        if (!file->sha256().empty() && file->sha256() != entry.sha256) {
+          AddError(file, v1::ERROR_CODE_DIGEST_MISMATCH,
+                   absl::StrCat("sha256 ", file->sha256(), " is not the ", entry.sha256,
+                                " the manifest lists for ", TerminalSafe(entry.path),
+                                ", another name of this file: it was changed or replaced"));
+        }
+        continue;
+      }
     }
     file->set_expected_sha256(entry.sha256);
     if (!file->sha256().empty() && file->sha256() != entry.sha256) {

@@ -9,7 +9,16 @@ namespace {
 
 bool IsInvisible(uint32_t cp) {
   return (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || (cp >= 0x200b && cp <= 0x200f) ||
-         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff ||
+         // Characters that render as nothing, so that two different names look the same: soft
+         // hyphen, combining grapheme joiner, Hangul and Khmer fillers, Mongolian selectors and
+         // vowel separator, variation selectors, interlinear annotations, musical formatting,
+         // and the tag characters ("ASCII smuggling").
+         cp == 0x00ad || cp == 0x034f || cp == 0x115f || cp == 0x1160 || cp == 0x17b4 ||
+         cp == 0x17b5 || (cp >= 0x180b && cp <= 0x180f) || cp == 0x3164 ||
+         (cp >= 0xfe00 && cp <= 0xfe0f) || cp == 0xffa0 || (cp >= 0xfff9 && cp <= 0xfffb) ||
+         (cp >= 0x1d173 && cp <= 0x1d17a) || (cp >= 0xe0000 && cp <= 0xe007f) ||
+         (cp >= 0xe0100 && cp <= 0xe01ef);
 }
 
 }  // namespace

@@ -29,5 +29,16 @@ TEST(EscapeTest, BackslashesAndInvisibleCharactersFollowTheOptions) {
   EXPECT_EQ(Escaped("x\xe2\x80\xaey"), "x\xe2\x80\xaey");
 }
 
+// Characters that show nothing make two different tensor names look the same in a table.
+TEST(EscapeTest, CharactersThatRenderAsNothingAreEscaped) {
+  const EscapeOptions invisible{.escape_invisible = true};
+  EXPECT_EQ(Escaped("w\xf3\xa0\x80\x81", invisible), "w\\u{e0001}");  // a tag character
+  EXPECT_EQ(Escaped("w\xc2\xad", invisible), "w\\u{ad}");             // soft hyphen
+  EXPECT_EQ(Escaped("w\xef\xb8\x8f", invisible), "w\\u{fe0f}");       // variation selector
+  EXPECT_EQ(Escaped("w\xe3\x85\xa4", invisible), "w\\u{3164}");       // Hangul filler
+  EXPECT_EQ(Escaped("w\xe1\xa0\x8e", invisible), "w\\u{180e}");       // Mongolian separator
+  EXPECT_EQ(Escaped("caf\xc3\xa9", invisible), "caf\xc3\xa9");        // visible: kept
+}
+
 }  // namespace
 }  // namespace ckptscan::base

@@ -384,6 +384,30 @@ assert root.get("tests") == "7", root.attrib
 ' && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# Every digest is compared, also for a second name of a file already scanned: a manifest entry
+# turned into a link to another listed file, the same path listed with two digests, and a
+# Hugging Face cache blob hard-linked to another blob (found by an adversary: each was SAFE).
+mkdir -p twice && cp safe.pkl twice/a.pkl && printf '\x80\x02]q\x00.' >twice/b.pkl
+(cd twice && sha256sum a.pkl b.pkl >SHA256SUMS && rm b.pkl && ln -s a.pkl b.pkl)
+name=ManifestEntryThatBecameALinkToAnotherIsAMismatch
+if run "$name" 2 "$bin" scan --manifest twice/SHA256SUMS; then
+  contains out.txt "b.pkl, another name of this file" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+(cd twice && rm b.pkl SHA256SUMS && { sha256sum a.pkl; printf '%064d  a.pkl\n' 0; } >SHA256SUMS)
+name=SamePathListedWithTwoDigestsIsAMismatch
+run "$name" 2 "$bin" scan --manifest twice/SHA256SUMS && pass "$name"
+hf=hfdup/models--org--m
+mkdir -p "$hf/blobs" "$hf/snapshots/rev" "$hf/refs"
+y=$(sha256sum safe.pkl | cut -d' ' -f1)
+x=$(printf '%064d' 7)
+cp safe.pkl "$hf/blobs/$y" && ln "$hf/blobs/$y" "$hf/blobs/$x"
+ln -s "../../blobs/$y" "$hf/snapshots/rev/a.pkl"
+ln -s "../../blobs/$x" "$hf/snapshots/rev/b.pkl"
+name=CacheBlobLinkedToAnotherBlobIsAMismatch
+if run "$name" 2 "$bin" scan "$hf"; then
+  contains out.txt "digest_mismatch" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
 # -j: files scanned at once give the same report, in the same order, as one after another: the
 # whole fixture corpus (indexes and their shards, Hugging Face caches, duplicates by identity,
 # skipped paths), compared byte for byte with -j 1.

@@ -427,6 +427,13 @@ class CliTest(LoadTestCase):
         fifo = os.path.join(self.tmp, "fifo.pt")
         os.mkfifo(fifo)
         self.assertNotLoaded(self.cc.ScanUnavailableError, fifo, ckptscan=ARGS.ckptscan)
+        # A folder: the same error naming the path, and no descriptor left open.
+        folder = os.path.join(self.tmp, "folder.pt")
+        os.mkdir(folder)
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            self.assertNotLoaded(self.cc.ScanUnavailableError, folder, ckptscan=ARGS.ckptscan)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 
 
 class DaemonTest(LoadTestCase):

@@ -803,10 +803,27 @@ class Reader {
     for (const zip::Entry& e : ar->entries()) {
       npz = npz && e.name.size() > 4 && e.name.substr(e.name.size() - 4) == ".npy";
     }
-    std::string format = data_pkl == nullptr    ? (npz ? "npz" : "zip")
-                         : constants != nullptr ? "torchscript"
-                                                : "torch-zip";
+    // A record torch's get_all_records() reads as constants.pkl although its stored name is
+    // not exactly that (a NUL inside it, or cut at torch's 512-byte buffer): torch.load still
+    // hands the file to torch.jit.load. Found by the zip reader's name checks.
+    const zip::Anomaly* marker = nullptr;
+    if (torch_view && constants == nullptr) {
+      for (const zip::Anomaly& a : ar->anomalies()) {
+        if (a.kind == zip::AnomalyKind::kTorchScriptMarker) {
+          marker = &a;
+          break;
+        }
+      }
+    }
+    std::string format = data_pkl == nullptr                         ? (npz ? "npz" : "zip")
+                         : constants != nullptr || marker != nullptr ? "torchscript"
+                                                                     : "torch-zip";
     if (top) out_->format = format;
+    if (marker != nullptr) {
+      Anomaly("torchscript", MemberName(outer, marker->member), base + marker->offset,
+              "a record torch reads as constants.pkl (its name as a C string): torch.load hands "
+              "the file to torch.jit.load, which runs its code");
+    }
     if (constants != nullptr) {
       Anomaly("torchscript", MemberName(outer, constants->name),
               base + constants->local_header_offset,

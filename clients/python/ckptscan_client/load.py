@@ -96,9 +96,16 @@ def _read_once(path):
     to each reader, and a folder is no checkpoint."""
     # O_NONBLOCK: opening a FIFO does not wait for a writer (it has no effect on regular files).
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
+    try:
+        # Checked on the descriptor before it becomes a file object (os.fdopen refuses a folder
+        # with an error naming the descriptor, not the path).
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ScanUnavailableError(path, "not a regular file: not scanned, not loaded")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         return f.read()
 
 
