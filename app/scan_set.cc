@@ -57,9 +57,11 @@ class ScanAhead {
  public:
   ScanAhead(FileSource* source, int jobs) : source_(source), jobs_(std::max(jobs, 1)) {}
 
+  bool parallel() const { return jobs_ > 1; }
+
   // Scans the `paths` not yet scanned, one per file identity (the first name), in parallel.
   void Prefetch(const std::vector<std::string>& paths, const std::set<FileId>& scanned) {
-    if (jobs_ <= 1) return;
+    if (!parallel()) return;
     std::vector<std::string> todo;
     std::set<FileId> seen = scanned;
     for (const std::string& path : paths) {
@@ -103,6 +105,7 @@ class SetScanner {
 
   // Scans, in parallel ahead of need, the files `paths` name that are not scanned yet.
   void Prefetch(const std::vector<std::string>& paths) {
+    if (!ahead_.parallel()) return;  // -j 1: nothing is scanned ahead
     std::set<FileId> scanned;
     for (const auto& [id, at] : scanned_) scanned.insert(id);
     ahead_.Prefetch(paths, scanned);

@@ -37,3 +37,17 @@ finish() {
   fi
   echo "all cases passed"
 }
+
+# job_worker PID: the pid of a jailed job's process under PID, if one runs: a child of its fork
+# server (named ckptscan-job, a grandchild or deeper), or a worker spawned per job.
+job_worker() {
+  local p a
+  for p in $(pgrep -x ckptscan-job); do
+    a=$p
+    while [[ -n "$a" && "$a" -gt 1 ]]; do
+      a=$(ps -o ppid= -p "$a" | tr -d ' ')
+      [[ "$a" == "$1" ]] && { echo "$p"; return 0; }
+    done
+  done
+  pgrep -P "$1" -f 'ckptscan-worker --job' | head -1
+}

@@ -58,19 +58,6 @@ if $can_be_nobody; then
   nobody_daemon="$tmp/nobody/$(basename "$daemon_bin")"
   nobody_tied="$tmp/nobody/tied.pt"
 fi
-# job_worker PID: the pid of a jailed job's process under PID, if one runs: a child of its fork
-# server (named ckptscan-job, a grandchild or deeper), or a worker spawned per job.
-job_worker() {
-  local p a
-  for p in $(pgrep -x ckptscan-job); do
-    a=$p
-    while [[ -n "$a" && "$a" -gt 1 ]]; do
-      a=$(ps -o ppid= -p "$a" | tr -d ' ')
-      [[ "$a" == "$1" ]] && { echo "$p"; return 0; }
-    done
-  done
-  pgrep -P "$1" -f 'ckptscan-worker --job' | head -1
-}
 
 # wait_for_worker PID: the pid of a jailed job's process under the daemon, once one runs.
 wait_for_worker() {

@@ -7,12 +7,28 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/checked.h"
 #include "base/escape.h"
 #include "core/pickle/opcodes.h"
 #include "rules/catalogue.h"
 
 namespace ckptscan::pipeline {
 namespace {
+
+// Per storage of `facts`: whether more than one tensor uses it (tied weights, views).
+std::vector<bool> SharedStorages(const FileFacts& facts) {
+  std::vector<uint32_t> users(facts.storages.size(), 0);
+  for (const torch::TensorFact& t : facts.tensors) {
+    if (t.storage >= 0 && static_cast<size_t>(t.storage) < users.size()) ++users[t.storage];
+  }
+  std::vector<bool> shared(users.size());
+  for (size_t i = 0; i < users.size(); ++i) shared[i] = users[i] > 1;
+  return shared;
+}
+
+bool OnSharedStorage(const torch::TensorFact& t, const std::vector<bool>& shared) {
+  return t.storage >= 0 && static_cast<size_t>(t.storage) < shared.size() && shared[t.storage];
+}
 
 v1::ScanError MalformedError(std::string message) {
   v1::ScanError e;
@@ -156,17 +172,12 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
   report.set_globals(static_cast<uint32_t>(std::min<uint64_t>(globals, UINT32_MAX)));
   uint64_t tensor_bytes = 0;
   for (const torch::StorageData& d : facts.storage_data) tensor_bytes += d.nbytes;
-  std::vector<uint32_t> users(facts.storages.size(), 0);
+  const std::vector<bool> shared_storage = SharedStorages(facts);
   uint64_t unsupported = 0;
-  for (const torch::TensorFact& t : facts.tensors) {
-    if (t.storage >= 0 && static_cast<size_t>(t.storage) < users.size()) ++users[t.storage];
-    if (!t.problem.empty()) ++unsupported;
-  }
   uint64_t shared = 0;
   for (const torch::TensorFact& t : facts.tensors) {
-    if (t.storage >= 0 && static_cast<size_t>(t.storage) < users.size() && users[t.storage] > 1) {
-      ++shared;
-    }
+    if (!t.problem.empty()) ++unsupported;
+    if (OnSharedStorage(t, shared_storage)) ++shared;
   }
   v1::TensorSummary* ts = report.mutable_tensors();
   ts->set_count(facts.tensors.size());
@@ -196,30 +207,26 @@ v1::FileReport JudgeFacts(const FileFacts& facts, const rules::RuleSet& rules) {
 }
 
 void AddTensorList(const FileFacts& facts, v1::FileReport* report) {
-  std::vector<uint32_t> users(facts.storages.size(), 0);
-  auto has_storage = [&](int32_t s) { return s >= 0 && static_cast<size_t>(s) < users.size(); };
-  for (const torch::TensorFact& t : facts.tensors) {
-    if (has_storage(t.storage)) ++users[t.storage];
-  }
+  const std::vector<bool> shared_storage = SharedStorages(facts);
   for (const torch::TensorFact& t : facts.tensors) {
     v1::TensorInfo* info = report->add_tensor_list();
     info->set_name(base::Escaped(t.name));
-    if (t.dtype != nullptr) info->set_dtype(std::string(t.dtype->name));
-    // numel x element size, overflow-checked; packed dtypes (per_byte > 1) round up.
-    uint64_t numel = 1;
-    bool ok = t.dtype != nullptr;
-    for (int64_t d : t.shape) {
-      info->add_shape(d);
-      if (d < 0 || (d != 0 && numel > UINT64_MAX / static_cast<uint64_t>(d))) ok = false;
-      if (ok) numel *= static_cast<uint64_t>(d);
+    for (int64_t d : t.shape) info->add_shape(d);
+    if (t.dtype != nullptr) {
+      info->set_dtype(std::string(t.dtype->name));
+      // numel x element size (packed dtypes round up); 0 when it overflows.
+      const uint64_t numel = t.numel();
+      const uint64_t per = std::max<uint32_t>(t.dtype->per_byte, 1);
+      uint64_t bytes = 0;
+      if (numel != UINT64_MAX &&
+          base::CheckedMul<uint64_t>(numel / per + (numel % per != 0), t.dtype->size, &bytes)) {
+        info->set_bytes(bytes);
+      }
     }
-    if (ok) {
-      const uint64_t per = t.dtype->per_byte == 0 ? 1 : t.dtype->per_byte;
-      const uint64_t units = numel / per + (numel % per != 0 ? 1 : 0);
-      if (units <= UINT64_MAX / t.dtype->size) info->set_bytes(units * t.dtype->size);
-    }
-    info->set_storage(has_storage(t.storage) ? t.storage : -1);
-    info->set_shared(has_storage(t.storage) && users[t.storage] > 1);
+    const bool has_storage =
+        t.storage >= 0 && static_cast<size_t>(t.storage) < facts.storages.size();
+    info->set_storage(has_storage ? t.storage : -1);
+    info->set_shared(OnSharedStorage(t, shared_storage));
     info->set_note(base::Escaped(t.problem));
   }
 }

@@ -88,16 +88,33 @@ constexpr char kNotDelivered[] = "(request not delivered)";
 
 // The spawn attributes every worker and helper gets: an empty signal mask and every signal at
 // its default action.
-absl::Status InitSpawnAttr(posix_spawnattr_t* attr) {
+// posix_spawn of `path` with `actions`, argv `args`, no environment, an empty signal mask and
+// every signal at its default action: how each process of the jail is started (a worker per
+// job, or the fork server). `what` names it in the error.
+absl::StatusOr<pid_t> SpawnClean(const std::string& path, const posix_spawn_file_actions_t* actions,
+                                 const std::vector<std::string>& args, const char* what) {
+  posix_spawnattr_t attr;
+  if (int rc = ::posix_spawnattr_init(&attr); rc != 0) {
+    return absl::ErrnoToStatus(rc, "posix_spawnattr_init");
+  }
+  absl::Cleanup destroy_attr = [&attr] { ::posix_spawnattr_destroy(&attr); };
   sigset_t empty;
   sigset_t all;
   sigemptyset(&empty);
   sigfillset(&all);
-  int rc = ::posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  if (rc == 0) rc = ::posix_spawnattr_setsigmask(attr, &empty);
-  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(attr, &all);
+  int rc = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (rc == 0) rc = ::posix_spawnattr_setsigmask(&attr, &empty);
+  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(&attr, &all);
   if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawnattr");
-  return absl::OkStatus();
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(path.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};  // no environment is inherited
+  pid_t pid = -1;
+  rc = ::posix_spawn(&pid, path.c_str(), actions, &attr, argv.data(), envp);
+  if (rc != 0) return absl::ErrnoToStatus(rc, absl::StrCat("cannot start ", what, " ", path));
+  return pid;
 }
 
 int PidfdSendSignal(int pidfd, int sig) {
@@ -201,27 +218,11 @@ absl::StatusOr<WorkerProcess> WorkerProcess::Start(const SpawnOptions& options,
   }
   if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawn_file_actions");
 
-  posix_spawnattr_t attr;
-  if (int arc = ::posix_spawnattr_init(&attr); arc != 0) {
-    return absl::ErrnoToStatus(arc, "posix_spawnattr_init");
-  }
-  absl::Cleanup destroy_attr = [&attr] { ::posix_spawnattr_destroy(&attr); };
-  if (absl::Status st = InitSpawnAttr(&attr); !st.ok()) return st;
-
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(options.worker_path.c_str()));
-  for (const std::string& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  char* envp[] = {nullptr};  // the worker inherits no environment
-
   const absl::Time start = absl::Now();
-  pid_t pid = -1;
-  rc = ::posix_spawn(&pid, options.worker_path.c_str(), &actions, &attr, argv.data(), envp);
-  if (rc != 0) {
-    return absl::ErrnoToStatus(rc, absl::StrCat("cannot start the worker ", options.worker_path));
-  }
+  absl::StatusOr<pid_t> pid = SpawnClean(options.worker_path, &actions, options.args, "the worker");
+  if (!pid.ok()) return pid.status();
   // The parent's copies of the handed descriptors close here (in, wr, out go out of scope).
-  return WorkerProcess(pid, std::move(read_end), start, start + options.timeout,
+  return WorkerProcess(*pid, std::move(read_end), start, start + options.timeout,
                        options.max_frame_bytes, options.cancelled);
 }
 
@@ -515,21 +516,9 @@ void ForkServer::SpawnerLoop() {
       }
       if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&actions, kForkServerFd + 1);
       if (rc != 0) return absl::ErrnoToStatus(rc, "posix_spawn_file_actions");
-      posix_spawnattr_t attr;
-      if (int arc = ::posix_spawnattr_init(&attr); arc != 0) {
-        return absl::ErrnoToStatus(arc, "posix_spawnattr_init");
-      }
-      absl::Cleanup destroy_attr = [&attr] { ::posix_spawnattr_destroy(&attr); };
-      if (absl::Status st = InitSpawnAttr(&attr); !st.ok()) return st;
-      std::string flag = absl::StrCat(std::string(kForkServerFlag), ::getpid());
-      char* argv[] = {const_cast<char*>(worker_path_.c_str()), flag.data(), nullptr};
-      char* envp[] = {nullptr};
-      pid_t pid = -1;
-      rc = ::posix_spawn(&pid, worker_path_.c_str(), &actions, &attr, argv, envp);
-      if (rc != 0) {
-        return absl::ErrnoToStatus(rc, absl::StrCat("cannot start the fork server ", worker_path_));
-      }
-      return pid;
+      return SpawnClean(worker_path_, &actions,
+                        {absl::StrCat(std::string(kForkServerFlag), ::getpid())},
+                        "the fork server");
     }();
     spawn_result_ = std::move(result);
     spawn_done_ = true;

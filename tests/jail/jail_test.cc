@@ -532,6 +532,19 @@ TEST_P(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {
 
 // Forks an intermediate "spawner" that starts a probe and exits; this test process becomes
 // the probe's parent (a subreaper) and returns its wait status.
+// A jail_probe scan job in `mode`, as the spawner starts it (its parent: this process).
+SpawnOptions ProbeSpawnOptions(std::string_view mode) {
+  worker::v1::Job job;
+  job.set_mode(worker::v1::Job::MODE_SCAN);
+  job.mutable_jail()->set_address_space_bytes(8ull << 30);
+  job.mutable_jail()->set_cpu_seconds(60);
+  job.mutable_jail()->set_parent_pid(::getpid());
+  SpawnOptions options;
+  options.worker_path = CKPT_JAIL_PROBE;
+  options.args = {EncodeJobArg(job), absl::StrCat("--probe=", base::AbslView(mode))};
+  return options;
+}
+
 int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
   EXPECT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   int pipefd[2];
@@ -539,14 +552,7 @@ int OrphanedProbeStatus(std::string_view mode, bool wait_for_jail) {
   const pid_t middle = ::fork();
   if (middle == 0) {
     ::close(pipefd[0]);
-    worker::v1::Job job;
-    job.set_mode(worker::v1::Job::MODE_SCAN);
-    job.mutable_jail()->set_address_space_bytes(8ull << 30);
-    job.mutable_jail()->set_cpu_seconds(60);
-    job.mutable_jail()->set_parent_pid(::getpid());
-    SpawnOptions options;
-    options.worker_path = CKPT_JAIL_PROBE;
-    options.args = {EncodeJobArg(job), absl::StrCat("--probe=", base::AbslView(mode))};
+    const SpawnOptions options = ProbeSpawnOptions(mode);
     Input in = MakeInput(kSafePickle);
     absl::StatusOr<WorkerProcess> w =
         WorkerProcess::Start(options, std::move(in.fd), base::UniqueFd());
@@ -610,14 +616,7 @@ TEST(PerJobSpawnTest, WorkerWhoseParentDiedBeforeTheJailExitsWithoutWork) {
 
 // A probe job started through `server`, not waited for.
 absl::StatusOr<WorkerProcess> StartForked(ForkServer& server, std::string_view mode) {
-  worker::v1::Job job;
-  job.set_mode(worker::v1::Job::MODE_SCAN);
-  job.mutable_jail()->set_address_space_bytes(8ull << 30);
-  job.mutable_jail()->set_cpu_seconds(60);
-  job.mutable_jail()->set_parent_pid(::getpid());
-  SpawnOptions options;
-  options.worker_path = CKPT_JAIL_PROBE;
-  options.args = {EncodeJobArg(job), absl::StrCat("--probe=", base::AbslView(mode))};
+  SpawnOptions options = ProbeSpawnOptions(mode);
   options.timeout = absl::Seconds(20);
   options.fork_server = &server;
   Input in = MakeInput(kSafePickle);
