@@ -63,11 +63,13 @@ class ScanAhead {
   void Prefetch(const std::vector<std::string>& paths, const std::set<FileId>& scanned) {
     if (!parallel()) return;
     std::vector<std::string> todo;
+    std::vector<FileId> ids;  // each path's identity before its scan
     std::set<FileId> seen = scanned;
     for (const std::string& path : paths) {
       absl::StatusOr<FileId> id = source_->Find(path);
       if (!id.ok() || !seen.insert(*id).second || ready_.count(path) != 0) continue;
       todo.push_back(path);
+      ids.push_back(*id);
     }
     if (todo.size() < 2) return;
     std::vector<v1::FileReport> reports(todo.size());
@@ -81,13 +83,20 @@ class ScanAhead {
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
     for (std::thread& t : pool) t.join();
-    for (size_t i = 0; i < todo.size(); ++i) ready_.emplace(todo[i], std::move(reports[i]));
+    for (size_t i = 0; i < todo.size(); ++i) {
+      ready_.emplace(todo[i], std::make_pair(ids[i], std::move(reports[i])));
+    }
   }
 
-  v1::FileReport Scan(const std::string& path) {
+  // `path`'s report, and in `before` the identity `path` named before the file was scanned.
+  v1::FileReport Scan(const std::string& path, absl::StatusOr<FileId>* before) {
     const auto it = ready_.find(path);
-    if (it == ready_.end()) return source_->Scan(path);
-    v1::FileReport r = std::move(it->second);
+    if (it == ready_.end()) {
+      *before = source_->Find(path);
+      return source_->Scan(path);
+    }
+    *before = it->second.first;
+    v1::FileReport r = std::move(it->second.second);
     ready_.erase(it);
     return r;
   }
@@ -95,7 +104,7 @@ class ScanAhead {
  private:
   FileSource* source_;
   int jobs_;
-  std::map<std::string, v1::FileReport> ready_;
+  std::map<std::string, std::pair<FileId, v1::FileReport>> ready_;
 };
 
 class SetScanner {
@@ -124,11 +133,24 @@ class SetScanner {
     return paths;
   }
 
-  // Scans `path` and remembers it; returns its index in the report.
+  // Scans `path` and remembers it by identity; returns its index in the report. A path that
+  // names another file after the scan than before (replaced meanwhile: a wider window with
+  // -j, where files are scanned ahead) gets an error, and is not remembered, so that another
+  // name of the new file is not skipped as "the same file" as one that was never scanned.
   int Scan(const std::string& path) {
-    *report_->add_files() = ahead_.Scan(path);
+    absl::StatusOr<FileId> before;
+    v1::FileReport file = ahead_.Scan(path, &before);
+    const absl::StatusOr<FileId> after = source_->Find(path);
+    const bool same = before.ok() && after.ok() && *before == *after;
+    if (before.ok() && after.ok() && !same) {
+      AddError(&file, v1::ERROR_CODE_IO,
+               absl::StrCat(TerminalSafe(path),
+                            " was replaced by another file while the set was "
+                            "scanned: the verdict may be of the file it replaced"));
+    }
+    *report_->add_files() = std::move(file);
     const int at = report_->files_size() - 1;
-    if (absl::StatusOr<FileId> id = source_->Find(path); id.ok()) scanned_.emplace(*id, at);
+    if (same) scanned_.emplace(*after, at);
     return at;
   }
 
