@@ -122,8 +122,9 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
       ->type_name("BYTES")
       ->capture_default_str();
   cmd->add_option("--jail-spawn", f->jail_spawn,
-                  "How each jailed worker process is made: fork-server (forked by one jailed "
-                  "helper that set up the namespaces and the seccomp filter once) or per-job "
+                  "How each jailed worker process is made: fork-server (forked by a jailed helper "
+                  "that set up the namespaces and the seccomp filter once; one helper per job "
+                  "running at once) or per-job "
                   "(a posix_spawn of the worker per file). Default: fork-server, but per-job "
                   "when scan or ls is given a single file (the helper's start costs more than "
                   "it saves for one job)")

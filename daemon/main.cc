@@ -57,6 +57,7 @@
 #include "trusted/facts_budget.h"
 #include "trusted/jailed_scan.h"
 #include "trusted/signing/keys.h"
+#include "trusted/spawner.h"
 
 #ifndef CKPT_VERSION
 #error "CKPT_VERSION must be defined by the build (the CMake project version)"
@@ -427,9 +428,10 @@ int Run(int argc, char** argv) {
                  "with a read lease (suffix K, M, G, T); a larger one is ERROR")
       ->capture_default_str();
   app.add_option("--jail-spawn", f.jail_spawn,
-                 "How each jailed worker process is made: fork-server (forked by one jailed "
-                 "helper that set up the namespaces and the seccomp filter once) or per-job (a "
-                 "posix_spawn of the worker per file)")
+                 "How each jailed worker process is made: fork-server (forked by a jailed helper "
+                 "that set up the namespaces and the seccomp filter once; one helper per CPU, "
+                 "started before serving) or per-job (a posix_spawn of the worker per "
+                 "file)")
       ->check(CLI::IsMember({"fork-server", "per-job"}))
       ->capture_default_str();
   app.add_option("--max-upload-bytes", f.max_upload,
@@ -615,6 +617,12 @@ int Run(int argc, char** argv) {
   options.jail.max_sealed_copy_bytes = *max_copy;
   options.jail.spawn_mode = f.jail_spawn == "per-job" ? sandbox::SpawnMode::kSpawnPerJob
                                                       : sandbox::SpawnMode::kForkServer;
+  // Every fork-server helper (one per CPU) is started here, before any thread serves.
+  if (options.jail.spawn_mode == sandbox::SpawnMode::kForkServer) {
+    if (absl::Status s = sandbox::ForkServer::StartShared(options.jail.worker_path); !s.ok()) {
+      return Fail(absl::StrCat("refusing to start: the fork servers: ", s.message()));
+    }
+  }
   absl::StatusOr<std::string> layers = CheckJail(options.jail);
   options.jail.facts_budget = &facts_budget;
   if (!layers.ok()) return Fail(absl::StrCat("refusing to start: ", layers.status().message()));

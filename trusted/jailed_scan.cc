@@ -92,8 +92,11 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   spawn.timeout = options.timeout;
   spawn.max_frame_bytes = options.max_frame_bytes;
   spawn.cancelled = options.cancelled;
+  // The helper is held until this job's worker is reaped: the next job goes to an idle one.
+  sandbox::ForkServer::Lease server;
   if (options.spawn_mode == sandbox::SpawnMode::kForkServer && !options.unjailed) {
-    spawn.fork_server = &sandbox::ForkServer::Shared(options.worker_path);
+    server = sandbox::ForkServer::Shared(options.worker_path);
+    spawn.fork_server = server.get();
   }
 
   JailedRun run;
@@ -109,6 +112,7 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
     run.result.outcome = sandbox::Outcome::kFailed;
     run.result.message = std::string(worker.status().message());
   }
+  server.Release();
   if (options.on_worker_exit) options.on_worker_exit(run.result);
   if (!run.result.ok()) return run;
   DecodeLimits decode_limits;

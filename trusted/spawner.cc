@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
@@ -459,13 +460,71 @@ absl::StatusOr<WorkerProcess> WorkerProcess::StartForked(const SpawnOptions& opt
   }
 }
 
-ForkServer& ForkServer::Shared(const std::string& worker_path) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* servers = new std::map<std::string, std::unique_ptr<ForkServer>>();
-  absl::MutexLock lock(&mu);
-  std::unique_ptr<ForkServer>& server = (*servers)[worker_path];
-  if (server == nullptr) server = std::make_unique<ForkServer>(worker_path);
-  return *server;
+ForkServer::Lease& ForkServer::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    server_ = std::exchange(other.server_, nullptr);
+  }
+  return *this;
+}
+
+void ForkServer::Lease::Release() {
+  if (server_ != nullptr) std::exchange(server_, nullptr)->leases_.fetch_sub(1);
+}
+
+namespace {
+
+absl::Mutex shared_mu(absl::kConstInit);
+
+// Shared()'s servers by worker path, in the order they were added.
+std::map<std::string, std::vector<std::unique_ptr<ForkServer>>>& SharedPools()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_mu) {
+  static auto* pools = new std::map<std::string, std::vector<std::unique_ptr<ForkServer>>>();
+  return *pools;
+}
+
+}  // namespace
+
+size_t ForkServer::SharedPoolSize() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int n = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return std::clamp<size_t>(static_cast<size_t>(std::max(n, 1)), 1, kMaxSharedForkServers);
+}
+
+ForkServer::Lease ForkServer::Shared(const std::string& worker_path) {
+  absl::MutexLock lock(&shared_mu);
+  std::vector<std::unique_ptr<ForkServer>>& pool = SharedPools()[worker_path];
+  ForkServer* best = nullptr;
+  for (const std::unique_ptr<ForkServer>& s : pool) {
+    if (best == nullptr || s->leases_.load() < best->leases_.load()) best = s.get();
+  }
+  if (best == nullptr || (best->leases_.load() > 0 && pool.size() < SharedPoolSize())) {
+    pool.push_back(std::make_unique<ForkServer>(worker_path));
+    best = pool.back().get();
+  }
+  best->leases_.fetch_add(1);
+  return Lease(best);
+}
+
+absl::Status ForkServer::StartShared(const std::string& worker_path) {
+  absl::MutexLock lock(&shared_mu);
+  std::vector<std::unique_ptr<ForkServer>>& pool = SharedPools()[worker_path];
+  while (pool.size() < SharedPoolSize()) pool.push_back(std::make_unique<ForkServer>(worker_path));
+  for (const std::unique_ptr<ForkServer>& s : pool) {
+    absl::MutexLock server_lock(&s->mu_);
+    if (absl::Status started = s->EnsureHelperLocked(); !started.ok()) return started;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<pid_t> ForkServer::SharedHelperPids(const std::string& worker_path) {
+  absl::MutexLock lock(&shared_mu);
+  std::vector<pid_t> pids;
+  for (const std::unique_ptr<ForkServer>& s : SharedPools()[worker_path]) {
+    if (const pid_t pid = s->helper_pid(); pid > 0) pids.push_back(pid);
+  }
+  return pids;
 }
 
 ForkServer::ForkServer(std::string worker_path)

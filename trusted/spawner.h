@@ -29,10 +29,13 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -65,8 +68,40 @@ enum class SpawnMode {
 // the spawning *thread* exits) lasts as long as the ForkServer.
 class ForkServer final {
  public:
-  // The fork server of `worker_path` for this process, started on first use; never destroyed.
-  static ForkServer& Shared(const std::string& worker_path);
+  // A fork server held for one job: it counts as busy until the lease is destroyed.
+  class Lease final {
+   public:
+    Lease() = default;
+    Lease(Lease&& other) noexcept : server_(std::exchange(other.server_, nullptr)) {}
+    Lease& operator=(Lease&& other) noexcept;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { Release(); }
+
+    ForkServer* get() const { return server_; }
+    ForkServer* operator->() const { return server_; }
+    void Release();
+
+   private:
+    friend class ForkServer;
+    explicit Lease(ForkServer* server) : server_(server) {}
+    ForkServer* server_ = nullptr;
+  };
+
+  // This process's fork servers of `worker_path` (each started on first use, never destroyed):
+  // the one with the fewest jobs, for one job. One helper forks for one request at a time, so
+  // concurrent jobs (scan -j, the daemon's) each get a helper of their own: a new one is added
+  // when every helper has a job, up to SharedPoolSize().
+  static Lease Shared(const std::string& worker_path);
+  // Starts every one of the SharedPoolSize() servers of `worker_path` and its helper now (the
+  // daemon, before it serves), so that none is started later from a serving thread.
+  static absl::Status StartShared(const std::string& worker_path);
+  // The live helpers' pids among Shared(worker_path)'s servers (tests).
+  static std::vector<pid_t> SharedHelperPids(const std::string& worker_path);
+  // How many shared servers a worker path may have: the CPUs this process may run on, at most
+  // kMaxSharedForkServers.
+  static size_t SharedPoolSize();
+  static constexpr size_t kMaxSharedForkServers = 16;
 
   explicit ForkServer(std::string worker_path);
   ForkServer(const ForkServer&) = delete;
@@ -91,6 +126,7 @@ class ForkServer final {
   void SpawnerLoop();
 
   const std::string worker_path_;
+  std::atomic<int> leases_{0};  // jobs holding this server (Shared)
   mutable absl::Mutex mu_;
   pid_t helper_ ABSL_GUARDED_BY(mu_) = 0;
   base::UniqueFd socket_ ABSL_GUARDED_BY(mu_);

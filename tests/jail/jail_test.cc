@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -516,8 +517,7 @@ TEST_P(JailTest, ManySpawnsLeakNoDescriptorAndNoChild) {
   // process, or by its fork server before Wait() returned).
   std::vector<pid_t> servers;
   for (const char* path : {CKPT_JAIL_PROBE, CKPT_WORKER}) {
-    const pid_t helper = ForkServer::Shared(path).helper_pid();
-    if (helper > 0) servers.push_back(helper);
+    for (pid_t helper : ForkServer::SharedHelperPids(path)) servers.push_back(helper);
   }
   for (pid_t child : ChildrenOf(::getpid())) {
     EXPECT_TRUE(std::find(servers.begin(), servers.end(), child) != servers.end())
@@ -721,6 +721,49 @@ TEST(ForkServerTest, JobWhoseServerDiesIsKilled) {
   EXPECT_TRUE(EndsSoon(child.get())) << "a job outlived its fork server";
 }
 
+// Jobs at once each get a helper of their own (one helper serves one request at a time), up to
+// SharedPoolSize(); a released helper is reused before a new one is started.
+TEST(ForkServerPoolTest, ConcurrentJobsGetHelpersOfTheirOwnUpToThePoolSize) {
+  SKIP_UNDER_SANITIZERS();
+  const size_t size = ForkServer::SharedPoolSize();
+  std::printf("shared fork servers per worker binary here: %zu\n", size);
+  ASSERT_GE(size, 1u);
+  ASSERT_LE(size, ForkServer::kMaxSharedForkServers);
+  std::vector<ForkServer::Lease> leases;
+  std::set<ForkServer*> servers;
+  for (size_t i = 0; i < size + 2; ++i) {
+    leases.push_back(ForkServer::Shared(CKPT_JAIL_PROBE));
+    servers.insert(leases.back().get());
+    if (i < size) {
+      EXPECT_EQ(servers.size(), i + 1) << "job " << i << " shared a busy helper";
+    }
+  }
+  EXPECT_EQ(servers.size(), size) << "more helpers than the pool allows";
+  // Every helper forks: a job through each of them, all running at once.
+  std::vector<WorkerProcess> jobs;
+  for (ForkServer* server : servers) {
+    absl::StatusOr<WorkerProcess> w = StartForked(*server, "ok");
+    ASSERT_TRUE(w.ok()) << w.status();
+    jobs.push_back(*std::move(w));
+  }
+  std::set<pid_t> helpers;
+  for (ForkServer* server : servers) helpers.insert(server->helper_pid());
+  EXPECT_EQ(helpers.size(), size) << "two servers share one helper process";
+  const std::vector<pid_t> listed = ForkServer::SharedHelperPids(CKPT_JAIL_PROBE);
+  EXPECT_EQ(std::set<pid_t>(listed.begin(), listed.end()), helpers);
+  for (WorkerProcess& w : jobs) {
+    const Result r = std::move(w).Wait();
+    EXPECT_EQ(r.outcome, Outcome::kOk) << Describe(r);
+  }
+  // Released: the next job goes to an idle helper, not a new one.
+  leases.clear();
+  ForkServer::Lease next = ForkServer::Shared(CKPT_JAIL_PROBE);
+  EXPECT_TRUE(servers.count(next.get()) == 1) << "a new helper while others were idle";
+  absl::StatusOr<WorkerProcess> w = StartForked(*next.get(), "ok");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(std::move(*w).Wait().outcome, Outcome::kOk);
+}
+
 // The trusted process (here a forked stand-in) exits: its fork server and the server's jobs die.
 TEST(ForkServerTest, ServerAndItsJobsDieWithTheTrustedProcess) {
   SKIP_UNDER_SANITIZERS();
@@ -770,10 +813,9 @@ TEST(ForkServerTest, ServerAndItsJobsDieWithTheTrustedProcess) {
       << "fork server wait status " << server_status;
   // Its pid-namespace half, if any, was reparented here too: reap it.
   for (pid_t orphan : ChildrenOf(::getpid())) {
-    if (orphan == ForkServer::Shared(CKPT_JAIL_PROBE).helper_pid() ||
-        orphan == ForkServer::Shared(CKPT_WORKER).helper_pid()) {
-      continue;
-    }
+    std::vector<pid_t> shared = ForkServer::SharedHelperPids(CKPT_JAIL_PROBE);
+    for (pid_t p : ForkServer::SharedHelperPids(CKPT_WORKER)) shared.push_back(p);
+    if (std::find(shared.begin(), shared.end(), orphan) != shared.end()) continue;
     for (int i = 0; i < 5000 && ::waitpid(orphan, nullptr, WNOHANG) != orphan; ++i) ::usleep(1000);
   }
   EXPECT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
