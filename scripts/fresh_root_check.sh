@@ -14,7 +14,8 @@
 #                     exist yet, so every run starts from nothing
 #     --keep          leave the root in place afterwards (default: unmounted and removed)
 #     --mirror URL    the Debian mirror for debootstrap (default: the first one apt uses here)
-#     --test-args A   extra arguments for the test command, passed to ctest (e.g. "-R daemon")
+#     --test-args A   extra arguments for the test command, passed to ctest (e.g. "-R daemon" or
+#                     "-R cli_test|ls_test"), split on blanks, each passed as one argument
 #     --scan-only     the newcomer's first contact: only the scan command, and its time to the
 #                     first verdict (packages, configure, build, scan) against the 240 s target
 #     --package DEB   instead of the README's commands: install the Debian package (cpack -G DEB
@@ -144,8 +145,13 @@ if [[ $scan_only -eq 1 ]]; then
   exit 0
 fi
 t=$SECONDS
-echo "=== fresh root: scripts/run.sh test $test_args"
-in_root "scripts/run.sh test $test_args" || rc=$?
+# The extra arguments are split on blanks here and each quoted for the shell inside the root, so
+# that a ctest regex such as "-R a|b" reaches ctest as one argument instead of a pipeline.
+read -r -a test_argv <<<"$test_args"
+quoted=""
+for a in "${test_argv[@]}"; do quoted+=" $(printf '%q' "$a")"; done
+echo "=== fresh root: scripts/run.sh test$quoted"
+in_root "scripts/run.sh test$quoted" || rc=$?
 test_s=$((SECONDS - t))
 echo "=== fresh root: the test command exited $rc after $test_s s"
 echo "=== fresh root: scan command $scan_s s (set-up, build, scan), test command $test_s s," \
