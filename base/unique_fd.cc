@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/strings.h"
@@ -43,6 +44,21 @@ absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data, std::stri
     return absl::InvalidArgumentError(absl::StrCat(AbslView(what), ": offset out of range"));
   }
   return WriteLoop(fd, static_cast<int64_t>(offset), data, what);
+}
+
+std::vector<UniqueFd> TakeReceivedFds(const msghdr& msg) {
+  std::vector<UniqueFd> fds;
+  for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&msg), const_cast<cmsghdr*>(c))) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);
+    }
+  }
+  return fds;
 }
 
 }  // namespace ckptscan::base

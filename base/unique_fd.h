@@ -1,5 +1,6 @@
 // UniqueFd: the sole owner of one file descriptor. Move-only; closes on destruction.
 // WriteAll / PwriteAll: the one loop that writes a whole buffer to a descriptor.
+// TakeReceivedFds: ownership of the descriptors a recvmsg(2) brought (SCM_RIGHTS).
 //
 // Pass it by value to hand ownership over (sandbox2's FDCloser, leveldb's file owners).
 // -1 means "no descriptor". Thread-compatible.
@@ -10,8 +11,11 @@
 #ifndef CKPTSCAN_BASE_UNIQUE_FD_H_
 #define CKPTSCAN_BASE_UNIQUE_FD_H_
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -52,6 +56,11 @@ class UniqueFd final {
 absl::Status WriteAll(int fd, std::string_view data, std::string_view what = "write");
 absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data,
                        std::string_view what = "write");
+
+// Every descriptor the SCM_RIGHTS messages of `msg` carry, owned: whatever else is wrong with
+// the message, none is left open unowned. Only for a `msg` a recvmsg(2) filled in (it returned
+// >= 0): after a failed one, the control buffer holds whatever it held before.
+std::vector<UniqueFd> TakeReceivedFds(const msghdr& msg);
 
 }  // namespace ckptscan::base
 

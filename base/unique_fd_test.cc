@@ -1,9 +1,12 @@
 #include "base/unique_fd.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -50,6 +53,87 @@ TEST(UniqueFdTest, ReleaseGivesUpWithoutClosing) {
   EXPECT_FALSE(a.valid());
   EXPECT_TRUE(IsOpen(raw));
   ::close(raw);
+}
+
+// Sends `fds` over `sock` with one byte of data.
+void SendFds(int sock, const std::vector<int>& fds) {
+  char byte = 'x';
+  iovec iov{&byte, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ASSERT_EQ(::sendmsg(sock, &msg, 0), 1);
+}
+
+// Receives one message into a control buffer with room for `room` descriptors.
+std::vector<UniqueFd> Receive(int sock, size_t room, int* flags) {
+  char byte;
+  iovec iov{&byte, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * room));
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  EXPECT_EQ(::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC), 1);
+  *flags = msg.msg_flags;
+  return TakeReceivedFds(msg);
+}
+
+TEST(TakeReceivedFdsTest, OwnsEveryDescriptorOfTheMessage) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]);
+  UniqueFd b(sv[1]);
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  SendFds(a.get(), {null.get(), null.get(), null.get()});
+  int flags = 0;
+  std::vector<UniqueFd> got = Receive(b.get(), 3, &flags);
+  ASSERT_EQ(got.size(), 3u);
+  std::vector<int> raw;
+  for (const UniqueFd& fd : got) {
+    EXPECT_TRUE(IsOpen(fd.get()));
+    EXPECT_NE(fd.get(), null.get());
+    raw.push_back(fd.get());
+  }
+  got.clear();
+  for (int fd : raw) EXPECT_FALSE(IsOpen(fd)) << "a received descriptor outlived its owner";
+}
+
+TEST(TakeReceivedFdsTest, NoControlMessageIsNoDescriptor) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]);
+  UniqueFd b(sv[1]);
+  SendFds(a.get(), {});
+  int flags = 0;
+  EXPECT_TRUE(Receive(b.get(), 2, &flags).empty());
+}
+
+// A sender that passes more descriptors than the receiver has room for: the kernel closes the
+// surplus and sets MSG_CTRUNC; those that arrived are still owned.
+TEST(TakeReceivedFdsTest, TruncatedControlStillOwnsWhatArrived) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]);
+  UniqueFd b(sv[1]);
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  SendFds(a.get(), std::vector<int>(8, null.get()));
+  int flags = 0;
+  std::vector<UniqueFd> got = Receive(b.get(), 2, &flags);
+  EXPECT_NE(flags & MSG_CTRUNC, 0);
+  EXPECT_LE(got.size(), 2u);
+  for (const UniqueFd& fd : got) EXPECT_TRUE(IsOpen(fd.get()));
 }
 
 }  // namespace

@@ -687,17 +687,11 @@ absl::StatusOr<base::UniqueFd> ForkServer::Fork(const std::vector<std::string>& 
   do {
     n = ::recvmsg(socket_.get(), &rmsg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
-  std::vector<base::UniqueFd> got;
-  for (cmsghdr* rc = CMSG_FIRSTHDR(&rmsg); rc != nullptr; rc = CMSG_NXTHDR(&rmsg, rc)) {
-    if (rc->cmsg_level != SOL_SOCKET || rc->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (rc->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(rc) + i * sizeof(int), sizeof(int));
-      got.emplace_back(fd);
-    }
-  }
-  if (n <= 0) return lost(n == 0 ? "EOF" : "receive", true);
+  if (n < 0) return lost("receive", true);
+  // Owned before anything else is checked; not read after a failed recvmsg (the control buffer
+  // then holds stack garbage that could name any of this process's descriptors).
+  std::vector<base::UniqueFd> got = base::TakeReceivedFds(rmsg);
+  if (n == 0) return lost("EOF", true);
   if (n != sizeof(reply) || (rmsg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     return lost("malformed reply", true);
   }

@@ -56,15 +56,7 @@ Received Receive(Request* request) {
   } while (n < 0 && errno == EINTR);
   if (n < 0) return errno == EAGAIN ? Received::kMalformed : Received::kPeerGone;
   // Every descriptor received is owned (and closed) whatever else is wrong with the message.
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      request->fds.emplace_back(fd);
-    }
-  }
+  request->fds = base::TakeReceivedFds(msg);
   if (n == 0 && request->fds.empty()) return Received::kPeerGone;
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) return Received::kMalformed;
   std::string_view rest(data, static_cast<size_t>(n));
