@@ -73,6 +73,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/proc_cpu.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rules/rule_set.h"
@@ -150,8 +151,6 @@ struct ProcSample {
   double children_cpu_s = 0;
 };
 
-double LiveDescendantsCpu(pid_t pid, int depth = 0);
-
 absl::StatusOr<ProcSample> SampleProcess(pid_t pid) {
   const std::string dir = absl::StrCat("/proc/", pid);
   ProcSample s;
@@ -187,44 +186,14 @@ absl::StatusOr<ProcSample> SampleProcess(pid_t pid) {
   }
   const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
   s.cpu_s = static_cast<double>(ticks[0] + ticks[1]) / hz;
-  s.children_cpu_s = static_cast<double>(ticks[2] + ticks[3]) / hz + LiveDescendantsCpu(pid);
+  s.children_cpu_s =
+      static_cast<double>(ticks[2] + ticks[3]) / hz + bench::LiveDescendantsCpuSeconds(pid);
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(dir + "/fd", ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     ++s.fds;
   }
   return s;
-}
-
-// CPU seconds of `pid`'s live descendants (the fork servers, whose cutime holds the jobs they
-// reaped): utime + stime + cutime + cstime of each child of each of its threads, and theirs.
-double LiveDescendantsCpu(pid_t pid, int depth) {
-  if (depth > 4) return 0;  // fork server, its pid-namespace half, and that one's jobs
-  double cpu = 0;
-  const double hz = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::error_code ec;
-  for (auto task = std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec);
-       !ec && task != std::filesystem::directory_iterator(); task.increment(ec)) {
-    absl::StatusOr<std::string> children = ReadSmall(task->path().string() + "/children");
-    if (!children.ok()) continue;
-    for (absl::string_view word : absl::StrSplit(*children, ' ', absl::SkipEmpty())) {
-      pid_t child = 0;
-      if (!absl::SimpleAtoi(word, &child)) continue;
-      absl::StatusOr<std::string> stat = ReadSmall(absl::StrCat("/proc/", child, "/stat"));
-      if (!stat.ok()) continue;
-      const size_t close = stat->rfind(')');
-      if (close == std::string::npos) continue;
-      std::vector<absl::string_view> f =
-          absl::StrSplit(absl::string_view(*stat).substr(close + 1), ' ', absl::SkipEmpty());
-      uint64_t ticks = 0;
-      for (int i = 0; i < 4 && f.size() >= 15; ++i) {
-        uint64_t t = 0;
-        if (absl::SimpleAtoi(f[11 + i], &t)) ticks += t;
-      }
-      cpu += static_cast<double>(ticks) / hz + LiveDescendantsCpu(child, depth + 1);
-    }
-  }
-  return cpu;
 }
 
 json ToJson(const ProcSample& s) {
@@ -555,7 +524,8 @@ BaselineResult RunBaseline(const FileUnderTest& file, int threads, const Options
   BaselineResult b;
   b.threads = threads;
   const double self0 = SelfCpuSeconds(RUSAGE_SELF);
-  const double child0 = SelfCpuSeconds(RUSAGE_CHILDREN) + LiveDescendantsCpu(::getpid());
+  const double child0 =
+      SelfCpuSeconds(RUSAGE_CHILDREN) + bench::LiveDescendantsCpuSeconds(::getpid());
   b.m = RunThreads(
       threads, o.requests, absl::Seconds(o.max_seconds), [&](int, absl::Time, Tally* tally) {
         absl::StatusOr<v1::FileReport> r = pipeline::ScanFileJailed(file.path, rules, {}, jail);
@@ -567,7 +537,8 @@ BaselineResult RunBaseline(const FileUnderTest& file, int threads, const Options
         return true;
       });
   b.trusted_cpu_s = SelfCpuSeconds(RUSAGE_SELF) - self0;
-  b.worker_cpu_s = SelfCpuSeconds(RUSAGE_CHILDREN) + LiveDescendantsCpu(::getpid()) - child0;
+  b.worker_cpu_s =
+      SelfCpuSeconds(RUSAGE_CHILDREN) + bench::LiveDescendantsCpuSeconds(::getpid()) - child0;
   return b;
 }
 

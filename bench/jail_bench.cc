@@ -15,17 +15,15 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bench/proc_cpu.h"
 #include "benchmark/benchmark.h"
 #include "rules/rule_set.h"
 #include "tests/inprocess/local_scan.h"
@@ -55,27 +53,6 @@ const rules::RuleSet& Rules() {
   return *rules;
 }
 
-// CPU seconds of a live process and of the children it reaped (/proc/PID/stat utime, stime,
-// cutime, cstime), plus those of its live descendants.
-double LiveTreeCpu(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return 0;
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 17 && rest >> field; ++i) {
-    if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
-  }
-  double cpu = ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  std::ifstream children(absl::StrCat("/proc/", pid, "/task/", pid, "/children"));
-  pid_t child;
-  while (children >> child) cpu += LiveTreeCpu(child);
-  return cpu;
-}
-
 // CPU seconds used so far by this process, the children it reaped, and its live descendants
 // (the fork server, and the jobs it reaped): the whole cost of a job, on every core, whatever
 // else the machine runs.
@@ -87,14 +64,7 @@ double CpuSeconds() {
   ::getrusage(RUSAGE_CHILDREN, &reaped);
   double cpu = seconds(self.ru_utime) + seconds(self.ru_stime) + seconds(reaped.ru_utime) +
                seconds(reaped.ru_stime);
-  // The children of every thread: the fork server's parent is the thread that first asked for
-  // it (the benchmark's), not the main one.
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream children(task.path() / "children");
-    pid_t child;
-    while (children >> child) cpu += LiveTreeCpu(child);
-  }
-  return cpu;
+  return cpu + bench::LiveDescendantsCpuSeconds(::getpid());
 }
 
 // Counts the CPU per iteration of a one-thread run (cpu_us).
