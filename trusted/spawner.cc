@@ -486,10 +486,14 @@ std::map<std::string, std::vector<std::unique_ptr<ForkServer>>>& SharedPools()
 }  // namespace
 
 size_t ForkServer::SharedPoolSize() {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int n = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return std::clamp<size_t>(static_cast<size_t>(std::max(n, 1)), 1, kMaxSharedForkServers);
+  // Read once (Shared asks for it on every job, under its lock).
+  static const size_t size = [] {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int n = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    return std::clamp<size_t>(static_cast<size_t>(std::max(n, 1)), 1, kMaxSharedForkServers);
+  }();
+  return size;
 }
 
 ForkServer::Lease ForkServer::Shared(const std::string& worker_path) {

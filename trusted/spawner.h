@@ -98,8 +98,8 @@ class ForkServer final {
   static absl::Status StartShared(const std::string& worker_path);
   // The live helpers' pids among Shared(worker_path)'s servers (tests).
   static std::vector<pid_t> SharedHelperPids(const std::string& worker_path);
-  // How many shared servers a worker path may have: the CPUs this process may run on, at most
-  // kMaxSharedForkServers.
+  // How many shared servers a worker path may have: the CPUs this process could run on when it
+  // first asked, at most kMaxSharedForkServers.
   static size_t SharedPoolSize();
   static constexpr size_t kMaxSharedForkServers = 16;
 
