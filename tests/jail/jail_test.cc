@@ -21,7 +21,9 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -762,6 +764,76 @@ TEST(ForkServerPoolTest, ConcurrentJobsGetHelpersOfTheirOwnUpToThePoolSize) {
   absl::StatusOr<WorkerProcess> w = StartForked(*next.get(), "ok");
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(std::move(*w).Wait().outcome, Outcome::kOk);
+}
+
+// Many threads at once, each job leasing a helper through Shared (as scan -j and the daemon do):
+// every job keeps its own fate (a clean job is kOk, a forbidden call a violation), whichever
+// helper forked it and whatever its neighbours did; the pool stays within its size.
+TEST(ForkServerPoolTest, ConcurrentLeasesKeepEachJobsFate) {
+  SKIP_UNDER_SANITIZERS();
+  constexpr int kThreads = 8;
+  constexpr int kJobsPerThread = 24;
+  std::vector<std::vector<std::pair<bool, Result>>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &results] {
+      for (int i = 0; i < kJobsPerThread; ++i) {
+        const bool hostile = (i + t) % 3 == 0;
+        JailOptions options = ProbeOptions(hostile ? "socket" : "ok");
+        options.spawn_mode = sandbox::SpawnMode::kForkServer;
+        results[t].emplace_back(hostile, RunProbe(options).result);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& per_thread : results) {
+    for (const auto& [hostile, r] : per_thread) {
+      EXPECT_EQ(r.outcome, hostile ? Outcome::kViolation : Outcome::kOk) << Describe(r);
+    }
+  }
+  const std::vector<pid_t> helpers = ForkServer::SharedHelperPids(CKPT_JAIL_PROBE);
+  EXPECT_GE(helpers.size(), 1u);
+  EXPECT_LE(helpers.size(), ForkServer::SharedPoolSize());
+}
+
+// A hostile event in one helper (it is killed) reaches no other helper's job: the job running
+// on the other helper finishes, that helper forks on without a restart, and only the killed
+// helper is restarted, on its next job.
+TEST(ForkServerPoolTest, AKilledHelperTouchesNoOtherHelpersJobs) {
+  SKIP_UNDER_SANITIZERS();
+  if (ForkServer::SharedPoolSize() < 2) {
+    GTEST_SKIP() << "one CPU here: the pool has a single helper";
+  }
+  ForkServer::Lease first = ForkServer::Shared(CKPT_JAIL_PROBE);
+  ForkServer::Lease second = ForkServer::Shared(CKPT_JAIL_PROBE);
+  ASSERT_NE(first.get(), second.get());
+  absl::StatusOr<WorkerProcess> running = StartForked(*first.get(), "spin");
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(WaitForJail(running->pid()));
+  absl::StatusOr<WorkerProcess> warm = StartForked(*second.get(), "ok");  // starts its helper
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(std::move(*warm).Wait().outcome, Outcome::kOk);
+  const int first_restarts = first->restarts();
+  const pid_t first_helper = first->helper_pid();
+  ASSERT_EQ(::kill(second->helper_pid(), SIGKILL), 0);
+  // The job on the first helper is untouched: still running (its status pipe has no status).
+  const base::UniqueFd job = PidfdOf(running->pid());
+  ASSERT_TRUE(job.valid());
+  pollfd p{job.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "a job died with another helper";
+  absl::StatusOr<WorkerProcess> next = StartForked(*first.get(), "ok");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(std::move(*next).Wait().outcome, Outcome::kOk);
+  EXPECT_EQ(first->restarts(), first_restarts);
+  EXPECT_EQ(first->helper_pid(), first_helper);
+  ASSERT_EQ(::kill(running->pid(), SIGKILL), 0);
+  EXPECT_EQ(std::move(*running).Wait().outcome, Outcome::kSignaled);
+  // Only the killed helper restarts, on its next job.
+  const int second_restarts = second->restarts();
+  absl::StatusOr<WorkerProcess> again = StartForked(*second.get(), "ok");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(std::move(*again).Wait().outcome, Outcome::kOk);
+  EXPECT_EQ(second->restarts(), second_restarts + 1);
 }
 
 // The trusted process (here a forked stand-in) exits: its fork server and the server's jobs die.
