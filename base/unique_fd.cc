@@ -46,6 +46,32 @@ absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data, std::stri
   return WriteLoop(fd, static_cast<int64_t>(offset), data, what);
 }
 
+ssize_t SendWithFds(int sock, std::string_view data, std::span<const int> fds) {
+  if (fds.size() > kMaxSentFds) {
+    errno = EINVAL;
+    return -1;
+  }
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxSentFds)];
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 std::vector<UniqueFd> TakeReceivedFds(const msghdr& msg) {
   std::vector<UniqueFd> fds;
   for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;

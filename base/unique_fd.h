@@ -1,6 +1,7 @@
 // UniqueFd: the sole owner of one file descriptor. Move-only; closes on destruction.
 // WriteAll / PwriteAll: the one loop that writes a whole buffer to a descriptor.
-// TakeReceivedFds: ownership of the descriptors a recvmsg(2) brought (SCM_RIGHTS).
+// SendWithFds / TakeReceivedFds: one message with descriptors (SCM_RIGHTS) sent, and ownership
+// of the descriptors a recvmsg(2) brought.
 //
 // Pass it by value to hand ownership over (sandbox2's FDCloser, leveldb's file owners).
 // -1 means "no descriptor". Thread-compatible.
@@ -13,7 +14,9 @@
 
 #include <sys/socket.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -56,6 +59,14 @@ class UniqueFd final {
 absl::Status WriteAll(int fd, std::string_view data, std::string_view what = "write");
 absl::Status PwriteAll(int fd, uint64_t offset, std::string_view data,
                        std::string_view what = "write");
+
+// Most descriptors SendWithFds passes in one message.
+inline constexpr size_t kMaxSentFds = 8;
+
+// One sendmsg(2) of `data` on `sock` with copies of `fds` (none: no control message), without
+// SIGPIPE (MSG_NOSIGNAL), retried on EINTR. Returns what sendmsg returned, errno set on -1;
+// more than kMaxSentFds descriptors is -1 with EINVAL.
+ssize_t SendWithFds(int sock, std::string_view data, std::span<const int> fds);
 
 // Every descriptor the SCM_RIGHTS messages of `msg` carry, owned: whatever else is wrong with
 // the message, none is left open unowned. Only for a `msg` a recvmsg(2) filled in (it returned

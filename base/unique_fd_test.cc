@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -56,24 +57,7 @@ TEST(UniqueFdTest, ReleaseGivesUpWithoutClosing) {
 }
 
 // Sends `fds` over `sock` with one byte of data.
-void SendFds(int sock, const std::vector<int>& fds) {
-  char byte = 'x';
-  iovec iov{&byte, 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  ASSERT_EQ(::sendmsg(sock, &msg, 0), 1);
-}
+void SendFds(int sock, const std::vector<int>& fds) { ASSERT_EQ(SendWithFds(sock, "x", fds), 1); }
 
 // Receives one message into a control buffer with room for `room` descriptors.
 std::vector<UniqueFd> Receive(int sock, size_t room, int* flags) {
@@ -134,6 +118,17 @@ TEST(TakeReceivedFdsTest, TruncatedControlStillOwnsWhatArrived) {
   EXPECT_NE(flags & MSG_CTRUNC, 0);
   EXPECT_LE(got.size(), 2u);
   for (const UniqueFd& fd : got) EXPECT_TRUE(IsOpen(fd.get()));
+}
+
+TEST(SendWithFdsTest, MoreThanTheLimitIsRefusedWithEinval) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]);
+  UniqueFd b(sv[1]);
+  const std::vector<int> fds(kMaxSentFds + 1, a.get());
+  errno = 0;
+  EXPECT_EQ(SendWithFds(a.get(), "x", fds), -1);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 }  // namespace

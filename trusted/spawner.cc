@@ -633,8 +633,8 @@ absl::StatusOr<base::UniqueFd> ForkServer::Fork(const std::vector<std::string>& 
     data.push_back('\0');
   }
   if (data.size() > kMaxForkRequestBytes) return absl::InvalidArgumentError("job too large");
-  int fds[kForkRequestFds + 1] = {input, result, status, output};
-  const int nfds = output >= 0 ? kForkRequestFds + 1 : kForkRequestFds;
+  const int fds[kForkRequestFds + 1] = {input, result, status, output};
+  const size_t nfds = output >= 0 ? kForkRequestFds + 1 : kForkRequestFds;
 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = EnsureHelperLocked(); !s.ok()) return s;
@@ -647,22 +647,7 @@ absl::StatusOr<base::UniqueFd> ForkServer::Fork(const std::vector<std::string>& 
     return absl::UnavailableError(message);
   };
 
-  iovec iov{data.data(), data.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kForkRequestFds + 1))];
-  msg.msg_control = control;
-  msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  ssize_t n;
-  do {
-    n = ::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = base::SendWithFds(socket_.get(), data, std::span<const int>(fds, nfds));
   if (n < 0) {
     if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return lost("send", false);
     return absl::ErrnoToStatus(errno, "send to the fork server");

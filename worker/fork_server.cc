@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <charconv>
-#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
@@ -72,25 +71,11 @@ Received Receive(Request* request) {
 void Reply(int32_t error, int pidfd) {
   ForkReply reply;
   reply.error = error;
-  iovec iov{&reply, sizeof(reply)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (error == 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
-  }
-  ssize_t n;
-  do {
-    n = ::sendmsg(kForkServerFd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const int fds[] = {pidfd};
   // A failed reply means the trusted side is gone: the next receive ends the server.
+  (void)base::SendWithFds(kForkServerFd,
+                          std::string_view(reinterpret_cast<const char*>(&reply), sizeof(reply)),
+                          error == 0 ? std::span<const int>(fds) : std::span<const int>());
 }
 
 // The child of one job: never returns.

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -835,6 +836,44 @@ TEST(ForkServerPoolTest, AKilledHelperTouchesNoOtherHelpersJobs) {
   EXPECT_EQ(std::move(*again).Wait().outcome, Outcome::kOk);
   EXPECT_EQ(second->restarts(), second_restarts + 1);
 }
+
+// A helper that lies in its reply (tests/jail/hostile_fork_server.cc, its lie chosen by the
+// name of the link it is started through): the request fails, no descriptor it sent stays open
+// in the trusted process, and a lie that leaves the protocol restarts the helper.
+class ForkServerReplyTest : public testing::TestWithParam<std::tuple<const char*, bool>> {};
+
+TEST_P(ForkServerReplyTest, ALyingHelperLeaksNoDescriptorAndStartsNoJob) {
+  SKIP_UNDER_SANITIZERS();
+  const auto [lie, restarts] = GetParam();
+  char dir[] = "/tmp/ckptscan_hostile_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string link = absl::StrCat(dir, "/", lie);
+  ASSERT_EQ(::symlink(std::filesystem::absolute(CKPT_HOSTILE_FORK_SERVER).c_str(), link.c_str()),
+            0);
+  const int before = CountOpenFds();
+  {
+    ForkServer server(link);
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      absl::StatusOr<WorkerProcess> w = StartForked(server, "ok");
+      EXPECT_FALSE(w.ok()) << lie << ": a job was reported started";
+    }
+    if (restarts) {
+      EXPECT_GE(server.restarts(), 1) << lie;
+    } else {
+      EXPECT_EQ(server.restarts(), 0) << lie;
+    }
+  }
+  EXPECT_EQ(CountOpenFds(), before) << lie << ": a descriptor the helper sent is still open";
+  ::unlink(link.c_str());
+  ::rmdir(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lies, ForkServerReplyTest,
+                         testing::Values(std::make_tuple("extra_fds", true),
+                                         std::make_tuple("short_reply", true),
+                                         std::make_tuple("error_with_fd", false),
+                                         std::make_tuple("eof", true)),
+                         [](const auto& info) { return std::string(std::get<0>(info.param)); });
 
 // The trusted process (here a forked stand-in) exits: its fork server and the server's jobs die.
 TEST(ForkServerTest, ServerAndItsJobsDieWithTheTrustedProcess) {
