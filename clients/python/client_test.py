@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 try:
@@ -39,23 +38,17 @@ except ImportError as missing:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "lib"))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+import daemon_harness  # noqa: E402
+from daemon_harness import short_tmpdir  # noqa: E402
 
 import ckptscan_client  # noqa: E402  (after the skip check)
 from ckptscan_client import ScanClient, ScanClientError, report_to_dict  # noqa: E402
 from ckptscan_client import _stubs  # noqa: E402
 
 ARGS = None  # set in main()
-
-
-def short_tmpdir(prefix):
-    """A temporary folder whose paths fit a unix socket address (108 bytes): $TMPDIR unless it
-    is too deep (Bazel's test temp folders can be), else /tmp."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    if len(tmp) > 60:
-        os.rmdir(tmp)
-        tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
-    return tmp
 
 
 def cli(*args, check_rc=None):
@@ -78,41 +71,8 @@ def as_cli_text(report):
     return json.dumps(report_to_dict(report), indent=2, ensure_ascii=False) + "\n"
 
 
-class Daemon:
-    """A ckptscand of its own: socket and state in DIR, started and waited for like
-    daemon/daemon_test.sh does (the "listening" JSON line on stderr)."""
-
-    def __init__(self, directory, *flags):
-        os.makedirs(directory)
-        self.socket = os.path.join(directory, "s.sock")
-        self.log_path = os.path.join(directory, "log")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [ARGS.ckptscand, "--socket", self.socket, "--state-dir",
-                 os.path.join(directory, "state"), *flags],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if b'"event":"listening"' in self.log():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError("ckptscand did not start: %s" % self.log().decode(errors="replace"))
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read()
-
-    @property
-    def address(self):
-        return "unix:" + self.socket
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+def Daemon(directory, *flags):  # noqa: N802  (a class's constructor, with our binary)
+    return daemon_harness.Daemon(ARGS.ckptscand, directory, *flags)
 
 
 class DaemonTestCase(unittest.TestCase):

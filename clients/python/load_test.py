@@ -46,6 +46,10 @@ from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+# The test harness only (stdlib; it imports no ckptscan_client): the checks must see the
+# installed package, never the source tree's clients/python.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "lib"))
+from daemon_harness import Daemon, short_tmpdir  # noqa: E402
 
 # What the package copy is made of (pyproject.toml names README.md as its readme).
 PACKAGE_FILES = ("pyproject.toml", "setup.py", "README.md")
@@ -73,16 +77,6 @@ def missing_modules():
         if not found:
             return "scan_then_load's test needs Debian's %s (no module %s)" % (package, module)
     return None
-
-
-def short_tmpdir(prefix):
-    """A temporary folder whose paths fit a unix socket address (108 bytes): $TMPDIR unless it
-    is too deep (Bazel's test temp folders can be), else /tmp."""
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    if len(tmp) > 60:
-        os.rmdir(tmp)
-        tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
-    return tmp
 
 
 def sha256(data):
@@ -182,42 +176,6 @@ class Touch:
 
     def __reduce__(self):
         return (os.system, ("touch " + shlex.quote(self.marker),))
-
-
-class Daemon:
-    """A ckptscand of its own (as client_test.py starts it): socket and state in DIR, uploads
-    and by-path calls beneath ROOT; waited for by its "listening" line on stderr. Not imported
-    from client_test.py: that module puts the source tree's package on sys.path, and these
-    checks must see only the installed copy."""
-
-    def __init__(self, directory, root):
-        os.makedirs(directory)
-        self.socket = os.path.join(directory, "s.sock")
-        self.log_path = os.path.join(directory, "log")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [ARGS.ckptscand, "--socket", self.socket, "--state-dir",
-                 os.path.join(directory, "state"), "--root", root],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if b'"event":"listening"' in read(self.log_path):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError("ckptscand did not start: %s"
-                             % read(self.log_path).decode(errors="replace"))
-
-    @property
-    def address(self):
-        return "unix:" + self.socket
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 class LoadTestCase(unittest.TestCase):
@@ -443,7 +401,7 @@ class DaemonTest(LoadTestCase):
         super().setUpClass()
         root = os.path.join(cls.tmp, "root")
         os.makedirs(root)
-        cls.daemon = Daemon(os.path.join(cls.tmp, "daemon"), root)
+        cls.daemon = Daemon(ARGS.ckptscand, os.path.join(cls.tmp, "daemon"), "--root", root)
         cls.addClassCleanup(cls.daemon.stop)
 
     def load(self, path, server):

@@ -1,6 +1,7 @@
 """What the Python tests that run live ckptscand daemons share (tests/replicas,
-tests/faults/daemon_faults_test.py, tests/attacks/upload_stall_test.py): PASS/FAIL checks, a
-temp dir short enough for unix sockets, the Python client's gRPC stubs
+tests/faults/daemon_faults_test.py, tests/attacks/upload_stall_test.py, and the Python client's
+client_test.py and load_test.py): PASS/FAIL checks, a temp dir short enough for unix sockets, a
+ckptscand of a test's own (Daemon), the Python client's gRPC stubs
 (clients/python/ckptscan_client, generated from our protos on first use) set up from the same
 command-line arguments, and a torch archive written by hand.
 
@@ -10,6 +11,7 @@ Stdlib only: a test calls require_grpc() before it imports grpc.
 import json
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +87,44 @@ def short_tmpdir(prefix):
         os.rmdir(tmp)
         tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     return tmp
+
+
+class Daemon:
+    """A ckptscand of a test's own: socket, state and log in DIRECTORY (made here), FLAGS after
+    them; started and waited for (20 s) by its "listening" JSON line on stderr, as
+    daemon/daemon_test.sh does; killed by stop()."""
+
+    def __init__(self, ckptscand, directory, *flags):
+        os.makedirs(directory)
+        self.socket = os.path.join(directory, "s.sock")
+        self.log_path = os.path.join(directory, "log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [ckptscand, "--socket", self.socket, "--state-dir",
+                 os.path.join(directory, "state"), *flags],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if b'"event":"listening"' in self.log():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("ckptscand did not start: %s" % self.log().decode(errors="replace"))
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read()
+
+    @property
+    def address(self):
+        return "unix:" + self.socket
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 def add_client_args(parser):
