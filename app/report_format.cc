@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "app/verdict.h"
 #include "base/escape.h"
+#include "base/sha256.h"
 #include "base/strings.h"
-#include "trusted/sha256.h"
 
 namespace ckptscan::app {
 namespace {
@@ -245,7 +245,7 @@ std::string PathToUri(std::string_view path) {
 
 std::string Fingerprint(std::string_view rule_id, std::string_view path, std::string_view member,
                         std::string_view global, uint64_t offset) {
-  absl::StatusOr<std::string> hex = pipeline::Sha256Hex(
+  absl::StatusOr<std::string> hex = base::Sha256Hex(
       absl::StrCat(base::AbslView(rule_id), "|", base::AbslView(path), "|", base::AbslView(member),
                    "|", base::AbslView(global), "|", offset));
   return hex.ok() ? *std::move(hex) : std::string();

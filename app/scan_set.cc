@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "app/judge.h"
 #include "app/report.h"
 #include "app/report_format.h"
 #include "rules/catalogue.h"
 #include "rules/rule_set.h"
-#include "trusted/judge_facts.h"
 
 namespace ckptscan::app {
 
@@ -252,7 +252,7 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
         break;
       }
       case ScanTarget::Kind::kUnreadable:
-        *report->add_files() = pipeline::UnreadableFileReport(t.path, t.status);
+        *report->add_files() = UnreadableFileReport(t.path, t.status);
         break;
       case ScanTarget::Kind::kFile: {
         if (const int seen = set.Scanned(t.path); seen >= 0) {
@@ -298,7 +298,7 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
     v1::FileReport* file;
     if (absl::StatusOr<FileId> id = source->Find(entry.path); !id.ok()) {
       file = report->add_files();
-      *file = pipeline::UnreadableFileReport(
+      *file = UnreadableFileReport(
           entry.path,
           absl::Status(id.status().code(),
                        absl::StrCat("listed in the manifest but ",

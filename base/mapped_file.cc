@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace ckptscan::pipeline {
+namespace ckptscan::base {
 namespace {
 
 const char* FileTypeName(mode_t mode) {
@@ -30,15 +30,13 @@ const char* FileTypeName(mode_t mode) {
 absl::StatusOr<base::UniqueFd> OpenRegularFile(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it has no effect on
   // regular files.
-  base::UniqueFd fd(
-      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0)
-    return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", path));
+  if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", path));
   if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is ", FileTypeName(st.st_mode), ", not a regular file"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", FileTypeName(st.st_mode), ", not a regular file"));
   }
   return fd;
 }
@@ -51,31 +49,26 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
 
 absl::StatusOr<MappedFile> MappedFile::Map(int fd, const std::string& name) {
   struct stat st;
-  if (::fstat(fd, &st) != 0)
-    return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", name));
+  if (::fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", name));
   if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, " is ", FileTypeName(st.st_mode), ", not a regular file"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " is ", FileTypeName(st.st_mode), ", not a regular file"));
   }
-  if (st.st_size < 0 ||
-      static_cast<uint64_t>(st.st_size) > std::numeric_limits<size_t>::max()) {
-    return absl::OutOfRangeError(
-        absl::StrCat(name, ": file size does not fit in memory"));
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) > std::numeric_limits<size_t>::max()) {
+    return absl::OutOfRangeError(absl::StrCat(name, ": file size does not fit in memory"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) return MappedFile(nullptr, 0);
 
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (addr == MAP_FAILED)
-    return absl::ErrnoToStatus(errno, absl::StrCat("mmap ", name));
+  if (addr == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat("mmap ", name));
   // Advisory only: a failure changes nothing but read-ahead.
   (void)::madvise(addr, size, MADV_SEQUENTIAL);
   return MappedFile(addr, size);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : addr_(std::exchange(other.addr_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+    : addr_(std::exchange(other.addr_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -94,4 +87,4 @@ void MappedFile::Reset() {
   size_ = 0;
 }
 
-}  // namespace ckptscan::pipeline
+}  // namespace ckptscan::base

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
 
-namespace ckptscan::pipeline {
+namespace ckptscan::base {
 
 // Opens `path` read-only, close-on-exec, following symlinks, and checks that it
 // is a regular file (never waiting on a FIFO). The jailed scan hands this
@@ -42,9 +42,7 @@ class MappedFile final {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile();
 
-  std::string_view bytes() const {
-    return {static_cast<const char*>(addr_), size_};
-  }
+  std::string_view bytes() const { return {static_cast<const char*>(addr_), size_}; }
 
  private:
   MappedFile(void* addr, size_t size) : addr_(addr), size_(size) {}
@@ -54,6 +52,6 @@ class MappedFile final {
   size_t size_ = 0;
 };
 
-}  // namespace ckptscan::pipeline
+}  // namespace ckptscan::base
 
 #endif  // CKPTSCAN_BASE_MAPPED_FILE_H_

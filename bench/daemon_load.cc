@@ -1,9 +1,9 @@
-// daemon_load: a load generator for ckptscand (issue 7, "Measure"; bench/README.md, "Daemon
+// daemon_load: a load generator for ckptscand (bench/README.md, "Daemon
 // load"). A benchmark, not a test: it reports numbers and asserts none.
 //
 // It starts its own ckptscand (posix_spawn; a unix socket and a state directory in a fresh
 // temporary directory, --root = the directories of the files), then for each --file:
-//   1. the baseline: jailed scans without gRPC (pipeline::ScanFileJailed, the same worker binary
+//   1. the baseline: jailed scans without gRPC (app::ScanFile, the same worker binary
 //      as the daemon's), --requests of them from one thread per core, then from one thread;
 //   2. for each count C in --clients: C threads, each with its own stub (on one shared channel,
 //      or on a channel and connection of its own), calling ScanPath (or ScanUpload with
@@ -73,12 +73,13 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "app/scan_file.h"
 #include "bench/proc_cpu.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "rules/rule_set.h"
-#include "trusted/availability.h"
-#include "trusted/jailed_scan.h"
+#include "sandbox/availability.h"
+#include "sandbox/run.h"
 
 extern char** environ;
 
@@ -520,22 +521,22 @@ struct BaselineResult {
 };
 
 BaselineResult RunBaseline(const FileUnderTest& file, int threads, const Options& o,
-                           const pipeline::JailOptions& jail, const rules::RuleSet& rules) {
+                           const sandbox::JailOptions& jail, const rules::RuleSet& rules) {
   BaselineResult b;
   b.threads = threads;
   const double self0 = SelfCpuSeconds(RUSAGE_SELF);
   const double child0 =
       SelfCpuSeconds(RUSAGE_CHILDREN) + bench::LiveDescendantsCpuSeconds(::getpid());
-  b.m = RunThreads(
-      threads, o.requests, absl::Seconds(o.max_seconds), [&](int, absl::Time, Tally* tally) {
-        absl::StatusOr<v1::FileReport> r = pipeline::ScanFileJailed(file.path, rules, {}, jail);
-        if (!r.ok()) {
-          ++tally->errors[absl::StatusCodeToString(r.status().code())];
-          return false;
-        }
-        ++tally->verdicts[v1::Verdict_Name(r->verdict())];
-        return true;
-      });
+  b.m = RunThreads(threads, o.requests, absl::Seconds(o.max_seconds),
+                   [&](int, absl::Time, Tally* tally) {
+                     absl::StatusOr<v1::FileReport> r = app::ScanFile(file.path, rules, {}, jail);
+                     if (!r.ok()) {
+                       ++tally->errors[absl::StatusCodeToString(r.status().code())];
+                       return false;
+                     }
+                     ++tally->verdicts[v1::Verdict_Name(r->verdict())];
+                     return true;
+                   });
   b.trusted_cpu_s = SelfCpuSeconds(RUSAGE_SELF) - self0;
   b.worker_cpu_s =
       SelfCpuSeconds(RUSAGE_CHILDREN) + bench::LiveDescendantsCpuSeconds(::getpid()) - child0;
@@ -642,7 +643,7 @@ double PerScanMs(double seconds, const Measured& m) {
 
 void PrintBaseline(const char* when, const BaselineResult& b) {
   std::printf(
-      "  baseline %-8s (ScanFileJailed, no gRPC, %d thread%s): %zu scans in %.2f s = "
+      "  baseline %-8s (ScanFile, no gRPC, %d thread%s): %zu scans in %.2f s = "
       "%.0f scans/s; p50 %.2f ms, p99 %.2f ms; CPU ms/scan trusted/worker %.2f/%.2f; "
       "verdicts %s; errors %s%s\n",
       when, b.threads, b.threads == 1 ? "" : "s", b.m.tally.latency_ms.size(), b.m.seconds,
@@ -856,7 +857,7 @@ int Run(int argc, char** argv) {
       (std::filesystem::path(o.daemon).parent_path() / sandbox::kWorkerBinaryName).string();
   absl::StatusOr<std::string> worker = sandbox::FindWorkerBinary(worker_guess);
   if (!worker.ok()) return Fail(worker.status());
-  pipeline::JailOptions jail;
+  sandbox::JailOptions jail;
   jail.worker_path = *worker;
   const std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
 

@@ -23,11 +23,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "app/scan_file.h"
 #include "bench/proc_cpu.h"
 #include "benchmark/benchmark.h"
 #include "rules/rule_set.h"
+#include "sandbox/run.h"
 #include "tests/inprocess/local_scan.h"
-#include "trusted/jailed_scan.h"
 
 namespace ckptscan {
 namespace {
@@ -92,7 +93,7 @@ void BM_InProcessScan(benchmark::State& state) {
   const std::string& path = TinyPicklePath();
   CpuCounter cpu(state);
   for (auto _ : state) {
-    absl::StatusOr<v1::FileReport> r = pipeline::ScanFileInProcess(path, Rules(), {});
+    absl::StatusOr<v1::FileReport> r = inprocess::ScanFileInProcess(path, Rules(), {});
     Check(r, state);
   }
   state.SetItemsProcessed(state.iterations());
@@ -100,7 +101,7 @@ void BM_InProcessScan(benchmark::State& state) {
 
 void JailedScan(benchmark::State& state, sandbox::SpawnMode mode) {
   const std::string& path = TinyPicklePath();
-  pipeline::JailOptions jail;
+  sandbox::JailOptions jail;
   jail.worker_path = CKPT_WORKER;
   jail.spawn_mode = mode;
   // As `ckptscan scan` runs by default: no digest, so no pin and no hashing thread per job
@@ -114,11 +115,11 @@ void JailedScan(benchmark::State& state, sandbox::SpawnMode mode) {
     (phase == "spawn" ? spawn : parse) += d;
   };
   // A first job outside the timing: the fork server starts once per process, not per job.
-  (void)pipeline::ScanFileJailed(path, Rules(), {}, jail);
+  (void)app::ScanFile(path, Rules(), {}, jail);
   spawn = parse = absl::ZeroDuration();
   CpuCounter cpu(state);
   for (auto _ : state) {
-    absl::StatusOr<v1::FileReport> r = pipeline::ScanFileJailed(path, Rules(), {}, jail);
+    absl::StatusOr<v1::FileReport> r = app::ScanFile(path, Rules(), {}, jail);
     Check(r, state);
   }
   state.SetItemsProcessed(state.iterations());

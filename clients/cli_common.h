@@ -1,6 +1,8 @@
-// What every `ckptscan` subcommand shares: printing errors, writing outputs, the rules and VM
-// limits from their flags, the jail's flags (--no-sandbox, --timeout, ...), the daemon's flags
-// (--server, --by-path, TLS), and the registry the subcommands add themselves to (main.cc).
+// What every `ckptscan` subcommand shares: how a command ends (its result, mapped to one exit
+// code and message by Finish), writing outputs, the engine from the flags both binaries share
+// (app/engine_flags.h) plus the CLI's own jail flags (--no-sandbox, --timeout), the daemon's
+// flags (--server, --by-path, TLS), and the registry the subcommands add themselves to
+// (main.cc).
 //
 // Not thread-safe: the CLI's main thread only.
 #ifndef CKPTSCAN_CLIENTS_CLI_COMMON_H_
@@ -9,21 +11,16 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "app/report_format.h"
-#include "app/verdict.h"
+#include "app/engine.h"
+#include "app/engine_flags.h"
 #include "ckptscan/v1/report.pb.h"
 #include "clients/remote.h"
-#include "core/pickle/limits.h"
-#include "rules/rule_set.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/rules_source.h"
 
 namespace ckptscan::clients {
 
@@ -33,10 +30,22 @@ std::string_view Version();
 // The exit codes, for --help footers.
 extern const char kExitCodesHelp[];
 
+// How a command ends: the exit code its outcome calls for (0, 1 or 2: app/verdict.h; the
+// report or result already written), or an error. Finish prints an error as
+// "ckptscan: MESSAGE" and exits 64 for a UsageError (a bad flag, rules file, limit or
+// manifest), 1 for a Rejected (a check that ran and failed: verify), 2 for anything else (the
+// command could not do its work).
+using CommandResult = absl::StatusOr<int>;
+absl::Status UsageError(std::string_view message);
+absl::Status Rejected(std::string_view message);
+// `status` (not OK) marked as a usage error, its code and message kept.
+absl::Status AsUsageError(const absl::Status& status);
+int Finish(const CommandResult& result);
+
 // A subcommand: registered on the app by its Add*Command, run when the command line named it.
 struct Command {
   CLI::App* cmd = nullptr;
-  std::function<int()> run;
+  std::function<CommandResult()> run;
 };
 using Commands = std::vector<Command>;
 
@@ -48,56 +57,26 @@ void AddRulesCommands(CLI::App* app, Commands* out);   // rules show|check, vers
 void AddKeyCommands(CLI::App* app, Commands* out);     // keygen, verify
 void AddDaemonCommands(CLI::App* app, Commands* out);  // health, admin ...
 
-// "ckptscan: MESSAGE" on stderr.
+// "ckptscan: MESSAGE" on stderr: notes and warnings beside a result (errors go to Finish).
 void PrintError(std::string_view message);
 
 // `data` to `path`, or to stdout for "" and "-".
 absl::Status WriteOutput(const std::string& path, std::string_view data);
 
-// --rules FILE, --rules-overlay FILE, --allow NAME (repeatable): the rules a local command
-// judges with (trusted/rules_source.h).
-struct RulesFlags {
-  std::string rules;
-  std::string overlay;
-  std::vector<std::string> allow;
-
-  bool any() const { return !rules.empty() || !overlay.empty() || !allow.empty(); }
-  pipeline::RulesSource Source() const { return {rules, overlay, allow}; }
+// The local engine's flags: those ckptscand shares (rules, limits, jail) and the CLI's own.
+struct LocalFlags {
+  app::EngineFlags engine;
+  bool no_sandbox = false;      // --no-sandbox: an unjailed worker child (debugging only)
+  double timeout_seconds = 60;  // --timeout: wall clock per file
 };
 
-void AddRulesFlags(CLI::App* cmd, RulesFlags* f);
+// Every local flag (scan, ls, convert, disasm); `limit_help` is --limit's help text.
+void AddLocalFlags(CLI::App* cmd, LocalFlags* f, std::string_view limit_help);
 
-// The rules of the flags: built-in or --rules, with the overlay merged on.
-absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const RulesFlags& flags);
-
-// What scan, convert and disasm share: the rule set and the VM limits, from their flags.
-struct Engine {
-  std::shared_ptr<const rules::RuleSet> rules;
-  pickle::Limits limits;
-};
-
-// Prints the usage error and returns nullopt when a flag is bad.
-std::optional<Engine> LoadEngine(const RulesFlags& rules,
-                                 const std::vector<std::string>& limit_flags);
-
-// How files are parsed: in a jailed ckptscan-worker (the default) or, with
-// --no-sandbox, in this process (debugging only).
-struct SandboxFlags {
-  bool no_sandbox = false;
-  double timeout_seconds = 60;
-  std::string worker_memory = "8G";
-  std::string max_sealed_copy = "4G";
-  std::string worker;
-  std::string jail_spawn;  // --jail-spawn: "fork-server" or "per-job"; "" = the default
-};
-
-void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
-
-// The worker's options (with --no-sandbox, after its warning, an unjailed worker's), or nullopt
-// with `exit_code` set and the reason printed when scanning must not start: a bad flag (64), or
-// no jail possible here (2: seccomp unavailable, worker missing). Every file is parsed in a
-// worker process, never in this one.
-std::optional<pipeline::JailOptions> SetUpSandbox(const SandboxFlags& f, int* exit_code);
+// The engine of the flags: usage errors for bad values or rules; an error (exit 2) when no jail
+// is possible here (no seccomp, no worker binary) unless --no-sandbox, after whose warning
+// workers run unjailed. Every file is parsed in a worker process, never in this one.
+absl::StatusOr<std::unique_ptr<app::Engine>> MakeEngine(const LocalFlags& f);
 
 // --quiet / --verbose (exclusive): what is printed beside the report on stderr.
 struct VerbosityFlags {
@@ -118,12 +97,12 @@ struct ServerFlags {
 
 void AddServerFlags(CLI::App* cmd, ServerFlags* f, bool with_by_path = true);
 
-// The daemon client for --server, or null (after printing why, with `exit_code` set) when it
-// cannot be used. Flags that only mean something locally are refused rather than ignored.
-std::unique_ptr<RemoteClient> ConnectServer(const ServerFlags& f, const SandboxFlags& sandbox,
-                                            const RulesFlags& rules,
-                                            const std::vector<std::string>& limits, int* exit_code,
-                                            bool allow_plain = false);
+// The daemon client for --server. Flags that only mean something locally (`local`, may be
+// null) are refused rather than ignored (a usage error), as is a bad address; a daemon that is
+// absent or not trusted is an error (exit 2).
+absl::StatusOr<std::unique_ptr<RemoteClient>> ConnectServer(const ServerFlags& f,
+                                                            const LocalFlags* local,
+                                                            bool allow_plain = false);
 
 // A file the daemon could not be asked about: ERROR, never a pass.
 v1::FileReport ServerErrorReport(const std::string& path, const absl::Status& status);

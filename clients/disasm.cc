@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "app/report_format.h"
-#include "protocol/file_facts.h"
-#include "protocol/protocol.h"
+#include "sandbox/file_facts.h"
+#include "sandbox/protocol.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -20,11 +20,11 @@ std::string Count(uint64_t n, const char* word) {
 
 }  // namespace
 
-std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport& report,
+std::string DisasmSummary(const sandbox::FileFacts& facts, const v1::FileReport& report,
                           bool after_listing) {
   std::string summary =
       absl::StrCat(after_listing ? "\n" : "", "format: ", app::TerminalSafe(facts.format), "\n");
-  for (const pipeline::MemberFacts& m : facts.members) {
+  for (const sandbox::MemberFacts& m : facts.members) {
     const pickle::StreamFacts& s = m.stream;
     for (size_t i = 0; i < s.pickles.size(); ++i) {
       const pickle::PickleFacts& p = s.pickles[i];
@@ -47,7 +47,7 @@ std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport
 }
 
 void WriteJailedDisassembly(std::string_view listing, bool truncated,
-                            const pipeline::FileFacts& facts, const v1::FileReport& report,
+                            const sandbox::FileFacts& facts, const v1::FileReport& report,
                             const TextSink& out) {
   // An honest worker's lines are already terminal-safe, so this changes nothing
   // for them; a compromised worker's control bytes are escaped here.

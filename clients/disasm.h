@@ -21,8 +21,8 @@
 #include <string_view>
 
 #include "ckptscan/v1/report.pb.h"
-#include "protocol/file_facts.h"
 #include "rules/rule_set.h"
+#include "sandbox/file_facts.h"
 
 namespace ckptscan::clients {
 
@@ -33,12 +33,12 @@ using TextSink = std::function<void(std::string_view)>;
 // trusted side's judgement of them. Writes the listing, re-escaped line by line
 // (it comes from the jail and is not trusted), then the summary.
 void WriteJailedDisassembly(std::string_view listing, bool truncated,
-                            const pipeline::FileFacts& facts, const v1::FileReport& report,
+                            const sandbox::FileFacts& facts, const v1::FileReport& report,
                             const TextSink& out);
 
 // The part after the listing: format, one line per pickle, trailing bytes, then
 // the findings and errors as `scan --format text` shows them.
-std::string DisasmSummary(const pipeline::FileFacts& facts, const v1::FileReport& report,
+std::string DisasmSummary(const sandbox::FileFacts& facts, const v1::FileReport& report,
                           bool after_listing);
 
 }  // namespace ckptscan::clients

@@ -15,8 +15,8 @@ v1::FileReport Disassemble(const std::string& path, std::string_view bytes,
                            const rules::RuleSet& rules, const pickle::Limits& limits,
                            const TextSink& out) {
   bool listed = false;
-  const pipeline::FileFacts facts = pipeline::ExtractFactsWithListing(bytes, limits, out, &listed);
-  v1::FileReport report = pipeline::JudgeFacts(facts, rules);
+  const sandbox::FileFacts facts = inprocess::ExtractFactsWithListing(bytes, limits, out, &listed);
+  v1::FileReport report = app::JudgeFacts(facts, rules);
   report.set_path(path);
   report.set_size(bytes.size());
   out(DisasmSummary(facts, report, listed));

@@ -39,7 +39,7 @@ int Main(int argc, char** argv) {
     return app::kExitUsage;
   }
   for (const Command& c : commands) {
-    if (c.cmd->parsed()) return c.run();
+    if (c.cmd->parsed()) return Finish(c.run());
   }
   return app::kExitUsage;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/strings.h"
 #include "base/unique_fd.h"
 
 namespace ckptscan::clients {
@@ -52,22 +53,28 @@ ProgressMeter::ProgressMeter(bool draw, std::string label) : label_(std::move(la
   if (draw) thread_ = std::thread([this] { Run(); });
 }
 
-ProgressMeter::~ProgressMeter() {
+ProgressMeter::~ProgressMeter() { Stop(); }
+
+void ProgressMeter::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
+void ProgressMeter::PrintLine(std::string_view line) {
+  absl::MutexLock lock(&mu_);
+  (void)base::WriteAll(STDERR_FILENO,
+                       absl::StrCat(drawn_ ? "\r\033[K" : "", base::AbslView(line), "\n"));
+  drawn_ = false;
+}
+
 void ProgressMeter::Run() {
-  const auto start = std::chrono::steady_clock::now();
-  const auto interval = absl::ToChronoMilliseconds(kProgressInterval);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_cv_.wait_for(lock, interval, [this] { return stop_; })) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), kProgressInterval)) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // \r and "erase to the end of the line": one line, redrawn in place.
     const std::string line = absl::StrCat(
         "\r\033[K", ProgressText(label_, files_done_.load(std::memory_order_relaxed),
@@ -78,6 +85,7 @@ void ProgressMeter::Run() {
     drawn_ = true;
   }
   if (drawn_) (void)base::WriteAll(STDERR_FILENO, "\r\033[K");
+  drawn_ = false;
 }
 
 }  // namespace ckptscan::clients

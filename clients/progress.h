@@ -15,12 +15,13 @@
 #define CKPTSCAN_CLIENTS_PROGRESS_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace ckptscan::clients {
@@ -39,7 +40,7 @@ class ProgressMeter final {
   static bool ShouldDraw(bool quiet);
 
   ProgressMeter(bool draw, std::string label);
-  ~ProgressMeter();  // stops drawing and erases the line
+  ~ProgressMeter();  // Stop()
   ProgressMeter(const ProgressMeter&) = delete;
   ProgressMeter& operator=(const ProgressMeter&) = delete;
 
@@ -49,18 +50,25 @@ class ProgressMeter final {
   // Where readers add the bytes they read (JailOptions::bytes_read).
   std::atomic<uint64_t>* bytes() { return &bytes_done_; }
 
+  // `line` and a newline on stderr, from any thread: the progress line is erased first and
+  // drawn again at its next interval, so the two never share a line.
+  void PrintLine(std::string_view line) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops drawing and erases the line; call it before writing what follows on the terminal
+  // (the report). Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string label_;
   std::atomic<uint64_t> files_done_{0};
   std::atomic<uint64_t> files_total_{0};
   std::atomic<uint64_t> bytes_done_{0};
   std::atomic<uint64_t> bytes_total_{0};
-  std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  bool drawn_ = false;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool drawn_ ABSL_GUARDED_BY(mu_) = false;  // a progress line is on the terminal now
   std::thread thread_;
 };
 

@@ -15,12 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "app/output_file.h"
 #include "app/paths.h"
+#include "app/publish.h"
 #include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "trusted/output_file.h"
-#include "trusted/sign_output.h"
-#include "trusted/signing/keys.h"
+#include "signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -317,7 +317,7 @@ absl::StatusOr<v1::ConvertResponse> RemoteClient::Convert(const std::string& inp
   if (!in.ok()) return in.status();
   // The output file exists before anything is sent: a destination we cannot write is found
   // before the daemon does any work.
-  absl::StatusOr<pipeline::OutputFile> out = pipeline::OutputFile::Create(output);
+  absl::StatusOr<app::OutputFile> out = app::OutputFile::Create(output);
   if (!out.ok()) return out.status();
   ctx.set_deadline(Deadline(2 * in->second));
   std::unique_ptr<grpc::ClientReaderWriter<v1::UploadChunk, v1::ConvertChunk>> stream =
@@ -379,11 +379,11 @@ absl::StatusOr<v1::ConvertResponse> RemoteClient::Convert(const std::string& inp
   v1::Conversion* c = response.mutable_report()->mutable_files(0)->mutable_conversion();
   c->set_output(output);
   if (!response.signature().empty()) {
-    const std::string sig_path = pipeline::SignaturePathFor(output);
+    const std::string sig_path = app::SignaturePathFor(output);
     absl::Status written = [&]() -> absl::Status {
       // Beside the output, in the directory it was created in (opened once).
-      absl::StatusOr<pipeline::OutputFile> sig = pipeline::OutputFile::CreateAt(
-          out->dir_fd(), pipeline::SignaturePathFor(out->name()), sig_path);
+      absl::StatusOr<app::OutputFile> sig =
+          app::OutputFile::CreateAt(out->dir_fd(), app::SignaturePathFor(out->name()), sig_path);
       if (!sig.ok()) return sig.status();
       if (absl::Status s = sig->WriteAt(0, response.signature()); !s.ok()) return s;
       return sig->Publish(options.replace());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end checks of `ckptscan scan` over a model repository as a whole (issue 8): safetensors
+# End-to-end checks of `ckptscan scan` over a model repository as a whole: safetensors
 # validated in the worker, sharded indexes and their shards, --fail-on, --exclude, --manifest,
 # --format junit.
 #   clients/repo_scan_test.sh path/to/ckptscan path/to/tests/fixtures

@@ -1,4 +1,4 @@
-# `cmake --install BUILD [--prefix P]` (issue 11; docs/operations.md, "Installing"). Included at
+# `cmake --install BUILD [--prefix P]` (docs/operations.md, "Installing"). Included at
 # the end of the top-level CMakeLists.txt. Lays out:
 #
 #   P/bin/ckptscan, P/bin/ckptscand, P/bin/ckptscan-worker   side by side: both binaries run the

@@ -1,4 +1,4 @@
-// Bounded concurrency for the daemon's jobs (issue 7): at most `max_running` workers at once and
+// Bounded concurrency for the daemon's jobs: at most `max_running` workers at once and
 // at most `max_queued` jobs waiting for one. A job past both is refused at once with
 // RESOURCE_EXHAUSTED (the caller retries elsewhere or later) rather than piling up; after Drain()
 // every new job is refused with UNAVAILABLE while admitted ones finish.
@@ -9,7 +9,7 @@
 // that waiter is woken (no thundering herd, no queue jumping). The ticket gives its place back
 // when destroyed.
 //
-// An upload takes no job place while its bytes stream in (issue 18): it holds an upload place
+// An upload takes no job place while its bytes stream in: it holds an upload place
 // instead (BeginUpload), bounded daemon-wide (max_uploads) and per caller
 // (max_uploads_per_caller), and its spooled bytes count against a daemon-wide budget
 // (max_spool_bytes). Once its last byte is spooled it is admitted as a job (Upload::Admit) and
@@ -189,7 +189,7 @@ class JobSlots final {
   uint64_t spool_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Cancels calls that stop making progress (issue 18): a stream read that waits too long for the
+// Cancels calls that stop making progress: a stream read that waits too long for the
 // caller's next upload chunk, or a write the caller does not take. One thread serves every
 // call: a call Starts a Watch with what to do on a stall (cancel the call), Arms it with a
 // limit before each blocking read or write and Disarms it after. A Watch not re-armed or

@@ -5,7 +5,7 @@
 # so the same symbols must be found there, or the check is void.
 #   links_no_parser.sh CKPTSCAND CKPTSCAN CKPTSCAN-WORKER
 set -uo pipefail
-parsers='ckptscan::(pickle::Vm::|zip::Archive::|torch::Detect|pipeline::ExtractFacts|pipeline::TraceListing|pipeline::EncodeFacts|sandbox::EnterJail)'
+parsers='ckptscan::(pickle::Vm::|zip::Archive::|torch::Detect|sandbox::ExtractFacts|sandbox::TraceListing|sandbox::EncodeFacts|sandbox::EnterJail)'
 in_worker=$(nm -C "$3" 2>/dev/null | grep -cE "$parsers")
 if [[ $in_worker -eq 0 ]]; then
   echo "FAIL: the control found no parser symbol in $3: the pattern is stale (or the binary is stripped)"

@@ -1,4 +1,4 @@
-// ckptscand's metrics (issue 11; docs/operations.md lists them and the alerts they feed), kept
+// ckptscand's metrics (docs/operations.md lists them and the alerts they feed), kept
 // with prometheus-cpp and exposed two ways: the Prometheus text format on a port of their own
 // (--metrics-port; bound to loopback unless --metrics-address says otherwise) and the same text
 // from Admin.Metrics.
@@ -33,7 +33,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "trusted/result.h"
+#include "sandbox/result.h"
 
 namespace ckptscan::daemon {
 

@@ -22,18 +22,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "app/convert.h"
+#include "app/judge.h"
+#include "app/output_file.h"
 #include "app/report.h"
 #include "app/report_format.h"
+#include "app/scan_file.h"
 #include "app/scan_set.h"
+#include "app/shard_set.h"
 #include "app/verdict.h"
 #include "base/escape.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/unique_fd.h"
 #include "daemon/log.h"
-#include "trusted/judge_facts.h"
-#include "trusted/output_file.h"
-#include "trusted/shard_set.h"
-#include "trusted/signing/limits.h"
+#include "sandbox/result.h"
+#include "signing/limits.h"
 
 namespace ckptscan::daemon {
 namespace {
@@ -46,28 +49,6 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 double MillisSince(absl::Time start) { return absl::ToDoubleMilliseconds(absl::Now() - start); }
-
-// Waits for a worker slot (the "queue" phase).
-absl::Status RunWhenSlotFree(JobSlots::Ticket* ticket, grpc::ServerContext* ctx, Metrics* metrics) {
-  const absl::Time start = absl::Now();
-  absl::Status s = ticket->Run([ctx] { return ctx->IsCancelled(); });
-  metrics->Phase("queue", absl::Now() - start);
-  return s;
-}
-
-// The jail options for one call: the caller's cancellation and deadline kill the worker.
-pipeline::JailOptions JailFor(const ServiceOptions& options, grpc::ServerContext* ctx, bool sha256,
-                              Metrics* metrics) {
-  pipeline::JailOptions jail = options.jail;
-  jail.on_worker_exit = [metrics](const sandbox::Result& r) { metrics->WorkerExit(r); };
-  jail.on_phase = [metrics](std::string_view phase, absl::Duration d) { metrics->Phase(phase, d); };
-  jail.sha256 = sha256;
-  const absl::Time deadline = absl::FromChrono(ctx->deadline());
-  const absl::Duration left = deadline - absl::Now();
-  if (left < jail.timeout) jail.timeout = std::max(left, absl::Milliseconds(1));
-  jail.cancelled = [ctx] { return ctx->IsCancelled(); };
-  return jail;
-}
 
 std::string TraceId(const grpc::ServerContext& ctx) {
   const auto& md = ctx.client_metadata();
@@ -90,7 +71,7 @@ class JobLog {
     if (!trace.empty()) line_.Str("trace_id", trace);
   }
   void Name(std::string_view name) { name_ = std::string(name); }
-  // How the input was pinned for the job (trusted/pinned_input.h); the first one of a set.
+  // How the input was pinned for the job (sandbox/pinned_input.h); the first one of a set.
   void Pin(std::string_view how) {
     if (pin_.empty()) pin_ = std::string(how);
   }
@@ -150,39 +131,6 @@ std::string LimitBucket(const Caller& caller) {
   return caller.authenticated ? caller.name : "anonymous";
 }
 
-absl::Status ParseConvertOptions(const v1::ConvertOptions& in, signing::Method default_method,
-                                 pipeline::ConvertRequest* request) {
-  if (in.dtype() == "bf16") {
-    request->to_bf16 = true;
-  } else if (!in.dtype().empty() && in.dtype() != "keep") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dtype \"", in.dtype(), "\": expected \"keep\" or \"bf16\""));
-  }
-  request->select = in.select();
-  request->strict = in.strict();
-  request->cast_quantized = in.cast_quantized();
-  if (request->cast_quantized && !request->to_bf16) {
-    return absl::InvalidArgumentError("cast_quantized: only with dtype \"bf16\"");
-  }
-  request->replace = in.replace();
-  for (const std::string& d : in.allow_dtypes()) {
-    if (absl::Status s = convert::CheckAllowDtype(d); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("allow_dtypes: ", s.message()));
-    }
-    request->allow_dtypes.push_back(d);
-  }
-  request->sign.method = default_method;
-  if (in.sign_method() == "files") {
-    request->sign.method = signing::Method::kFiles;
-  } else if (in.sign_method() == "shards") {
-    request->sign.method = signing::Method::kShards;
-  } else if (!in.sign_method().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sign_method \"", in.sign_method(), "\": expected \"files\" or \"shards\""));
-  }
-  return absl::OkStatus();
-}
-
 // Replaces `from` with `to` at the start of every path a conversion report names.
 void RewritePaths(v1::FileReport* f, const std::string& from, const std::string& to) {
   auto fix = [&](std::string* p) {
@@ -202,42 +150,6 @@ v1::ConvertResponse ConvertAnswer(app::ConvertOutcome outcome) {
   if (!outcome.error.ok()) response.set_error(std::string(outcome.error.message()));
   return response;
 }
-
-// Files the daemon judges, each in a jailed worker: opened by `open` (beneath the roots, or an
-// upload's own bytes), counted in the status and the metrics as they are judged.
-class JailedFiles final : public app::FileSource {
- public:
-  using Opener = std::function<absl::StatusOr<base::UniqueFd>(const std::string&)>;
-  JailedFiles(Opener open, const rules::RuleSet& rules, const pickle::Limits& limits,
-              const pipeline::JailOptions& jail, Daemon* daemon)
-      : open_(std::move(open)), rules_(rules), limits_(limits), jail_(jail), d_(daemon) {}
-
-  v1::FileReport Scan(const std::string& path) override {
-    absl::StatusOr<base::UniqueFd> fd = open_(path);
-    absl::StatusOr<v1::FileReport> file =
-        fd.ok() ? pipeline::ScanFdJailed(*std::move(fd), path, rules_, limits_, jail_)
-                : absl::StatusOr<v1::FileReport>(fd.status());
-    v1::FileReport out =
-        file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
-    d_->Judged(out);
-    return out;
-  }
-
-  absl::StatusOr<app::FileId> Find(const std::string& path) override {
-    absl::StatusOr<base::UniqueFd> fd = open_(path);
-    if (!fd.ok()) return fd.status();
-    struct stat st;
-    if (::fstat(fd->get(), &st) != 0) return absl::ErrnoToStatus(errno, "fstat");
-    return app::FileId{st.st_dev, st.st_ino};
-  }
-
- private:
-  const Opener open_;
-  const rules::RuleSet& rules_;
-  const pickle::Limits& limits_;
-  const pipeline::JailOptions& jail_;
-  Daemon* d_;
-};
 
 // "name" or "dir/name" -> ("dir" or "", "name"). A NUL would cut the name short where it is
 // used as a C string (the directory part is refused by ConfinedRoots, like every input path).
@@ -261,28 +173,6 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitOutput(const std::strin
 
 // --- RulesHolder, Stats, Daemon -----------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<RulesHolder>> RulesHolder::Load(pipeline::RulesSource source) {
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = pipeline::LoadRules(source);
-  if (!loaded.ok()) return loaded.status();
-  return std::unique_ptr<RulesHolder>(new RulesHolder(std::move(source), *std::move(loaded)));
-}
-
-std::shared_ptr<const rules::RuleSet> RulesHolder::Get() const {
-  absl::MutexLock lock(&mu_);
-  return rules_;
-}
-
-absl::StatusOr<RulesHolder::Reloaded> RulesHolder::Reload() {
-  // Compiled and checked whole before anything changes: a bad file leaves the old rules.
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> loaded = pipeline::LoadRules(source_);
-  if (!loaded.ok()) return loaded.status();
-  std::shared_ptr<const rules::RuleSet> fresh = *std::move(loaded);
-  absl::MutexLock lock(&mu_);
-  Reloaded r{rules_->version(), fresh->version()};
-  rules_ = std::move(fresh);
-  return r;
-}
-
 void Stats::Record(const v1::FileReport& file) {
   absl::MutexLock lock(&mu_);
   ++done_[file.verdict()];
@@ -290,11 +180,15 @@ void Stats::Record(const v1::FileReport& file) {
     if (f.rule_id() == "sandbox.violation") ++failures_["violation"];
   }
   for (const v1::ScanError& e : file.errors()) {
+    // The limits that stop a worker itself (its memory, its output, its frame) count as its
+    // failures; the others (the VM's, the decode budget's) are the file's.
+    const std::optional<sandbox::JailLimit> limit = sandbox::JailLimitNamed(e.limit_name());
+    const bool worker_limit =
+        e.code() == v1::ERROR_CODE_LIMIT && limit.has_value() &&
+        (*limit == sandbox::JailLimit::kWorkerMemory ||
+         *limit == sandbox::JailLimit::kMaxFrameBytes || *limit == sandbox::JailLimit::kFileSize);
     if (e.code() == v1::ERROR_CODE_TIMEOUT || e.code() == v1::ERROR_CODE_SANDBOX ||
-        e.code() == v1::ERROR_CODE_CANCELLED ||
-        (e.code() == v1::ERROR_CODE_LIMIT &&
-         (e.limit_name() == "worker_memory" || e.limit_name() == "max_frame_bytes" ||
-          e.limit_name() == "file_size"))) {
+        e.code() == v1::ERROR_CODE_CANCELLED || worker_limit) {
       ++failures_[app::ErrorCodeName(e.code())];
     }
   }
@@ -406,10 +300,10 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
   return caller;
 }
 
-absl::StatusOr<RulesHolder::Reloaded> ReloadRules(Daemon* daemon, const std::string& by) {
-  absl::StatusOr<RulesHolder::Reloaded> r = daemon->rules().Reload();
+absl::StatusOr<app::Engine::Reloaded> ReloadRules(Daemon* daemon, const std::string& by) {
+  absl::StatusOr<app::Engine::Reloaded> r = daemon->engine().ReloadRules();
   LogLine line("reload_rules", r.ok() ? "info" : "error");
-  line.Str("caller", by).Str("source", daemon->rules().source());
+  line.Str("caller", by).Str("source", daemon->engine().rules_source());
   if (r.ok()) {
     line.Str("previous_version", r->previous_version).Str("rules_version", r->version);
   } else {
@@ -471,262 +365,229 @@ grpc::Status ScannerService::ConvertUpload(
   return OutOfMemoryGuard(d_, "ConvertUpload", ctx, [&] { return DoConvertUpload(ctx, stream); });
 }
 
-grpc::Status ScannerService::ScanJob(
-    grpc::ServerContext* ctx, base::UniqueFd input, const std::string& name,
-    std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> others,
-    const v1::ScanOptions& options, JobLog* log, v1::Report* response) {
-  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
-  const ServiceOptions::ScanDigest digest = d_->options().scan_digest;
-  const bool sha256 = digest == ServiceOptions::ScanDigest::kAlways ||
-                      (digest == ServiceOptions::ScanDigest::kRequest && !options.skip_digest());
-  pipeline::JailOptions jail = JailFor(d_->options(), ctx, sha256, &d_->metrics());
-  jail.list_tensors = options.list_tensors();
-  jail.on_pin = [log](std::string_view how) { log->Pin(how); };
-  // The input is read through the descriptor opened for the call, never by its name again.
-  const int held = input.get();
-  JailedFiles files(
-      [&](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
-        if (path == name) return ReopenReadOnly(held);
-        return others(path);
-      },
-      *rules, d_->options().limits, jail, d_);
-  *response = app::NewReport(d_->options().scanner_version, rules->version());
-  if (options.single_file()) {
-    *response->add_files() = files.Scan(name);
-    app::FoldVerdict(response);
-  } else {
-    app::ScanTarget input;
-    input.path = name;
-    app::ScanSet({input}, {}, &files, response);
+namespace {
+
+// One RPC in flight: who calls, its job log line (written when the call ends, however it ends),
+// and the steps every handler takes around its one app:: call.
+class Call final {
+ public:
+  Call(Daemon* d, grpc::ServerContext* ctx, std::string_view rpc)
+      : d_(d), ctx_(ctx), caller_(d->Identify(*ctx)), log_(rpc, caller_, *ctx, &d->metrics()) {}
+
+  const Caller& caller() const { return caller_; }
+  JobLog& log() { return log_; }
+
+  // A job place, admitted (`ticket`), once a worker slot is free (the "queue" phase).
+  absl::StatusOr<JobSlots::Ticket> Admit(absl::StatusOr<JobSlots::Ticket> ticket) {
+    if (!ticket.ok()) return ticket.status();
+    const absl::Time start = absl::Now();
+    absl::Status s = ticket->Run([ctx = ctx_] { return ctx->IsCancelled(); });
+    d_->metrics().Phase("queue", absl::Now() - start);
+    if (!s.ok()) return s;
+    return ticket;
   }
-  if (ctx->IsCancelled()) {
-    return log->Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+
+  // The call's options for the engine: the caller's deadline and cancellation kill its
+  // workers; phases, workers' fates and judged files go to the metrics and the status; the
+  // input's pin to the job line.
+  app::CallOptions Options(bool sha256) {
+    app::CallOptions call;
+    call.sha256 = sha256;
+    call.deadline = absl::FromChrono(ctx_->deadline());
+    call.cancelled = [ctx = ctx_] { return ctx->IsCancelled(); };
+    Metrics* metrics = &d_->metrics();
+    call.on_worker_exit = [metrics](const sandbox::Result& r) { metrics->WorkerExit(r); };
+    call.on_phase = [metrics](std::string_view phase, absl::Duration d) {
+      metrics->Phase(phase, d);
+    };
+    call.on_pin = [this](std::string_view how) { log_.Pin(how); };
+    call.on_judged = [d = d_](const v1::FileReport& file) { d->Judged(file); };
+    return call;
   }
-  log->Report(*response);
-  return log->Done(grpc::Status::OK);
+
+  grpc::Status Done(const absl::Status& status) { return log_.Done(ToGrpc(status)); }
+
+  // A job's answer: its report on the job line; CANCELLED when the caller went away meanwhile.
+  grpc::Status Answered(const v1::Report& report) {
+    if (ctx_->IsCancelled()) {
+      return log_.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+    }
+    log_.Report(report);
+    return log_.Done(grpc::Status::OK);
+  }
+
+ private:
+  Daemon* d_;
+  grpc::ServerContext* ctx_;
+  const Caller caller_;
+  JobLog log_;
+};
+
+// By-path calls: the caller may name paths, the daemon has roots, and `path` opens beneath
+// them. `what` says what the daemon does without roots ("scans", "converts").
+absl::StatusOr<base::UniqueFd> OpenByPath(const Daemon& d, const Caller& caller,
+                                          const std::string& path, std::string_view what) {
+  CKPT_RETURN_IF_ERROR(CheckPathCaller(caller));
+  if (d.roots() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this daemon has no roots configured (--root): it ", base::AbslView(what),
+                     " uploads only"));
+  }
+  return d.roots()->OpenForRead(path);
 }
+
+// A scan's call options: the digest as the daemon's --scan-digest, then the request, says; the
+// tensor list as the request asks.
+app::CallOptions ScanCall(Call& call, const ServiceOptions& options,
+                          const v1::ScanOptions& request) {
+  app::CallOptions c = call.Options(
+      options.scan_digest == ServiceOptions::ScanDigest::kAlways ||
+      (options.scan_digest == ServiceOptions::ScanDigest::kRequest && !request.skip_digest()));
+  c.list_tensors = request.list_tensors();
+  return c;
+}
+
+// An index's shards beneath the roots (a missing one is MissingFile, as the CLI says it).
+app::JailedFiles::Opener ShardsBeneath(const ConfinedRoots* roots) {
+  return [roots](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+    absl::StatusOr<base::UniqueFd> shard = roots->OpenForRead(path);
+    if (absl::IsNotFound(shard.status())) return app::MissingFile(path, ENOENT);
+    return shard;
+  };
+}
+
+// An upload holds one file: an index's shards are not in it.
+absl::StatusOr<base::UniqueFd> NotInUpload(const std::string& path) {
+  return absl::NotFoundError(
+      absl::StrCat(app::TerminalSafe(path),
+                   ": not in the upload (an upload holds one file: scan a sharded checkpoint by "
+                   "path, or upload each shard)"));
+}
+
+// A ConvertPath request made ready: the options parsed, the output's directory resolved beneath
+// the roots (the output goes in through its descriptor: renaming or relinking a parent
+// afterwards cannot redirect it), an existing output refused unless replace.
+struct PathConversion {
+  base::UniqueFd dir;
+  std::string proc_dir;     // /proc/self/fd/N of `dir`: what the request's paths name
+  std::string display_dir;  // the caller's name for it, in the answer
+  app::ConvertRequest request;
+};
+
+absl::StatusOr<PathConversion> PrepareConvertPath(const Daemon& d, const Caller& caller,
+                                                  const v1::ConvertPathRequest& in) {
+  PathConversion job;
+  // The input (and a set's shards) opened beneath the roots only.
+  CKPT_RETURN_IF_ERROR(OpenByPath(d, caller, in.input(), "converts").status());
+  CKPT_RETURN_IF_ERROR(
+      app::ApplyConvertOptions(in.options(), d.options().sign_method, &job.request));
+  CKPT_ASSIGN_OR_RETURN(auto out, SplitOutput(in.output()));
+  const auto& [out_dir, out_name] = out;
+  CKPT_ASSIGN_OR_RETURN(job.dir, d.roots()->OpenDirectory(out_dir.empty() ? "." : out_dir));
+  CKPT_RETURN_IF_ERROR(app::CheckOutputAbsent(job.dir.get(), out_name, in.output(),
+                                              job.request.replace, "the request's replace"));
+  job.proc_dir = absl::StrCat("/proc/self/fd/", job.dir.get());
+  job.display_dir = out_dir.empty() ? std::string(".") : out_dir;
+  job.request.input = in.input();
+  job.request.output = absl::StrCat(job.proc_dir, "/", out_name);
+  job.request.output_dir_fd = job.dir.get();  // a set's staging directory is made through it too
+  const ConfinedRoots* roots = d.roots();
+  job.request.open_input = [roots](const std::string& path) { return roots->OpenForRead(path); };
+  return job;
+}
+
+// Signing with the daemon's key, timed in the metrics.
+void SignWithDaemonKey(Daemon* d, app::ConvertRequest* request) {
+  request->sign.key = &d->key();
+  request->sign.on_signed = [d](absl::Duration t) { d->metrics().Phase("sign", t); };
+}
+
+}  // namespace
 
 grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
                                         const v1::ScanPathRequest* request, v1::Report* response) {
-  const Caller caller = d_->Identify(*ctx);
-  JobLog log("ScanPath", caller, *ctx, &d_->metrics());
-  log.Name(request->path());
-  if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
-  if (d_->roots() == nullptr) {
-    return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                 "this daemon has no roots configured (--root): it scans "
-                                 "uploads only"));
-  }
-  absl::StatusOr<base::UniqueFd> fd = d_->roots()->OpenForRead(request->path());
-  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit(LimitBucket(caller));
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
-  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  const ConfinedRoots* roots = d_->roots();
-  return ScanJob(
-      ctx, *std::move(fd), request->path(),
-      [roots](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
-        absl::StatusOr<base::UniqueFd> shard = roots->OpenForRead(path);
-        if (absl::IsNotFound(shard.status())) return app::MissingFile(path, ENOENT);
-        return shard;
-      },
-      request->options(), &log, response);
+  Call call(d_, ctx, "ScanPath");
+  call.log().Name(request->path());
+  absl::StatusOr<base::UniqueFd> fd = OpenByPath(*d_, call.caller(), request->path(), "scans");
+  if (!fd.ok()) return call.Done(fd.status());
+  absl::StatusOr<JobSlots::Ticket> ticket =
+      call.Admit(d_->slots().Admit(LimitBucket(call.caller())));
+  if (!ticket.ok()) return call.Done(ticket.status());
+  *response = app::ScanInput(d_->engine(), *std::move(fd), request->path(),
+                             ShardsBeneath(d_->roots()), request->options().single_file(),
+                             ScanCall(call, d_->options(), request->options()),
+                             d_->options().scanner_version);
+  return call.Answered(*response);
 }
 
 grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
                                           grpc::ServerReader<v1::UploadChunk>* reader,
                                           v1::Report* response) {
-  const Caller caller = d_->Identify(*ctx);
-  JobLog log("ScanUpload", caller, *ctx, &d_->metrics());
+  Call call(d_, ctx, "ScanUpload");
   // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(caller));
-  if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()));
+  if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
       ReceiveUpload(SpoolOptionsOf(d_->options()), ctx, reader, &*upload, &d_->watchdog(), &header);
-  log.Name(header.name());
-  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
-  absl::StatusOr<JobSlots::Ticket> ticket = upload->Admit();
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
-  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  return ScanJob(
-      ctx, *std::move(fd), header.name(),
-      [](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
-        return absl::NotFoundError(
-            absl::StrCat(app::TerminalSafe(path),
-                         ": not in the upload (an upload holds one file: scan a sharded "
-                         "checkpoint by path, or upload each shard)"));
-      },
-      header.options(), &log, response);
+  call.log().Name(header.name());
+  if (!fd.ok()) return call.Done(fd.status());
+  absl::StatusOr<JobSlots::Ticket> ticket = call.Admit(upload->Admit());
+  if (!ticket.ok()) return call.Done(ticket.status());
+  *response = app::ScanInput(
+      d_->engine(), *std::move(fd), header.name(), NotInUpload, header.options().single_file(),
+      ScanCall(call, d_->options(), header.options()), d_->options().scanner_version);
+  return call.Answered(*response);
 }
 
 grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
                                            const v1::ConvertPathRequest* request,
                                            v1::ConvertResponse* response) {
-  const Caller caller = d_->Identify(*ctx);
-  JobLog log("ConvertPath", caller, *ctx, &d_->metrics());
-  log.Name(request->input());
-  if (absl::Status st = CheckPathCaller(caller); !st.ok()) return log.Done(ToGrpc(st));
-  const ConfinedRoots* roots = d_->roots();
-  if (roots == nullptr) {
-    return log.Done(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                 "this daemon has no roots configured (--root): it converts "
-                                 "uploads only"));
-  }
-  pipeline::ConvertRequest convert;
-  if (absl::Status s = ParseConvertOptions(request->options(), d_->options().sign_method, &convert);
-      !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  // The input (and a set's shards) opened beneath the roots only.
-  {
-    absl::StatusOr<base::UniqueFd> probe = roots->OpenForRead(request->input());
-    if (!probe.ok()) return log.Done(ToGrpc(probe.status()));
-  }
-  absl::StatusOr<std::pair<std::string, std::string>> out = SplitOutput(request->output());
-  if (!out.ok()) return log.Done(ToGrpc(out.status()));
-  const auto& [out_dir, out_name] = *out;
-  absl::StatusOr<base::UniqueFd> dir = roots->OpenDirectory(out_dir.empty() ? "." : out_dir);
-  if (!dir.ok()) return log.Done(ToGrpc(dir.status()));
-  struct stat st;
-  if (!convert.replace && ::fstatat(dir->get(), out_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      !S_ISDIR(st.st_mode)) {
-    return log.Done(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                                 absl::StrCat(request->output(), " exists (set replace)")));
-  }
-  absl::StatusOr<JobSlots::Ticket> ticket = d_->slots().Admit(LimitBucket(caller));
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
-  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
-  // The output goes into the directory already resolved beneath its root, through its
-  // descriptor: renaming or relinking a parent afterwards cannot redirect it.
-  const std::string proc_dir = absl::StrCat("/proc/self/fd/", dir->get());
-  const std::string display_dir = out_dir.empty() ? std::string(".") : out_dir;
-  convert.input = request->input();
-  convert.output = absl::StrCat(proc_dir, "/", out_name);
-  convert.output_dir_fd = dir->get();  // a set's staging directory is made through it too
-  convert.scanner_version = d_->options().scanner_version;
-  convert.rules_version = rules->version();
-  convert.sign.key = &d_->key();
-  convert.sign.on_signed = [this](absl::Duration d) { d_->metrics().Phase("sign", d); };
-  convert.open_input = [roots](const std::string& path) { return roots->OpenForRead(path); };
-  pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
-  jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
-  app::ConvertOutcome outcome = app::Convert(
-      convert,
-      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
-        return pipeline::ConvertFileJailed(r, *rules, d_->options().limits, jail, check);
-      },
-      d_->options().scanner_version, rules->version());
-  if (ctx->IsCancelled()) {
-    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-  }
-  *response = ConvertAnswer(std::move(outcome));
+  Call call(d_, ctx, "ConvertPath");
+  call.log().Name(request->input());
+  absl::StatusOr<PathConversion> job = PrepareConvertPath(*d_, call.caller(), *request);
+  if (!job.ok()) return call.Done(job.status());
+  absl::StatusOr<JobSlots::Ticket> ticket =
+      call.Admit(d_->slots().Admit(LimitBucket(call.caller())));
+  if (!ticket.ok()) return call.Done(ticket.status());
+  SignWithDaemonKey(d_, &job->request);
+  *response = ConvertAnswer(app::Convert(d_->engine(), std::move(job->request), call.Options(true),
+                                         d_->options().scanner_version));
+  // Messages and paths that name the descriptor's path name the caller's directory instead.
   for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
-    RewritePaths(&f, proc_dir, display_dir);
+    RewritePaths(&f, job->proc_dir, job->display_dir);
     d_->Judged(f);
   }
-  // A message that names the descriptor path names the caller's directory instead.
-  response->set_error(absl::StrReplaceAll(response->error(), {{proc_dir, display_dir}}));
-  log.Report(response->report());
-  return log.Done(grpc::Status::OK);
+  response->set_error(absl::StrReplaceAll(response->error(), {{job->proc_dir, job->display_dir}}));
+  return call.Answered(response->report());
 }
 
 grpc::Status ScannerService::DoConvertUpload(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
-  const Caller caller = d_->Identify(*ctx);
-  JobLog log("ConvertUpload", caller, *ctx, &d_->metrics());
-  // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(caller));
-  if (!upload.ok()) return log.Done(ToGrpc(upload.status()));
+  Call call(d_, ctx, "ConvertUpload");
+  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()));
+  if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
       ReceiveUpload(SpoolOptionsOf(d_->options()), ctx, stream, &*upload, &d_->watchdog(), &header);
-  log.Name(header.name());
-  if (!fd.ok()) return log.Done(ToGrpc(fd.status()));
-  pipeline::ConvertRequest convert;
-  if (absl::Status s = ParseConvertOptions(header.convert(), d_->options().sign_method, &convert);
-      !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  absl::StatusOr<JobDir> job = JobDir::Create(d_->options().spool_dir);
-  if (!job.ok()) return log.Done(ToGrpc(job.status()));
-  absl::StatusOr<JobSlots::Ticket> ticket = upload->Admit();
-  if (!ticket.ok()) return log.Done(ToGrpc(ticket.status()));
-  if (absl::Status s = RunWhenSlotFree(&*ticket, ctx, &d_->metrics()); !s.ok()) {
-    return log.Done(ToGrpc(s));
-  }
-  const std::shared_ptr<const rules::RuleSet> rules = d_->rules().Get();
-  const int spooled = fd->get();
-  const std::string name = header.name();
-  convert.input = name;
-  convert.output = absl::StrCat(job->dir(), "/model.safetensors");
-  convert.replace = false;
-  convert.allow_index = false;  // a set's shards are not in the upload: sets convert by path
-  convert.scanner_version = d_->options().scanner_version;
-  convert.rules_version = rules->version();
-  convert.sign.key = &d_->key();
-  convert.sign.on_signed = [this](absl::Duration d) { d_->metrics().Phase("sign", d); };
-  convert.open_input = [spooled, name](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
-    if (path != name) {
-      return absl::PermissionDeniedError("an upload can only read its own bytes");
-    }
-    return ReopenReadOnly(spooled);
-  };
-  pipeline::JailOptions jail = JailFor(d_->options(), ctx, true, &d_->metrics());
-  jail.on_pin = [&log](std::string_view how) { log.Pin(how); };
-  app::ConvertOutcome outcome = app::Convert(
-      convert,
-      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
-        return pipeline::ConvertFileJailed(r, *rules, d_->options().limits, jail, check);
-      },
-      d_->options().scanner_version, rules->version());
-  if (ctx->IsCancelled()) {
-    return log.Done(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-  }
+  call.log().Name(header.name());
+  if (!fd.ok()) return call.Done(fd.status());
+  absl::StatusOr<UploadConversion> job = UploadConversion::Prepare(
+      header, *std::move(fd), d_->options().spool_dir, d_->options().sign_method);
+  if (!job.ok()) return call.Done(job.status());
+  absl::StatusOr<JobSlots::Ticket> ticket = call.Admit(upload->Admit());
+  if (!ticket.ok()) return call.Done(ticket.status());
+  SignWithDaemonKey(d_, &job->request);
   v1::ConvertChunk first;
-  v1::ConvertResponse* response = first.mutable_response();
-  *response = ConvertAnswer(std::move(outcome));
-  // The files live in the job directory only until they are sent: the caller names them.
-  for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
-    if (f.has_conversion()) {
-      f.mutable_conversion()->clear_output();
-      f.mutable_conversion()->clear_signature();
-    }
-    d_->Judged(f);
-  }
-  response->set_error(absl::StrReplaceAll(response->error(), {{job->dir() + "/", ""}}));
-  log.Report(response->report());
-  base::UniqueFd output;
-  uint64_t output_size = 0;
-  if (response->converted()) {
-    output = base::UniqueFd(::open(convert.output.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st;
-    absl::StatusOr<std::string> bundle =
-        signing::ReadSmallFile(pipeline::SignaturePathFor(convert.output),
-                               signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
-    if (!output.valid() || ::fstat(output.get(), &st) != 0 || !bundle.ok()) {
-      return log.Done(
-          grpc::Status(grpc::StatusCode::INTERNAL, "the converted output could not be read back"));
-    }
-    output_size = static_cast<uint64_t>(st.st_size);
-    response->set_signature(*std::move(bundle));
-    response->set_output_size(output_size);
-  }
+  *first.mutable_response() = ConvertAnswer(
+      app::Convert(d_->engine(), job->request, call.Options(true), d_->options().scanner_version));
+  for (const v1::FileReport& f : first.response().report().files()) d_->Judged(f);
+  if (ctx->IsCancelled()) return call.Done(absl::CancelledError("the caller went away"));
+  call.log().Report(first.response().report());
   // The caller takes the output within output_idle_timeout per chunk, or the call is cancelled
   // (the files go with it).
-  if (absl::Status sent = SendConverted(d_->options().output_idle_timeout, &d_->watchdog(), ctx,
-                                        stream, first, output.get(), output_size);
-      !sent.ok()) {
-    return log.Done(ToGrpc(sent));
-  }
-  return log.Done(grpc::Status::OK);
+  return call.Done(
+      job->Send(d_->options().output_idle_timeout, &d_->watchdog(), ctx, stream, std::move(first)));
 }
 
 // --- Admin --------------------------------------------------------------------------------
@@ -760,7 +621,7 @@ grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
   const Caller caller = d_->Identify(*ctx);
   if (grpc::Status s = RequireAdmin(caller, "Status"); !s.ok()) return s;
   response->set_scanner_version(d_->options().scanner_version);
-  response->set_rules_version(d_->rules().Get()->version());
+  response->set_rules_version(d_->engine().rules()->version());
   response->set_uptime_seconds(
       static_cast<uint64_t>(absl::ToInt64Seconds(absl::Now() - d_->started())));
   const JobSlots::Counts counts = d_->slots().counts();
@@ -790,7 +651,7 @@ grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::Reloa
                                        v1::ReloadRulesResponse* response) {
   const Caller caller = d_->Identify(*ctx);
   if (grpc::Status s = RequireAdmin(caller, "ReloadRules"); !s.ok()) return s;
-  absl::StatusOr<RulesHolder::Reloaded> r = daemon::ReloadRules(d_, caller.name);
+  absl::StatusOr<app::Engine::Reloaded> r = daemon::ReloadRules(d_, caller.name);
   if (!r.ok()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("the rules were not reloaded (the old rules stay in force): ",
@@ -798,7 +659,7 @@ grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::Reloa
   }
   response->set_previous_version(r->previous_version);
   response->set_rules_version(r->version);
-  response->set_source(d_->rules().source());
+  response->set_source(d_->engine().rules_source());
   return grpc::Status::OK;
 }
 

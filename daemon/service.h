@@ -2,10 +2,12 @@
 // convert, by path beneath the configured roots or by upload) and Admin (status, rule reload,
 // the public key).
 //
-// Every job goes through the same pipeline as the CLI (trusted/jailed_scan.h): a fresh jailed
-// worker per file parses it; this process decides the verdict with the rules, validates the
-// output and signs it. This process never parses an untrusted byte: uploads are spooled to an
-// unlinked file and handed to the worker as they are. The signing key stays here.
+// Every job goes through the same application layer as the CLI (app/scan_file.h, app/convert.h)
+// on the daemon's engine: a fresh jailed worker per file parses it; this process decides the
+// verdict with the rules, validates the output and signs it. A handler identifies the caller,
+// admits the job, makes one app:: call and maps its status. This process never parses an untrusted
+// byte: uploads are spooled to an unlinked file and handed to the worker as they are. The signing
+// key stays here.
 //
 // Jobs are bounded by JobSlots (max_running at once, max_queued waiting: past both,
 // RESOURCE_EXHAUSTED at once; at most max_jobs_per_caller of them one caller's). A caller's
@@ -35,25 +37,20 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "app/engine.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
-#include "core/pickle/limits.h"
 #include "daemon/confine.h"
 #include "daemon/job_slots.h"
 #include "daemon/metrics.h"
 #include "daemon/unix_listener.h"
 #include "daemon/upload.h"
-#include "rules/rule_set.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/rules_source.h"
-#include "trusted/signing/keys.h"
-#include "trusted/signing/manifest.h"
+#include "signing/keys.h"
+#include "signing/manifest.h"
 
 namespace ckptscan::daemon {
 
 struct ServiceOptions {
   std::string scanner_version;
-  pipeline::JailOptions jail;  // timeout = the per-job limit (a caller's deadline may cut it)
-  pickle::Limits limits;
   uint64_t max_upload_bytes = 64ull << 30;
   // --scan-digest: whether a scan's report carries the input's SHA-256. kRequest: as the
   // request's ScanOptions.skip_digest says; kAlways: every scan (a hub that records
@@ -80,28 +77,6 @@ struct ServiceOptions {
 // (the subject's common name): the canonical form stored in admin_identities. Anything else,
 // an untyped name included, is InvalidArgument.
 absl::StatusOr<std::string> ParseIdentity(std::string_view flag_value);
-
-// The rules in force, swapped whole on reload (a bad file leaves the old ones).
-class RulesHolder final {
- public:
-  // The rules of `source` (built-in or --rules, with --rules-overlay and --allow merged on);
-  // Reload() reads its files again.
-  static absl::StatusOr<std::unique_ptr<RulesHolder>> Load(pipeline::RulesSource source);
-  std::shared_ptr<const rules::RuleSet> Get() const;
-  struct Reloaded {
-    std::string previous_version;
-    std::string version;
-  };
-  absl::StatusOr<Reloaded> Reload();
-  std::string source() const { return source_.Describe(); }
-
- private:
-  RulesHolder(pipeline::RulesSource source, std::shared_ptr<const rules::RuleSet> rules)
-      : source_(std::move(source)), rules_(std::move(rules)) {}
-  const pipeline::RulesSource source_;
-  mutable absl::Mutex mu_;
-  std::shared_ptr<const rules::RuleSet> rules_ ABSL_GUARDED_BY(mu_);
-};
 
 // Who is calling: "uid:N" on the unix socket, "cert:NAME" with a verified client certificate,
 // or the transport's peer string otherwise.
@@ -131,11 +106,11 @@ class Stats final {
 // The state both services share.
 class Daemon final {
  public:
-  Daemon(ServiceOptions options, std::unique_ptr<RulesHolder> rules,
-         std::unique_ptr<ConfinedRoots> roots, signing::PrivateKey key, JobSlots* slots,
-         Metrics* metrics)
+  // `engine`, `slots` and `metrics` are not owned and outlive the daemon.
+  Daemon(ServiceOptions options, app::Engine* engine, std::unique_ptr<ConfinedRoots> roots,
+         signing::PrivateKey key, JobSlots* slots, Metrics* metrics)
       : options_(std::move(options)),
-        rules_(std::move(rules)),
+        engine_(engine),
         roots_(std::move(roots)),
         key_(std::move(key)),
         slots_(slots),
@@ -147,7 +122,7 @@ class Daemon final {
   Caller Identify(const grpc::ServerContext& ctx) const;
 
   const ServiceOptions& options() const { return options_; }
-  RulesHolder& rules() { return *rules_; }
+  app::Engine& engine() { return *engine_; }
   const ConfinedRoots* roots() const { return roots_.get(); }
   const signing::PrivateKey& key() const { return key_; }
   JobSlots& slots() { return *slots_; }
@@ -160,7 +135,7 @@ class Daemon final {
 
  private:
   const ServiceOptions options_;
-  std::unique_ptr<RulesHolder> rules_;
+  app::Engine* engine_;
   std::unique_ptr<ConfinedRoots> roots_;  // null: no roots, by-path calls are refused
   const signing::PrivateKey key_;
   JobSlots* slots_;
@@ -198,12 +173,6 @@ class ScannerService final : public v1::Scanner::Service {
                              v1::ConvertResponse* response);
   grpc::Status DoConvertUpload(grpc::ServerContext* ctx,
                                grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream);
-  // The rest of a scan once its input is open and it has a worker slot: the input `name`,
-  // read through `input`, and (unless options.single_file) the shards of an index, which
-  // `others` opens (beneath the roots; an upload has none).
-  grpc::Status ScanJob(grpc::ServerContext* ctx, base::UniqueFd input, const std::string& name,
-                       std::function<absl::StatusOr<base::UniqueFd>(const std::string&)> others,
-                       const v1::ScanOptions& options, JobLog* log, v1::Report* response);
 
   Daemon* d_;
 };
@@ -225,7 +194,7 @@ class AdminService final : public v1::Admin::Service {
 };
 
 // The rule reload both Admin.ReloadRules and SIGHUP run (logged either way).
-absl::StatusOr<RulesHolder::Reloaded> ReloadRules(Daemon* daemon, const std::string& by);
+absl::StatusOr<app::Engine::Reloaded> ReloadRules(Daemon* daemon, const std::string& by);
 
 }  // namespace ckptscan::daemon
 

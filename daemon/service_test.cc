@@ -18,16 +18,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "app/convert.h"
+#include "app/engine.h"
+#include "app/judge.h"
 #include "app/report.h"
+#include "app/scan_file.h"
 #include "app/scan_set.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "daemon/confine.h"
 #include "daemon/job_slots.h"
 #include "daemon/metrics.h"
 #include "gtest/gtest.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/judge_facts.h"
-#include "worker/testing/sanitizers.h"
+#include "sandbox/run.h"
+#include "sandbox/testcases/sanitizers.h"
 
 namespace ckptscan::daemon {
 namespace {
@@ -85,17 +87,20 @@ class ServiceTest : public ::testing::Test {
 
     ServiceOptions options;
     options.scanner_version = "test";
-    options.jail.worker_path = CKPT_WORKER;
     options.spool_dir = spool_;
-    absl::StatusOr<std::unique_ptr<RulesHolder>> rules = RulesHolder::Load({});
-    ASSERT_TRUE(rules.ok()) << rules.status();
+    if (sandbox::kUnderSanitizer) GTEST_SKIP() << sandbox::kSanitizerSkipReason;
+    app::EngineConfig config;
+    config.jail.worker_path = CKPT_WORKER;
+    absl::StatusOr<std::unique_ptr<app::Engine>> engine = app::Engine::Create(config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
     absl::StatusOr<ConfinedRoots> roots = ConfinedRoots::Open({root_});
     ASSERT_TRUE(roots.ok()) << roots.status();
     absl::StatusOr<signing::PrivateKey> key = signing::PrivateKey::Generate();
     ASSERT_TRUE(key.ok()) << key.status();
     slots_ = std::make_unique<JobSlots>(2, 8);
     metrics_ = std::make_unique<Metrics>(slots_.get());
-    daemon_ = std::make_unique<Daemon>(options, *std::move(rules),
+    daemon_ = std::make_unique<Daemon>(options, engine_.get(),
                                        std::make_unique<ConfinedRoots>(*std::move(roots)),
                                        *std::move(key), slots_.get(), metrics_.get());
     scanner_service_ = std::make_unique<ScannerService>(daemon_.get());
@@ -143,11 +148,11 @@ class ServiceTest : public ::testing::Test {
   // What the CLI's local scan of the same set gives: app::ScanSet over local files, jailed.
   v1::Report LocalScan(const std::string& path) {
     struct Local final : app::FileSource {
-      pipeline::JailOptions jail;
+      sandbox::JailOptions jail;
       std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
       v1::FileReport Scan(const std::string& p) override {
-        absl::StatusOr<v1::FileReport> r = pipeline::ScanFileJailed(p, *rules, {}, jail);
-        return r.ok() ? *r : pipeline::UnreadableFileReport(p, r.status());
+        absl::StatusOr<v1::FileReport> r = app::ScanFile(p, *rules, {}, jail);
+        return r.ok() ? *r : app::UnreadableFileReport(p, r.status());
       }
       absl::StatusOr<app::FileId> Find(const std::string& p) override {
         struct stat st;
@@ -167,6 +172,7 @@ class ServiceTest : public ::testing::Test {
   static constexpr char kShard1[] = "pytorch_model-00001-of-00002.bin";
   static constexpr char kShard2[] = "pytorch_model-00002-of-00002.bin";
   std::string dir_, root_, spool_;
+  std::unique_ptr<app::Engine> engine_;
   std::unique_ptr<JobSlots> slots_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Daemon> daemon_;

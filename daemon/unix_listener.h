@@ -1,4 +1,4 @@
-// The daemon's unix socket (issue 7): gRPC cannot tell who is on the other end of a unix socket
+// The daemon's unix socket: gRPC cannot tell who is on the other end of a unix socket
 // (grpc/grpc#28755: LocalServerCredentials never asks SO_PEERCRED), so this listener accepts
 // connections itself, records each peer's credentials (SO_PEERCRED) under the name gRPC will
 // give the connection ("fd:N"), and only then hands it to gRPC (AddInsecureChannelFromFd; the

@@ -1,10 +1,17 @@
 #include "daemon/upload.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+
+#include "absl/strings/str_replace.h"
+#include "app/publish.h"
+#include "base/status_macros.h"
+#include "signing/keys.h"
+#include "signing/limits.h"
 
 namespace ckptscan::daemon {
 
@@ -24,13 +31,6 @@ absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir) {
   base::UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("spool file in ", dir));
   return fd;
-}
-
-absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd) {
-  const std::string proc = absl::StrCat("/proc/self/fd/", fd);
-  base::UniqueFd ro(::open(proc.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!ro.valid()) return absl::ErrnoToStatus(errno, "reopen the spooled upload read-only");
-  return ro;
 }
 
 std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
@@ -67,6 +67,57 @@ absl::Status SendConverted(absl::Duration idle, StallWatchdog* dog, grpc::Server
     offset += static_cast<uint64_t>(got);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<UploadConversion> UploadConversion::Prepare(const v1::UploadHeader& header,
+                                                           base::UniqueFd spooled,
+                                                           const std::string& spool_dir,
+                                                           signing::Method default_sign_method) {
+  app::ConvertRequest request;
+  CKPT_RETURN_IF_ERROR(app::ApplyConvertOptions(header.convert(), default_sign_method, &request));
+  CKPT_ASSIGN_OR_RETURN(JobDir dir, JobDir::Create(spool_dir));
+  const int fd = spooled.get();
+  const std::string name = header.name();
+  request.input = name;
+  request.output = absl::StrCat(dir.dir(), "/model.safetensors");
+  request.replace = false;
+  request.allow_index = false;  // a set's shards are not in the upload: sets convert by path
+  request.open_input = [fd, name](const std::string& path) -> absl::StatusOr<base::UniqueFd> {
+    if (path != name) return absl::PermissionDeniedError("an upload can only read its own bytes");
+    return app::ReopenReadOnly(fd);
+  };
+  UploadConversion job(std::move(dir), std::move(spooled));
+  job.request = std::move(request);
+  return job;
+}
+
+absl::Status UploadConversion::Send(
+    absl::Duration idle, StallWatchdog* dog, grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream, v1::ConvertChunk first) {
+  v1::ConvertResponse* response = first.mutable_response();
+  for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
+    if (f.has_conversion()) {
+      f.mutable_conversion()->clear_output();
+      f.mutable_conversion()->clear_signature();
+    }
+  }
+  response->set_error(absl::StrReplaceAll(response->error(), {{dir_.dir() + "/", ""}}));
+  base::UniqueFd output;
+  uint64_t output_size = 0;
+  if (response->converted()) {
+    output = base::UniqueFd(::open(request.output.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    absl::StatusOr<std::string> bundle =
+        signing::ReadSmallFile(app::SignaturePathFor(request.output),
+                               signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
+    if (!output.valid() || ::fstat(output.get(), &st) != 0 || !bundle.ok()) {
+      return absl::InternalError("the converted output could not be read back");
+    }
+    output_size = static_cast<uint64_t>(st.st_size);
+    response->set_signature(*std::move(bundle));
+    response->set_output_size(output_size);
+  }
+  return SendConverted(idle, dog, ctx, stream, first, output.get(), output_size);
 }
 
 }  // namespace ckptscan::daemon

@@ -18,9 +18,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "app/convert.h"
+#include "app/scan_file.h"
 #include "base/unique_fd.h"
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "daemon/job_slots.h"
+#include "signing/manifest.h"
 
 namespace ckptscan::daemon {
 
@@ -39,9 +42,6 @@ absl::Status CheckUploadName(const std::string& name);
 
 // An unlinked file in the spool directory (O_TMPFILE: nothing to clean up after a crash).
 absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir);
-
-// A read-only descriptor for the worker: it gets no way to write the spooled bytes.
-absl::StatusOr<base::UniqueFd> ReopenReadOnly(int fd);
 
 // A watch that cancels the call on a stall. The caller gets DEADLINE_EXCEEDED and `message`:
 // the transport sends a server-side cancellation's status as the call's trailers.
@@ -118,7 +118,8 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const SpoolOptions& options, grpc::
     return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",
                                                    header->size(), " bytes its header declares"));
   }
-  return ReopenReadOnly(fd->get());
+  // A read-only descriptor for the worker: it gets no way to write the spooled bytes.
+  return app::ReopenReadOnly(fd->get());
 }
 
 // Removes a private job directory and the files a conversion left in it.
@@ -152,6 +153,33 @@ class JobDir final {
 absl::Status SendConverted(absl::Duration idle, StallWatchdog* dog, grpc::ServerContext* ctx,
                            grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream,
                            const v1::ConvertChunk& first, int output, uint64_t size);
+
+// A ConvertUpload job: the spooled upload converted into a private job directory in the spool,
+// whose files live only until they are sent (the caller names them).
+class UploadConversion final {
+ public:
+  // The request for `spooled` (named `header.name()`): the header's options parsed, the output
+  // in a new job directory in `spool_dir`, nothing read but the upload's own bytes (a set's shards
+  // are not in an upload: sets convert by path).
+  static absl::StatusOr<UploadConversion> Prepare(const v1::UploadHeader& header,
+                                                  base::UniqueFd spooled,
+                                                  const std::string& spool_dir,
+                                                  signing::Method default_sign_method);
+
+  app::ConvertRequest request;
+
+  // Completes the answer `first` (the job directory's paths removed; the signature and the
+  // output's size when converted), then sends it and the output (SendConverted).
+  absl::Status Send(absl::Duration idle, StallWatchdog* dog, grpc::ServerContext* ctx,
+                    grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream,
+                    v1::ConvertChunk first);
+
+ private:
+  UploadConversion(JobDir dir, base::UniqueFd spooled)
+      : dir_(std::move(dir)), spooled_(std::move(spooled)) {}
+  JobDir dir_;
+  base::UniqueFd spooled_;
+};
 
 }  // namespace ckptscan::daemon
 

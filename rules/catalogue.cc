@@ -164,103 +164,130 @@ std::vector<RuleInfo> Build() {
                "timeout) or the scan facts were inconsistent. Nothing is SAFE unless verified "
                "whole: the verdict is ERROR unless a finding is worse.",
                kError, v1::SEVERITY_MEDIUM},
-      // Container anomalies (core/torch/detect.h, core/zip): emitted by the trusted side from
+      // Container anomalies (core/formats/read_file.h, core/zip): emitted by the trusted side from
       // the worker's facts, one id per kind.
       RuleInfo{"container.polyglot", "The file is also another format",
-               "The same bytes read as another format (a pickle before or inside a zip, a zip after a pickle) name globals: a different loader would run that reading. Both readings are scanned; do not load the file.",
+               "The same bytes read as another format (a pickle before or inside a zip, a zip "
+               "after a pickle) name globals: a different loader would run that reading. Both "
+               "readings are scanned; do not load the file.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.torchscript", "TorchScript archive",
-               "The archive has a constants.pkl record: torch.load hands it to torch.jit.load, which runs TorchScript code and ignores weights_only (CVE-2025-32434). Never SAFE; load TorchScript only from trusted sources.",
+               "The archive has a constants.pkl record: torch.load hands it to torch.jit.load, "
+               "which runs TorchScript code and ignores weights_only (CVE-2025-32434). Never SAFE; "
+               "load TorchScript only from trusted sources.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.nested_archive", "Archive inside the archive",
-               "A member is itself a zip archive; it is read too (to a bounded depth). Checkpoints do not nest archives: find out why it is there.",
+               "A member is itself a zip archive; it is read too (to a bounded depth). Checkpoints "
+               "do not nest archives: find out why it is there.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.unreferenced_storage", "Storage record nothing refers to",
-               "A data/<key> record that data.pkl never refers to. torch ignores it, but it can carry a payload for another reader.",
+               "A data/<key> record that data.pkl never refers to. torch ignores it, but it can "
+               "carry a payload for another reader.",
                kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"container.unexpected_member", "Record torch.save does not write",
-               "A member that is not data.pkl, a storage, or one of torch's small records. It was trial-parsed as a pickle; its findings, if any, are reported separately.",
+               "A member that is not data.pkl, a storage, or one of torch's small records. It was "
+               "trial-parsed as a pickle; its findings, if any, are reported separately.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.trailing_data", "Bytes after the data the loader reads",
-               "The loader stops before the end of the file (after the last legacy storage, after an .npy array, after a GGUF file's data section). Those bytes can carry a payload for another reader.",
+               "The loader stops before the end of the file (after the last legacy storage, after "
+               "an .npy array, after a GGUF file's data section). Those bytes can carry a payload "
+               "for another reader.",
                kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"container.byteorder", "Big-endian storages",
                "The archive's byteorder record is not 'little'. Tensors are stored big-endian.",
                kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"container.prepended_data", "Bytes before the first zip member",
-               "Data before the archive (for example a pickle followed by a zip): tools disagree about what the file is.",
+               "Data before the archive (for example a pickle followed by a zip): tools disagree "
+               "about what the file is.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.appended_data", "Bytes after the zip end record",
-               "Data after the archive's end record, which zip readers ignore.",
-               kSuspicious, v1::SEVERITY_MEDIUM},
+               "Data after the archive's end record, which zip readers ignore.", kSuspicious,
+               v1::SEVERITY_MEDIUM},
       RuleInfo{"container.archive_comment", "Zip archive comment",
-               "The end record carries a comment; torch.save never writes one.",
-               kSuspicious, v1::SEVERITY_LOW},
+               "The end record carries a comment; torch.save never writes one.", kSuspicious,
+               v1::SEVERITY_LOW},
       RuleInfo{"container.multiple_eocd", "Several zip end records",
-               "More than one end-record signature where miniz searches: readers can disagree about which directory is the real one.",
+               "More than one end-record signature where miniz searches: readers can disagree "
+               "about which directory is the real one.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.zip64_mismatch", "Inconsistent ZIP64 record",
-               "The ZIP64 end record disagrees with the 32-bit one, or is broken: readers can see different directories.",
+               "The ZIP64 end record disagrees with the 32-bit one, or is broken: readers can see "
+               "different directories.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.central_directory_slack", "Slack in the central directory",
-               "Central-directory bytes beyond the entries it counts.",
-               kSuspicious, v1::SEVERITY_MEDIUM},
+               "Central-directory bytes beyond the entries it counts.", kSuspicious,
+               v1::SEVERITY_MEDIUM},
       RuleInfo{"container.gap", "Bytes no entry accounts for",
-               "Bytes inside the archive that no listed member covers (a hidden local entry, a shadow directory).",
+               "Bytes inside the archive that no listed member covers (a hidden local entry, a "
+               "shadow directory).",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.overlap", "Members sharing bytes",
-               "Two members, or a member and the directory, overlap.",
-               kSuspicious, v1::SEVERITY_HIGH},
+               "Two members, or a member and the directory, overlap.", kSuspicious,
+               v1::SEVERITY_HIGH},
       RuleInfo{"container.duplicate_name", "Duplicate member name",
-               "Two entries with the same name: torch's lookup picks one copy and Python's zipfile another. Every copy is scanned.",
+               "Two entries with the same name: torch's lookup picks one copy and Python's zipfile "
+               "another. Every copy is scanned.",
                kSuspicious, v1::SEVERITY_HIGH},
-      RuleInfo{"container.duplicate_key", "Metadata key set twice",
-               "A GGUF file sets one metadata key twice: ggml refuses the file, other readers keep the first or the last value. Both values are read (a chat template in either is checked).",
-               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{
+          "container.duplicate_key", "Metadata key set twice",
+          "A GGUF file sets one metadata key twice: ggml refuses the file, other readers keep the "
+          "first or the last value. Both values are read (a chat template in either is checked).",
+          kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.duplicate_tensor", "Two tensors with one name",
-               "A GGUF file names two tensors alike: ggml refuses the file, other readers keep one of them, so the weights loaded depend on the reader.",
+               "A GGUF file names two tensors alike: ggml refuses the file, other readers keep one "
+               "of them, so the weights loaded depend on the reader.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.case_collision", "Names equal but for case",
-               "Names that differ only in ASCII case: torch's lookup ignores case.",
-               kSuspicious, v1::SEVERITY_HIGH},
+               "Names that differ only in ASCII case: torch's lookup ignores case.", kSuspicious,
+               v1::SEVERITY_HIGH},
       RuleInfo{"container.uppercase_name", "Upper case in a record name",
-               "torch.save writes lower-case record names; torch's lookup ignores case, other readers do not.",
+               "torch.save writes lower-case record names; torch's lookup ignores case, other "
+               "readers do not.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.odd_name", "Odd member name",
                "A member name with NUL, control characters, backslashes, '..' or a leading '/'.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.name_outside_prefix", "Member outside the archive folder",
-               "A member not under the archive's folder: torch.load refuses such archives; other readers do not.",
+               "A member not under the archive's folder: torch.load refuses such archives; other "
+               "readers do not.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.unusual_flags", "Unusual zip flag bits",
-               "Flag bits torch.save never sets (encryption, patch data, masked headers). Python's zipfile refuses what torch may still load (CVE-2025-1945).",
+               "Flag bits torch.save never sets (encryption, patch data, masked headers). Python's "
+               "zipfile refuses what torch may still load (CVE-2025-1945).",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.unsupported_method", "Unsupported compression method",
-               "Neither STORED nor DEFLATE: torch cannot read the member.",
-               kSuspicious, v1::SEVERITY_MEDIUM},
-      RuleInfo{"container.local_header_mismatch", "Local header differs from the central directory",
-               "The local header's name, flags, method, CRC or sizes differ from the central directory (CVE-2025-1944): readers that trust one or the other read different things.",
-               kSuspicious, v1::SEVERITY_HIGH},
+               "Neither STORED nor DEFLATE: torch cannot read the member.", kSuspicious,
+               v1::SEVERITY_MEDIUM},
+      RuleInfo{
+          "container.local_header_mismatch", "Local header differs from the central directory",
+          "The local header's name, flags, method, CRC or sizes differ from the central directory "
+          "(CVE-2025-1944): readers that trust one or the other read different things.",
+          kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.bad_local_header", "Unreadable local header",
-               "A member's local header is missing, unsigned, or its data runs past the end of the file.",
+               "A member's local header is missing, unsigned, or its data runs past the end of the "
+               "file.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.malformed_extra_field", "Malformed extra field",
-               "An extra field that is not a well-formed list of (id, length) records (a place to hide bytes).",
+               "An extra field that is not a well-formed list of (id, length) records (a place to "
+               "hide bytes).",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.data_descriptor_mismatch", "Data descriptor differs",
-               "The data descriptor's CRC or sizes differ from the central directory.",
-               kSuspicious, v1::SEVERITY_MEDIUM},
+               "The data descriptor's CRC or sizes differ from the central directory.", kSuspicious,
+               v1::SEVERITY_MEDIUM},
       RuleInfo{"container.size_mismatch", "Stored member with two sizes",
-               "A STORED member whose compressed and uncompressed sizes differ: readers take different lengths.",
+               "A STORED member whose compressed and uncompressed sizes differ: readers take "
+               "different lengths.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.directory_entry", "Directory entry with data",
                "A directory entry with a size; torch would unpickle uninitialised memory.",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"container.deflated", "Compressed member",
-               "A DEFLATE member. torch.save writes STORED only; informational unless other anomalies come with it.",
+               "A DEFLATE member. torch.save writes STORED only; informational unless other "
+               "anomalies come with it.",
                v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       RuleInfo{"container.inflate_mismatch", "DEFLATE stream does not match its sizes",
-               "The compressed stream is shorter, longer, corrupt or padded: torch may unpickle bytes we could not see.",
+               "The compressed stream is shorter, longer, corrupt or padded: torch may unpickle "
+               "bytes we could not see.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.zipfile_view", "Python's zipfile reads other members than torch",
                "Python's zipfile (numpy.load of an .npz, zipfile-based tools) finds a member that "
@@ -269,7 +296,8 @@ std::vector<RuleInfo> Build() {
                "readings are scanned.",
                kSuspicious, v1::SEVERITY_HIGH},
       RuleInfo{"container.crc_mismatch", "CRC mismatch",
-               "The bytes do not match the CRC-32 in the directory. torch does not check CRCs; Python's zipfile refuses the member (CVE-2025-10156).",
+               "The bytes do not match the CRC-32 in the directory. torch does not check CRCs; "
+               "Python's zipfile refuses the member (CVE-2025-10156).",
                kSuspicious, v1::SEVERITY_MEDIUM},
       // Repository files (core/torch/repo_json.h, core/content): what loaders run on purpose.
       RuleInfo{"scan.selection", "Scanned although a pattern matched it",
@@ -352,7 +380,7 @@ std::vector<RuleInfo> Build() {
                "seccomp policy (open a file, create a socket, execute a program, ...); the "
                "kernel killed it with SIGSYS. The scanner's own code never does this, so the "
                "file is treated as an exploit against the scanner: DANGEROUS. Do not load it; "
-               "report it. Emitted by the trusted side (trusted/jailed_scan.h), not by a rule.",
+               "report it. Emitted by the trusted side (sandbox/run.h), not by a rule.",
                kDangerous, v1::SEVERITY_CRITICAL},
       RuleInfo{"scan.findings_truncated", "Too many findings",
                "The scan found more findings than a report keeps (RuleSet kMaxFindings). The "

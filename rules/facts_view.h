@@ -24,7 +24,7 @@ inline constexpr size_t kMaxCallChars = 200;  // Finding.call
 const pickle::Node* NodeAt(const pickle::Graph& g, pickle::NodeId id);
 
 // The first id in `g` that refers to nothing (core/pickle/graph_check.h), shared with the
-// trusted side's facts decoder (trusted/facts_decoder.h).
+// trusted side's facts decoder (sandbox/facts_decoder.h).
 using pickle::FindInconsistency;
 
 // Appends `s` as valid UTF-8 on one line: well-formed sequences are copied; control

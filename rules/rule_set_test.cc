@@ -844,9 +844,9 @@ TEST(EvaluateTest, GlobalsThatACallInvokesArePinned) {
        v1::VERDICT_SUSPICIOUS},
       {"__randomstate_ctor('MT19937', __bit_generator_ctor)",
        [](FactsBuilder& b) {
-         b.Reduce(b.Global("numpy.random._pickle", "__randomstate_ctor"),
-                  b.Tuple({b.Str("MT19937"),
-                           b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
+         b.Reduce(
+             b.Global("numpy.random._pickle", "__randomstate_ctor"),
+             b.Tuple({b.Str("MT19937"), b.Global("numpy.random._pickle", "__bit_generator_ctor")}));
        },
        v1::VERDICT_SAFE},
       {"__randomstate_ctor('f8', numpy.dtype): calls dtype('f8')",
@@ -857,9 +857,9 @@ TEST(EvaluateTest, GlobalsThatACallInvokesArePinned) {
        v1::VERDICT_SUSPICIOUS},
       {"_reconstructor(Namespace, torch.device, None): calls torch.device.__new__",
        [](FactsBuilder& b) {
-         b.Reduce(b.Global("copyreg", "_reconstructor"),
-                  b.Tuple({b.Global("argparse", "Namespace"), b.Global("torch", "device"),
-                           b.None()}));
+         b.Reduce(
+             b.Global("copyreg", "_reconstructor"),
+             b.Tuple({b.Global("argparse", "Namespace"), b.Global("torch", "device"), b.None()}));
        },
        v1::VERDICT_SUSPICIOUS},
   };
@@ -1145,8 +1145,9 @@ const StateCase kStateCases[] = {
     {"ZeroDimensionalObjectArrayWithNoItem", [](FactsBuilder& b) { ObjectArray(b, {}, 0); }, false},
     {"NumericArrayGivenAListOfItems",
      [](FactsBuilder& b) {
-       NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
-                             b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
+       NodeId arr =
+           b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                    b.Tuple({b.Global("numpy", "ndarray"), b.IntTuple({0}), b.Bytes("b")}));
        NodeId dt = Dtype(b, "f8");
        b.Build(dt, DtypeState(b, "<", -1, -1, 0));
        b.Build(arr, b.Tuple({b.Int(1), b.IntTuple({1}), dt, b.Bool(false), b.List({b.Int(1)})}));
@@ -1326,8 +1327,8 @@ TEST(EvaluateTest, ParameterStateSetsOnlyPlainAttributes) {
 // (a BUILD, numpy...scalar() setting a size) changes every later dtype of that kind.
 TEST(EvaluateTest, SharedDtypeDescriptorIsNeverSafe) {
   FactsBuilder b;
-  NodeId dt = b.Reduce(b.Global("numpy", "dtype"),
-                       b.Tuple({b.Str("U0"), b.Bool(false), b.Bool(false)}));
+  NodeId dt =
+      b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("U0"), b.Bool(false), b.Bool(false)}));
   b.Reduce(b.Global("numpy.core.multiarray", "scalar"), b.Tuple({dt}));
   Evaluation e = Eval(b.Stream());
   EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << Dump(e);
@@ -1583,19 +1584,18 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
     EXPECT_FALSE(info->title.empty()) << id;
     EXPECT_FALSE(info->help.empty()) << id;
   }
-  // The pipeline, not the RuleSet, emits the sandbox's own finding (trusted/jailed_scan.h),
-  // the findings of repository files (trusted/judge_facts.h) and of file selection
+  // The pipeline, not the RuleSet, emits the sandbox's own finding (sandbox/run.h),
+  // the findings of repository files (app/judge.h) and of file selection
   // (app/scan_set.h).
-  const std::set<std::string> emitted_by_pipeline = {
-      "sandbox.violation", "template.sandbox_escape", "repo.remote_code", "file.unknown_format",
-      "manifest.unlisted", "scan.selection"};
+  const std::set<std::string> emitted_by_pipeline = {"sandbox.violation", "template.sandbox_escape",
+                                                     "repo.remote_code",  "file.unknown_format",
+                                                     "manifest.unlisted", "scan.selection"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
     // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
     // emitted by the pipeline from the worker's facts.
-    if (emitted_by_pipeline.count(std::string(r.id)) == 0 &&
-        r.id.substr(0, 10) != "container." && r.id.substr(0, 6) != "keras." &&
-        r.id.substr(0, 5) != "onnx.") {
+    if (emitted_by_pipeline.count(std::string(r.id)) == 0 && r.id.substr(0, 10) != "container." &&
+        r.id.substr(0, 6) != "keras." && r.id.substr(0, 5) != "onnx.") {
       catalogued.insert(std::string(r.id));
     }
   }
@@ -1603,28 +1603,73 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
 }
 
 TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
-  std::vector<std::string> expected = {
-      "global.unlisted",  "global.dunder",    "opcode.ext",
-      "global.dynamic",   "call.callee",      "call.shape",
-      "call.build",       "call.build_state", "call.setitem",
-      "call.append",      "persid.shape",     "persid.text",
-      "stream.trailing",  "scan.error",       "scan.findings_truncated",
-      "sandbox.violation", "template.sandbox_escape", "repo.remote_code",
-      "file.unknown_format", "manifest.unlisted", "scan.selection", "keras.lambda",
-      "keras.function", "keras.dangerous_object", "keras.foreign_object", "keras.custom_object",
-      "onnx.external_data_path", "onnx.custom_domain", "onnx.external_data"};
+  std::vector<std::string> expected = {"global.unlisted",
+                                       "global.dunder",
+                                       "opcode.ext",
+                                       "global.dynamic",
+                                       "call.callee",
+                                       "call.shape",
+                                       "call.build",
+                                       "call.build_state",
+                                       "call.setitem",
+                                       "call.append",
+                                       "persid.shape",
+                                       "persid.text",
+                                       "stream.trailing",
+                                       "scan.error",
+                                       "scan.findings_truncated",
+                                       "sandbox.violation",
+                                       "template.sandbox_escape",
+                                       "repo.remote_code",
+                                       "file.unknown_format",
+                                       "manifest.unlisted",
+                                       "scan.selection",
+                                       "keras.lambda",
+                                       "keras.function",
+                                       "keras.dangerous_object",
+                                       "keras.foreign_object",
+                                       "keras.custom_object",
+                                       "onnx.external_data_path",
+                                       "onnx.custom_domain",
+                                       "onnx.external_data"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));
   }
-  for (const char* kind :
-       {"polyglot", "torchscript", "nested_archive", "unreferenced_storage", "unexpected_member",
-        "trailing_data", "byteorder", "prepended_data", "appended_data", "archive_comment",
-        "multiple_eocd", "zip64_mismatch", "central_directory_slack", "gap", "overlap",
-        "duplicate_name", "duplicate_key", "duplicate_tensor", "case_collision", "uppercase_name", "odd_name", "name_outside_prefix",
-        "unusual_flags", "unsupported_method", "local_header_mismatch", "bad_local_header",
-        "malformed_extra_field", "data_descriptor_mismatch", "size_mismatch", "directory_entry",
-        "deflated", "inflate_mismatch", "crc_mismatch", "zipfile_view"}) {
+  for (const char* kind : {"polyglot",
+                           "torchscript",
+                           "nested_archive",
+                           "unreferenced_storage",
+                           "unexpected_member",
+                           "trailing_data",
+                           "byteorder",
+                           "prepended_data",
+                           "appended_data",
+                           "archive_comment",
+                           "multiple_eocd",
+                           "zip64_mismatch",
+                           "central_directory_slack",
+                           "gap",
+                           "overlap",
+                           "duplicate_name",
+                           "duplicate_key",
+                           "duplicate_tensor",
+                           "case_collision",
+                           "uppercase_name",
+                           "odd_name",
+                           "name_outside_prefix",
+                           "unusual_flags",
+                           "unsupported_method",
+                           "local_header_mismatch",
+                           "bad_local_header",
+                           "malformed_extra_field",
+                           "data_descriptor_mismatch",
+                           "size_mismatch",
+                           "directory_entry",
+                           "deflated",
+                           "inflate_mismatch",
+                           "crc_mismatch",
+                           "zipfile_view"}) {
     expected.push_back(absl::StrCat("container.", kind));
   }
   for (const std::string& id : expected) EXPECT_NE(FindRule(id), nullptr) << id;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI step for issue 10 (docs/bazel.md, "In CI"): on a clean clone, offline,
+# CI step (docs/bazel.md, "In CI"): on a clean clone, offline,
 #   1. scripts/check_build_parity.py (every CMake target has its Bazel twin and the reverse),
 #   2. bazel build //...,
 #   3. bazel test //...   (every Bazel test: the twins of all of CMake's ctests but build_parity,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI step for issue 9 (docs/security.md, "Fuzzing and sanitizers"): on a clean clone,
+# CI step (docs/security.md, "Fuzzing and sanitizers"): on a clean clone,
 #   1. the whole project and test suite built with clang under ASan + UBSan and run by ctest
 #      (scripts/sanitize.sh; jailed tests skip there, with the reason, and run in the normal
 #      build),

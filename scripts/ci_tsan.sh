@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI step for issue 19 (docs/security.md, "CI"): the trusted side's threaded code under
+# CI step (docs/security.md, "CI"): the trusted side's threaded code under
 # ThreadSanitizer. Configures (once) a clang-14 tree with CKPT_TSAN=ON (-fsanitize=thread on every
 # library and test; clang's -Wthread-safety checks the absl::Mutex annotations as errors), builds
 # only the test binaries below and runs their tests with ctest. Any report fails the step
@@ -12,8 +12,9 @@
 #
 # Covered: the job slots, upload places and stall watchdog (daemon/job_slots), the daemon's
 # metrics and log lines, the confined roots, the facts memory budget, output files, SHA-256 and
-# the signing manifest's parallel hashing (trusted/signing), and the shim itself. Not covered: code
-# that only the jailed worker's tests reach (trusted/jailed_scan.cc, sign_output's ShardWork,
+# the signing manifest's parallel hashing (signing/), the CLI's progress meter, and the shim
+# itself. Not covered: code that only the jailed worker's tests reach (sandbox/run.cc,
+# app/publish's ShardWork,
 # ckptscand's services, unix listener and reflection guard, exercised by daemon_test.sh and the
 # tests/attacks scripts): under any sanitizer the worker's runtime needs system calls its seccomp
 # policy forbids, so those tests skip there (tests/skip_jailed.sh) and are not built here.
@@ -32,10 +33,10 @@ if [[ -z $cxx ]] ||
   exit 1
 fi
 targets=(tsan_shim_test job_slots_test metrics_test log_test confine_test facts_budget_test
-         output_file_test sha256_test signing_manifest_test)
+         output_file_test sha256_test signing_manifest_test progress_test)
 # The gtest suites of those binaries (ctest names are Suite.Test).
 suites='TsanShim|JobSlots|StallWatchdog|Metrics|LogLine|TraceIdOf|Confine|FactsBudget|OutputFile'
-suites+='|CurrentUmask|Sha256|Oms'
+suites+='|CurrentUmask|Sha256|Oms|ProgressMeter|ProgressText'
 # shellcheck source=scripts/ccache_env.sh
 source "$root/scripts/ccache_env.sh"
 ckpt_ccache_setup "$root"

@@ -49,8 +49,8 @@ std::string Read(const std::filesystem::path& p) {
 
 v1::Verdict Judge(std::string_view bytes) {
   static const std::shared_ptr<const rules::RuleSet> rules = rules::RuleSet::Default();
-  pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, pickle::Limits{});
-  return pipeline::JudgeFacts(facts, *rules).verdict();
+  sandbox::FileFacts facts = sandbox::ExtractFacts(bytes, pickle::Limits{});
+  return app::JudgeFacts(facts, *rules).verdict();
 }
 
 TEST(CorruptionTest, BenignFixturesAreSafeWhole) {
@@ -84,8 +84,8 @@ TEST(CorruptionTest, EveryTruncationOfEveryBenignFixtureIsNeverSafe) {
     bool multi = f.filename().string().find("concat") != std::string::npos;
     for (size_t cut = 0; cut < data.size(); ++cut) {
       const std::string_view bytes = std::string_view(data).substr(0, cut);
-      const pipeline::FileFacts facts = pipeline::ExtractFacts(bytes, pickle::Limits{});
-      const v1::Verdict v = pipeline::JudgeFacts(facts, *rules).verdict();
+      const sandbox::FileFacts facts = sandbox::ExtractFacts(bytes, pickle::Limits{});
+      const v1::Verdict v = app::JudgeFacts(facts, *rules).verdict();
       if (!multi && v == v1::VERDICT_SAFE) {
         const bool data_class = facts.format == "empty" || facts.format == "text";
         EXPECT_TRUE(data_class) << f << " cut at " << cut << ": SAFE as " << facts.format;

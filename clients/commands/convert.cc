@@ -26,31 +26,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "app/convert.h"
+#include "app/limit_flags.h"
 #include "app/manifest.h"
+#include "app/output_file.h"
 #include "app/report.h"
 #include "app/report_format.h"
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
+#include "app/shard_set.h"
 #include "app/verdict.h"
 #include "base/size_value.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
-#include "clients/limit_flags.h"
 #include "clients/progress.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/output_file.h"
-#include "trusted/shard_set.h"
-#include "trusted/signing/bundle.h"
-#include "trusted/signing/keys.h"
+#include "signing/bundle.h"
+#include "signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {
 
 using app::ExitCodeFor;
-using app::kExitError;
 using app::kExitSafe;
-using app::kExitUsage;
 using app::ReportToJson;
 using app::ReportToText;
 using app::TerminalSafe;
@@ -72,22 +69,34 @@ struct ConvertOptions {
   std::string cert;
   std::string cert_chain;
   std::string format = "text";
-  RulesFlags rules;
-  std::vector<std::string> limits;
   VerbosityFlags verbosity;
-  SandboxFlags sandbox;
+  LocalFlags local;
   ServerFlags server;
 };
+
+// The conversion's options as every surface states them: the daemon gets them as they are, a
+// local conversion parses them with app::ApplyConvertOptions as the daemon does.
+v1::ConvertOptions ConvertOptionsOf(const ConvertOptions& opt) {
+  v1::ConvertOptions options;
+  options.set_dtype(opt.dtype);
+  options.set_select(opt.select);
+  options.set_strict(opt.strict);
+  options.set_replace(opt.force);
+  options.set_sign_method(opt.sign_method);
+  for (const std::string& d : opt.allow_dtypes) options.add_allow_dtypes(d);
+  options.set_cast_quantized(opt.cast_quantized);
+  return options;
+}
 
 // `convert`: the scan of `scan` (same report, same exit code); only a SAFE input is
 // converted, to an unlinked file next to OUT that is validated, then linked as OUT.
 // The end of `convert`, local or --server: the report, the exit code, one line on what was
 // written. `status` is the conversion's (OK: converted) once the verdict was SAFE.
-int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const absl::Status& status) {
+CommandResult FinishConvert(const ConvertOptions& opt, const v1::Report& report,
+                            const absl::Status& status) {
   const std::string out = opt.format == "json" ? ReportToJson(report) : ReportToText(report);
   if (absl::Status s = WriteAll(STDOUT_FILENO, out); !s.ok()) {
-    PrintError(absl::StrCat("cannot write the report: ", s.message()));
-    return kExitError;
+    return absl::Status(s.code(), absl::StrCat("cannot write the report: ", s.message()));
   }
   const int scan_exit = ExitCodeFor(report.verdict());
   if (scan_exit != kExitSafe) {
@@ -97,9 +106,8 @@ int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const abs
     return scan_exit;
   }
   if (!status.ok()) {
-    PrintError(absl::StrCat("conversion failed, nothing was written: ",
-                            TerminalSafe(base::StdView(status.message()))));
-    return kExitError;
+    return absl::Status(status.code(), absl::StrCat("conversion failed, nothing was written: ",
+                                                    TerminalSafe(base::StdView(status.message()))));
   }
   const v1::Conversion& c = report.files(0).conversion();
   uint64_t not_written = c.not_written_total();
@@ -110,7 +118,7 @@ int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const abs
   PrintError(absl::StrCat(
       "converted: ", TerminalSafe(opt.input), " -> ", TerminalSafe(opt.output), " (",
       shards == 0 ? absl::StrCat(c.bytes(), " bytes, ")
-                  : absl::StrCat(shards, " shards and ", pipeline::kOutputIndexName, ", "),
+                  : absl::StrCat(shards, " shards and ", app::kOutputIndexName, ", "),
       c.tensors(), " tensors",
       not_written == 0 ? "" : absl::StrCat("; ", not_written, " non-tensor values not written"),
       ")"));
@@ -121,36 +129,22 @@ int FinishConvert(const ConvertOptions& opt, const v1::Report& report, const abs
   return kExitSafe;
 }
 
-int RunConvert(const ConvertOptions& opt);
+CommandResult RunConvert(const ConvertOptions& opt);
 
 // `convert --server`: the daemon scans, converts and signs with its own key; by upload the
 // bytes come back and are validated and linked here, by path the daemon writes them.
-int RunConvertRemote(const ConvertOptions& opt) {
+CommandResult RunConvertRemote(const ConvertOptions& opt) {
   if (!opt.key.empty() || !opt.cert.empty() || !opt.cert_chain.empty()) {
-    PrintError(
+    return UsageError(
         "--server: the daemon signs with its own key (ckptscan admin public-key shows "
         "it); --key, --cert and --cert-chain cannot be used with --server");
-    return kExitUsage;
   }
-  int setup_exit = 0;
-  std::unique_ptr<RemoteClient> remote =
-      ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
-  if (remote == nullptr) return setup_exit;
-  struct stat st;
-  if (!opt.force && ::lstat(opt.output.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    PrintError(
-        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
-    return kExitError;
-  }
-  v1::ConvertOptions options;
-  options.set_dtype(opt.dtype);
-  options.set_select(opt.select);
-  options.set_strict(opt.strict);
-  options.set_replace(opt.force);
-  options.set_sign_method(opt.sign_method);
-  for (const std::string& d : opt.allow_dtypes) options.add_allow_dtypes(d);
-  options.set_cast_quantized(opt.cast_quantized);
-  absl::StatusOr<v1::ConvertResponse> response = remote->Convert(opt.input, opt.output, options);
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteClient> remote,
+                        ConnectServer(opt.server, &opt.local));
+  CKPT_RETURN_IF_ERROR(
+      app::CheckOutputAbsent(AT_FDCWD, opt.output, TerminalSafe(opt.output), opt.force, "--force"));
+  absl::StatusOr<v1::ConvertResponse> response =
+      remote->Convert(opt.input, opt.output, ConvertOptionsOf(opt));
   v1::Report report;
   absl::Status status;
   if (response.ok()) {
@@ -167,18 +161,54 @@ int RunConvertRemote(const ConvertOptions& opt) {
   return FinishConvert(opt, report, status);
 }
 
-int RunConvert(const ConvertOptions& opt) {
+// The signing options of the flags: the key (loaded here, before anything is scanned: a key
+// file others can read is refused; it stays in this process, no worker ever sees it), the
+// certificates, the shard size.
+absl::Status LoadSigning(const ConvertOptions& opt, std::optional<signing::PrivateKey>* key,
+                         app::SignOptions* sign) {
+  if (!opt.key.empty()) {
+    absl::StatusOr<signing::PrivateKey> loaded = signing::PrivateKey::LoadFile(opt.key);
+    if (!loaded.ok()) {
+      return UsageError(
+          absl::StrCat("--key ", TerminalSafe(opt.key), ": ", loaded.status().message()));
+    }
+    *key = *std::move(loaded);
+    sign->key = &**key;
+  }
+  absl::StatusOr<uint64_t> shard_size = app::ParseSizeValue(opt.sign_shard_size);
+  if (!shard_size.ok() || *shard_size == 0) {
+    return UsageError(absl::StrCat("--sign-shard-size ", TerminalSafe(opt.sign_shard_size),
+                                   ": not a positive size"));
+  }
+  sign->shard_size = *shard_size;
+  for (const auto& [path, pem] :
+       {std::pair{&opt.cert, &sign->cert_pem}, std::pair{&opt.cert_chain, &sign->chain_pem}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> text =
+        signing::ReadSmallFile(*path, signing::Limits{}.max_pem_bytes, "Limits::max_pem_bytes");
+    if (!text.ok()) {
+      return UsageError(absl::StrCat(TerminalSafe(*path), ": ", text.status().message()));
+    }
+    *pem = *std::move(text);
+  }
+  return absl::OkStatus();
+}
+
+CommandResult RunConvert(const ConvertOptions& opt) {
   if (opt.cast_quantized && opt.dtype != "bf16") {
-    PrintError("--cast-quantized only means something with --dtype bf16 (nothing else is cast)");
-    return kExitUsage;
+    return UsageError(
+        "--cast-quantized only means something with --dtype bf16 (nothing else is cast)");
   }
   if (!opt.server.server.empty()) return RunConvertRemote(opt);
-  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
-  if (!engine) return kExitUsage;
-  const rules::RuleSet& ruleset = *engine->rules;
-  int setup_exit = 0;
-  std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
-  if (!jail.has_value()) return setup_exit;
+  app::ConvertRequest request;
+  if (absl::Status s =
+          app::ApplyConvertOptions(ConvertOptionsOf(opt), signing::Method::kFiles, &request);
+      !s.ok()) {
+    return AsUsageError(s);
+  }
+  std::optional<signing::PrivateKey> key;
+  CKPT_RETURN_IF_ERROR(LoadSigning(opt, &key, &request.sign));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<app::Engine> engine, MakeEngine(opt.local));
   // Progress on a terminal: the input's bytes as they are hashed (the digest goes into the
   // output's provenance; the worker converts meanwhile).
   ProgressMeter meter(ProgressMeter::ShouldDraw(opt.verbosity.quiet), "convert");
@@ -186,80 +216,31 @@ int RunConvert(const ConvertOptions& opt) {
                       !absl::EndsWith(opt.input, ".json")) {
     meter.AddBytesTotal(static_cast<uint64_t>(in.st_size));
   }
-  jail->bytes_read = meter.bytes();
+  app::CallOptions call;
+  call.bytes_read = meter.bytes();
   const absl::Time started = absl::Now();
   if (opt.verbosity.verbose) {
-    PrintError(absl::StrCat("converting ", TerminalSafe(opt.input), " to ",
-                            TerminalSafe(opt.output), ", dtype ", opt.dtype, ", ",
-                            opt.sandbox.no_sandbox
-                                ? std::string("unjailed worker (--no-sandbox)")
-                                : absl::StrCat("jailed worker ", TerminalSafe(jail->worker_path)),
-                            opt.key.empty() ? "" : ", signed"));
+    meter.PrintLine(
+        absl::StrCat("ckptscan: converting ", TerminalSafe(opt.input), " to ",
+                     TerminalSafe(opt.output), ", dtype ", opt.dtype, ", ",
+                     opt.local.no_sandbox
+                         ? std::string("unjailed worker (--no-sandbox)")
+                         : absl::StrCat("jailed worker ", TerminalSafe(engine->jail().worker_path)),
+                     opt.key.empty() ? "" : ", signed"));
   }
-  // The key is loaded here, before anything is scanned (a key file others can read is refused),
-  // and stays in this process: no worker ever sees it.
-  std::optional<signing::PrivateKey> key;
-  if (!opt.key.empty()) {
-    absl::StatusOr<signing::PrivateKey> loaded = signing::PrivateKey::LoadFile(opt.key);
-    if (!loaded.ok()) {
-      PrintError(absl::StrCat("--key ", TerminalSafe(opt.key), ": ", loaded.status().message()));
-      return kExitUsage;
-    }
-    key = *std::move(loaded);
-  }
-  pipeline::ConvertRequest request;
   request.input = opt.input;
   request.output = opt.output;
   // OUT's directory is opened once here; the output (or a set's staging directory) is created
-  // relative to that descriptor only (trusted/output_file.h). If it cannot be opened, the
+  // relative to that descriptor only (app/output_file.h). If it cannot be opened, the
   // conversion still scans and reports, then fails naming it.
-  absl::StatusOr<pipeline::OutputDir> out_dir = pipeline::OpenOutputDir(request);
-  if (out_dir.ok()) request.output_dir_fd = out_dir->fd;
-  // A file OUT is checked here (fail fast); a directory OUT is for a sharded set, which
-  // checks it itself (it must be empty).
-  struct stat st;
-  if (!opt.force && out_dir.ok() &&
-      ::fstatat(out_dir->fd, out_dir->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-      !S_ISDIR(st.st_mode)) {
-    PrintError(
-        absl::StrCat(TerminalSafe(opt.output), ": exists; not converting (--force replaces it)"));
-    return kExitError;
+  absl::StatusOr<app::OutputDir> out_dir = app::OpenOutputDir(request);
+  if (out_dir.ok()) {
+    request.output_dir_fd = out_dir->fd;
+    CKPT_RETURN_IF_ERROR(app::CheckOutputAbsent(out_dir->fd, out_dir->name,
+                                                TerminalSafe(opt.output), opt.force, "--force"));
   }
-  request.select = opt.select;
-  request.to_bf16 = opt.dtype == "bf16";
-  request.scanner_version = std::string(Version());
-  request.rules_version = ruleset.version();
-  request.replace = opt.force;
-  request.strict = opt.strict;
-  request.allow_dtypes = opt.allow_dtypes;
-  request.cast_quantized = opt.cast_quantized;
-  request.sign.key = key.has_value() ? &*key : nullptr;
-  request.sign.method =
-      opt.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
-  absl::StatusOr<uint64_t> shard_size = ParseSizeValue(opt.sign_shard_size);
-  if (!shard_size.ok() || *shard_size == 0) {
-    PrintError(absl::StrCat("--sign-shard-size ", TerminalSafe(opt.sign_shard_size),
-                            ": not a positive size"));
-    return kExitUsage;
-  }
-  request.sign.shard_size = *shard_size;
-  for (const auto& [path, pem] : {std::pair{&opt.cert, &request.sign.cert_pem},
-                                  std::pair{&opt.cert_chain, &request.sign.chain_pem}}) {
-    if (path->empty()) continue;
-    absl::StatusOr<std::string> text =
-        signing::ReadSmallFile(*path, signing::Limits{}.max_pem_bytes, "Limits::max_pem_bytes");
-    if (!text.ok()) {
-      PrintError(absl::StrCat(TerminalSafe(*path), ": ", text.status().message()));
-      return kExitUsage;
-    }
-    *pem = *std::move(text);
-  }
-  const app::ConvertOutcome outcome = app::Convert(
-      request,
-      [&](const pipeline::ConvertRequest& r, const pipeline::PlanCheck& check) {
-        return pipeline::ConvertFileJailed(r, ruleset, engine->limits, *jail, check);
-      },
-      Version(), ruleset.version());
+  const app::ConvertOutcome outcome = app::Convert(*engine, std::move(request), call, Version());
+  meter.Stop();
   if (opt.verbosity.verbose) {
     PrintError(absl::StrCat(
         base::AbslView(app::VerdictName(outcome.report.verdict())), " in ",
@@ -358,12 +339,8 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
   convert->add_option("--format,-f", convert_opt->format, "Report format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  AddRulesFlags(convert, &convert_opt->rules);
-  convert->add_option("--limit", convert_opt->limits, "Set a VM limit (as for scan)")
-      ->type_name("NAME=VALUE")
-      ->allow_extra_args(false);
   AddVerbosityFlags(convert, &convert_opt->verbosity);
-  AddSandboxFlags(convert, &convert_opt->sandbox);
+  AddLocalFlags(convert, &convert_opt->local, "Set a VM limit (as for scan)");
   AddServerFlags(convert, &convert_opt->server);
   convert->footer(
       "IN is scanned exactly as `scan` does (the report goes to stdout). Only a SAFE\n"

@@ -31,6 +31,7 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/remote.h"
@@ -38,7 +39,6 @@
 namespace ckptscan::clients {
 namespace {
 
-using app::kExitError;
 using app::TerminalSafe;
 using app::VerdictName;
 using base::WriteAll;
@@ -108,25 +108,20 @@ struct HealthOptions {
   double timeout_seconds = 5;
 };
 
-int RunHealth(const HealthOptions& opt) {
-  int setup_exit = 0;
-  std::unique_ptr<RemoteClient> remote = ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {},
-                                                       &setup_exit, /*allow_plain=*/true);
-  if (remote == nullptr) return setup_exit;
+CommandResult RunHealth(const HealthOptions& opt) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteClient> remote,
+                        ConnectServer(opt.server, nullptr, /*allow_plain=*/true));
   absl::StatusOr<bool> serving = remote->Health(opt.service, absl::Seconds(opt.timeout_seconds));
   if (!serving.ok()) {
-    PrintError(TerminalSafe(base::StdView(serving.status().message())));
-    return kExitError;
+    return absl::Status(serving.status().code(),
+                        TerminalSafe(base::StdView(serving.status().message())));
   }
   (void)WriteAll(STDOUT_FILENO, *serving ? "SERVING\n" : "NOT_SERVING\n");
   return *serving ? 0 : 1;
 }
 
-int RunAdmin(const AdminOptions& opt, AdminCommand command) {
-  int setup_exit = 0;
-  std::unique_ptr<RemoteClient> remote =
-      ConnectServer(opt.server, SandboxFlags{}, RulesFlags{}, {}, &setup_exit);
-  if (remote == nullptr) return setup_exit;
+CommandResult RunAdmin(const AdminOptions& opt, AdminCommand command) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteClient> remote, ConnectServer(opt.server, nullptr));
   std::string text;
   const google::protobuf::Message* message = nullptr;
   absl::StatusOr<v1::StatusResponse> status;
@@ -170,8 +165,7 @@ int RunAdmin(const AdminOptions& opt, AdminCommand command) {
       break;
   }
   if (!failed.ok()) {
-    PrintError(TerminalSafe(base::StdView(failed.message())));
-    return kExitError;
+    return absl::Status(failed.code(), TerminalSafe(base::StdView(failed.message())));
   }
   if (opt.format == "json" && command == AdminCommand::kStatus) {
     text = StatusJson(*status);
@@ -182,7 +176,7 @@ int RunAdmin(const AdminOptions& opt, AdminCommand command) {
     text.clear();
     (void)google::protobuf::util::MessageToJsonString(*message, &text, json);
   }
-  if (absl::Status s = WriteAll(STDOUT_FILENO, text); !s.ok()) return kExitError;
+  CKPT_RETURN_IF_ERROR(WriteAll(STDOUT_FILENO, text));
   return 0;
 }
 

@@ -24,67 +24,44 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "app/convert.h"
+#include "app/limit_flags.h"
 #include "app/manifest.h"
 #include "app/report.h"
 #include "app/report_format.h"
+#include "app/scan_file.h"
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
 #include "base/mapped_file.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/disasm.h"
-#include "clients/limit_flags.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/judge_facts.h"
 
 namespace ckptscan::clients {
 namespace {
 
 using app::ExitCodeFor;
 using app::FileReportToText;
-using app::kExitUsage;
 using base::WriteAll;
 
 struct DisasmOptions {
   std::string file;
-  RulesFlags rules;
-  std::vector<std::string> limits;
-  SandboxFlags sandbox;
+  LocalFlags local;
 };
 
-int PrintFileReport(const v1::FileReport& report) {
-  (void)WriteAll(STDOUT_FILENO, FileReportToText(report));
-  return ExitCodeFor(report.verdict());
-}
-
-int RunDisasm(const DisasmOptions& opt) {
-  std::optional<Engine> engine = LoadEngine(opt.rules, opt.limits);
-  if (!engine) return kExitUsage;
-  const rules::RuleSet& ruleset = *engine->rules;
-  const pickle::Limits& limits = engine->limits;
-  int setup_exit = 0;
-  const std::optional<pipeline::JailOptions> jail = SetUpSandbox(opt.sandbox, &setup_exit);
-  if (!jail.has_value()) return setup_exit;
-  const auto out = [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); };
-
-  absl::StatusOr<base::UniqueFd> fd = pipeline::OpenRegularFile(opt.file);
-  struct stat st;
-  if (fd.ok() && ::fstat(fd->get(), &st) != 0) {
-    fd = absl::ErrnoToStatus(errno, absl::StrCat("fstat ", opt.file));
+CommandResult RunDisasm(const DisasmOptions& opt) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<app::Engine> engine, MakeEngine(opt.local));
+  const std::shared_ptr<const rules::RuleSet> rules = engine->rules();
+  const app::Disassembly d =
+      app::DisassembleFile(opt.file, *rules, engine->limits(), engine->jail());
+  if (!d.run.result.ok()) {
+    (void)WriteAll(STDOUT_FILENO, FileReportToText(d.report));
+  } else {
+    WriteJailedDisassembly(d.run.trace, d.run.trace_truncated, d.run.facts, d.report,
+                           [](std::string_view text) { (void)WriteAll(STDOUT_FILENO, text); });
   }
-  if (!fd.ok()) {
-    return PrintFileReport(pipeline::UnreadableFileReport(opt.file, fd.status()));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const pipeline::JailedRun run =
-      pipeline::RunJailedJob(*std::move(fd), size, worker::v1::Job::MODE_DISASM, limits, *jail);
-  v1::FileReport report = pipeline::ReportForRun(run, *jail, ruleset);
-  report.set_path(opt.file);
-  report.set_size(size);
-  if (!run.result.ok()) return PrintFileReport(report);
-  WriteJailedDisassembly(run.trace, run.trace_truncated, run.facts, report, out);
-  return ExitCodeFor(report.verdict());
+  return ExitCodeFor(d.report.verdict());
 }
 
 }  // namespace
@@ -95,15 +72,11 @@ void AddDisasmCommand(CLI::App* app, Commands* out) {
                                          "Annotated opcode listing of a raw pickle stream, "
                                          "then errors and findings");
   disasm->add_option("FILE", disasm_opt->file, "The file to disassemble")->required();
-  AddRulesFlags(disasm, &disasm_opt->rules);
-  disasm->add_option("--limit", disasm_opt->limits, "Set a VM limit (as for scan)")
-      ->type_name("NAME=VALUE")
-      ->allow_extra_args(false);
-  AddSandboxFlags(disasm, &disasm_opt->sandbox);
+  AddLocalFlags(disasm, &disasm_opt->local, "Set a VM limit (as for scan)");
   disasm->footer(
       absl::StrCat("The listing is made inside the worker (at most 16 MiB; cut with a note\n"
                    "past that), with or without --no-sandbox.\n\n",
-                   "Limits:\n", LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
+                   "Limits:\n", app::LimitFlagsHelp(), "\nExit codes: as for scan.\n"));
   out->push_back({disasm, [disasm_opt] { return RunDisasm(*disasm_opt); }});
 }
 

@@ -1,5 +1,5 @@
 // `ckptscan keygen` and `ckptscan verify`: signing keys and OpenSSF model-signing bundles.
-#include "trusted/signing/keys.h"
+#include "signing/keys.h"
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>
@@ -25,23 +25,21 @@
 #include "absl/strings/str_cat.h"
 #include "app/convert.h"
 #include "app/manifest.h"
+#include "app/publish.h"
 #include "app/report.h"
 #include "app/report_format.h"
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
+#include "app/shard_set.h"
 #include "app/verdict.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
-#include "trusted/shard_set.h"
-#include "trusted/sign_output.h"
-#include "trusted/signing/bundle.h"
-#include "trusted/signing/keys.h"
+#include "signing/bundle.h"
+#include "signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {
 
-using app::kExitError;
-using app::kExitUsage;
 using app::TerminalSafe;
 using base::WriteAll;
 
@@ -59,13 +57,12 @@ std::string PublicKeyPathFor(const std::string& private_key) {
 }
 
 // `keygen`: a new ECDSA P-256 key, private PEM created 0600 and never overwritten.
-int RunKeygen(const KeygenOptions& opt) {
+CommandResult RunKeygen(const KeygenOptions& opt) {
   const std::string pub =
       opt.public_output.empty() ? PublicKeyPathFor(opt.output) : opt.public_output;
   absl::StatusOr<signing::PublicKey> key = signing::GenerateKeyFiles(opt.output, pub);
   if (!key.ok()) {
-    PrintError(absl::StrCat("keygen: ", key.status().message()));
-    return kExitError;
+    return absl::Status(key.status().code(), absl::StrCat("keygen: ", key.status().message()));
   }
   (void)WriteAll(STDOUT_FILENO, absl::StrCat("private key: ", TerminalSafe(opt.output),
                                              " (mode 0600)\n", "public key:  ", TerminalSafe(pub),
@@ -82,7 +79,7 @@ struct VerifyCliOptions {
 };
 
 // `verify`: the bundle, the signature, and every file of the model against it.
-int RunVerify(const VerifyCliOptions& opt) {
+CommandResult RunVerify(const VerifyCliOptions& opt) {
   if (absl::EndsWith(opt.pubkey, ".pem.pub")) {
     // Accepted: the name keygen gave public keys before it followed the daemon's scheme.
     PrintError(absl::StrCat("verify: warning: ", TerminalSafe(opt.pubkey),
@@ -91,13 +88,12 @@ int RunVerify(const VerifyCliOptions& opt) {
   }
   struct stat st;
   if (::stat(opt.model.c_str(), &st) != 0) {
-    PrintError(absl::StrCat("verify: ", TerminalSafe(opt.model), ": ", std::strerror(errno)));
-    return kExitError;
+    return absl::ErrnoToStatus(errno, absl::StrCat("verify: ", TerminalSafe(opt.model)));
   }
   const bool dir = S_ISDIR(st.st_mode);
   const std::string sig = !opt.signature.empty() ? opt.signature
-                          : dir ? absl::StrCat(opt.model, "/", pipeline::kSignatureName)
-                                : pipeline::SignaturePathFor(opt.model);
+                          : dir                  ? absl::StrCat(opt.model, "/", app::kSignatureName)
+                                                 : app::SignaturePathFor(opt.model);
   absl::StatusOr<signing::Trust> trust = [&]() -> absl::StatusOr<signing::Trust> {
     if (!opt.pubkey.empty()) {
       absl::StatusOr<signing::PublicKey> pub = signing::PublicKey::LoadFile(opt.pubkey);
@@ -106,27 +102,27 @@ int RunVerify(const VerifyCliOptions& opt) {
     }
     return signing::Trust::CaCertificateFiles(opt.ca_certs);
   }();
-  if (!trust.ok()) {
-    PrintError(absl::StrCat("verify: ", trust.status().message()));
-    return kExitUsage;
-  }
+  if (!trust.ok()) return UsageError(absl::StrCat("verify: ", trust.status().message()));
   absl::StatusOr<std::string> bundle =
       signing::ReadSmallFile(sig, signing::Limits{}.max_bundle_bytes, "Limits::max_bundle_bytes");
   if (!bundle.ok()) {
-    PrintError(absl::StrCat("verify: ", bundle.status().message()));
-    return kExitError;
+    return absl::Status(bundle.status().code(),
+                        absl::StrCat("verify: ", bundle.status().message()));
   }
   signing::VerifyOptions options;
   options.ignore_unsigned_files = opt.ignore_unsigned;
-  if (dir && opt.signature.empty()) options.ignore_paths = {pipeline::kSignatureName};
+  if (dir && opt.signature.empty()) options.ignore_paths = {app::kSignatureName};
   absl::StatusOr<signing::VerifiedBundle> verified =
       signing::VerifyModel(*bundle, *trust, opt.model, options);
   if (!verified.ok()) {
-    PrintError(absl::StrCat("verify: FAILED: ", TerminalSafe(opt.model), ": ",
-                            TerminalSafe(base::StdView(verified.status().message()))));
+    const std::string message =
+        absl::StrCat("verify: FAILED: ", TerminalSafe(opt.model), ": ",
+                     TerminalSafe(base::StdView(verified.status().message())));
+    // A bundle or model that cannot be read or is malformed could not be checked (2); anything
+    // else is a check that failed (1).
     return absl::IsInvalidArgument(verified.status()) || absl::IsNotFound(verified.status())
-               ? kExitError
-               : 1;
+               ? absl::Status(verified.status().code(), message)
+               : Rejected(message);
   }
   (void)WriteAll(
       STDOUT_FILENO,
@@ -191,10 +187,9 @@ void AddKeyCommands(CLI::App* app, Commands* out) {
       "Exit codes: 0 verified; 1 verification failed (wrong key, bad signature, a\n"
       "file changed, missing or added); 2 the bundle or model could not be read or is\n"
       "malformed; 64 usage.\n");
-  out->push_back({verify, [verify_opt] {
+  out->push_back({verify, [verify_opt]() -> CommandResult {
                     if (verify_opt->pubkey.empty() && verify_opt->ca_certs.empty()) {
-                      PrintError("verify: give --pubkey PUB or --cert-chain CA");
-                      return kExitUsage;
+                      return UsageError("verify: give --pubkey PUB or --cert-chain CA");
                     }
                     return RunVerify(*verify_opt);
                   }});

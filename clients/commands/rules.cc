@@ -28,37 +28,34 @@
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "rules/rule_set.h"
+#include "rules/rules_source.h"
 
 namespace ckptscan::clients {
 namespace {
 
-using app::kExitError;
-using app::kExitUsage;
 using app::kReportSchema;
 using base::WriteAll;
 
-int RunRulesShow(const RulesFlags& flags) {
-  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = LoadRules(flags);
-  if (!ruleset.ok()) {
-    PrintError(std::string(ruleset.status().message()));
-    return kExitUsage;
-  }
+CommandResult RunRulesShow(const app::EngineFlags& flags) {
+  absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset =
+      rules::LoadRules({flags.rules, flags.rules_overlay, flags.allow});
+  if (!ruleset.ok()) return UsageError(base::StdView(ruleset.status().message()));
   std::string text;
   if (!google::protobuf::TextFormat::PrintToString((*ruleset)->proto(), &text)) {
-    PrintError("cannot print the rules");
-    return kExitError;
+    return absl::InternalError("cannot print the rules");
   }
-  return WriteAll(STDOUT_FILENO, text).ok() ? 0 : kExitError;
+  CKPT_RETURN_IF_ERROR(WriteAll(STDOUT_FILENO, text));
+  return 0;
 }
 
-int RunRulesCheck(const std::string& path) {
+CommandResult RunRulesCheck(const std::string& path) {
   absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = rules::RuleSet::FromFile(path);
   if (!ruleset.ok()) {
-    PrintError(absl::StrCat("rules check: ", ruleset.status().message()));
-    return kExitUsage;
+    return UsageError(absl::StrCat("rules check: ", ruleset.status().message()));
   }
   const v1::RuleSet& proto = (*ruleset)->proto();
   (void)WriteAll(STDOUT_FILENO, absl::StrCat(path, ": ok (version ", (*ruleset)->version(), ", ",
@@ -67,7 +64,7 @@ int RunRulesCheck(const std::string& path) {
   return 0;
 }
 
-int RunVersion() {
+CommandResult RunVersion() {
   const std::shared_ptr<const rules::RuleSet> ruleset = rules::RuleSet::Default();
   (void)WriteAll(STDOUT_FILENO, absl::StrCat("ckptscan ", base::AbslView(Version()), "\nrules ",
                                              ruleset->version(), "\nreport schema ",
@@ -80,12 +77,12 @@ int RunVersion() {
 void AddRulesCommands(CLI::App* app, Commands* out) {
   CLI::App* rules_cmd = app->add_subcommand("rules", "Show or check rules");
   rules_cmd->require_subcommand(1);
-  auto show_rules = std::make_shared<RulesFlags>();
+  auto show_rules = std::make_shared<app::EngineFlags>();
   CLI::App* show = rules_cmd->add_subcommand(
       "show",
       "Print the effective rules (built-in or --rules FILE, with --rules-overlay and --allow "
       "merged on) as text-format proto");
-  AddRulesFlags(show, show_rules.get());
+  app::AddRulesFlags(show, show_rules.get());
   auto check_file = std::make_shared<std::string>();
   CLI::App* check = rules_cmd->add_subcommand(
       "check", "Validate a rules file: exit 0 if valid, 64 with the error otherwise");

@@ -29,27 +29,25 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "app/convert.h"
+#include "app/limit_flags.h"
 #include "app/manifest.h"
 #include "app/report.h"
 #include "app/report_format.h"
+#include "app/scan_file.h"
 #include "app/scan_set.h"
 #include "app/scan_targets.h"
 #include "app/verdict.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
-#include "clients/limit_flags.h"
 #include "clients/progress.h"
 #include "rules/catalogue.h"
-#include "trusted/jailed_scan.h"
-#include "trusted/judge_facts.h"
 
 namespace ckptscan::clients {
 namespace {
 
 using app::ExitCodeFor;
 using app::FailOn;
-using app::kExitError;
-using app::kExitUsage;
 using app::ReportToJson;
 using app::ReportToJunit;
 using app::ReportToSarif;
@@ -61,7 +59,6 @@ struct ScanOptions {
   std::vector<std::string> paths;
   std::string format = "text";
   std::string output;
-  RulesFlags rules;
   // "auto": sha256 with --manifest (which compares digests), none otherwise.
   std::string digest = "auto";
   std::string fail_on = "suspicious";
@@ -70,12 +67,11 @@ struct ScanOptions {
   std::string unknown = "error";
   std::string manifest;
   std::string sarif_output;
-  std::vector<std::string> limits;
   int jobs = 0;          // 0: one per core this process may run on
   bool tensors = false;  // --tensors: every tensor in the report (ckptscan ls sets it)
   bool table = false;    // ckptscan ls: the text format is the tensor table
   VerbosityFlags verbosity;
-  SandboxFlags sandbox;
+  LocalFlags local;
   ServerFlags server;
 };
 
@@ -86,37 +82,6 @@ int DefaultJobs() {
   if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
   return std::max(1, CPU_COUNT(&set));
 }
-
-// A file on this machine by stat(2) (symlinks followed).
-absl::StatusOr<app::FileId> FindLocal(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    return err == ENOENT ? app::MissingFile(path, err)
-                         : absl::ErrnoToStatus(err, TerminalSafe(path));
-  }
-  return app::FileId{st.st_dev, st.st_ino};
-}
-
-// Files on this machine: stat(2) finds them (symlinks followed), a worker scans them (jailed;
-// with --no-sandbox, unjailed).
-class LocalFiles final : public app::FileSource {
- public:
-  LocalFiles(const Engine& engine, const pipeline::JailOptions& jail)
-      : engine_(engine), jail_(jail) {}
-
-  v1::FileReport Scan(const std::string& path) override {
-    absl::StatusOr<v1::FileReport> file =
-        pipeline::ScanFileJailed(path, *engine_.rules, engine_.limits, jail_);
-    return file.ok() ? *std::move(file) : pipeline::UnreadableFileReport(path, file.status());
-  }
-
-  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
-
- private:
-  const Engine& engine_;
-  const pipeline::JailOptions& jail_;
-};
 
 // Files on this machine judged by ckptscand (uploaded, or by path), one at a time: the set is
 // walked here (ScanSet), so each call asks for the file alone. The daemon's versions go into the
@@ -143,7 +108,9 @@ class RemoteFiles final : public app::FileSource {
   }
 
   // The set is on this machine whichever way its files are sent.
-  absl::StatusOr<app::FileId> Find(const std::string& path) override { return FindLocal(path); }
+  absl::StatusOr<app::FileId> Find(const std::string& path) override {
+    return app::FindLocal(path);
+  }
 
  private:
   RemoteClient* remote_;
@@ -153,7 +120,8 @@ class RemoteFiles final : public app::FileSource {
 };
 
 // Another source's files, counted for the progress line and, with --verbose, each printed on
-// stderr with its verdict and time (from any scanning thread: one line at a time).
+// stderr with its verdict and time (from any scanning thread: the meter prints one line at a
+// time, its progress line erased first).
 class WatchedFiles final : public app::FileSource {
  public:
   WatchedFiles(app::FileSource* inner, ProgressMeter* meter, bool verbose)
@@ -167,8 +135,7 @@ class WatchedFiles final : public app::FileSource {
       const std::string line = absl::StrCat(
           TerminalSafe(path), ": ", base::AbslView(app::VerdictName(r.verdict())), " in ",
           absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Microseconds(10))));
-      absl::MutexLock lock(&mu_);
-      PrintError(line);
+      meter_->PrintLine(absl::StrCat("ckptscan: ", line));
     }
     return r;
   }
@@ -179,24 +146,21 @@ class WatchedFiles final : public app::FileSource {
   app::FileSource* inner_;
   ProgressMeter* meter_;
   bool verbose_;
-  absl::Mutex mu_;
 };
 
-int RunScan(const ScanOptions& opt) {
+CommandResult RunScan(const ScanOptions& opt) {
   if (opt.paths.empty() && opt.manifest.empty()) {
-    PrintError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
-    return kExitUsage;
+    return UsageError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
   }
   if (!opt.manifest.empty() && opt.digest == "none") {
-    PrintError("scan: --manifest compares digests; it cannot be used with --digest none");
-    return kExitUsage;
+    return UsageError("scan: --manifest compares digests; it cannot be used with --digest none");
   }
   std::vector<app::ManifestEntry> manifest;
   if (!opt.manifest.empty()) {
     absl::StatusOr<std::vector<app::ManifestEntry>> m = app::ReadManifest(opt.manifest);
     if (!m.ok()) {
-      PrintError(absl::StrCat("--manifest: ", TerminalSafe(base::StdView(m.status().message()))));
-      return kExitUsage;
+      return UsageError(
+          absl::StrCat("--manifest: ", TerminalSafe(base::StdView(m.status().message()))));
     }
     manifest = *std::move(m);
   }
@@ -207,8 +171,8 @@ int RunScan(const ScanOptions& opt) {
   app::WalkOptions walk{opt.includes, opt.excludes};
   absl::StatusOr<app::Expansion> expansion = app::ExpandScanPaths(paths, walk);
   if (!expansion.ok()) {
-    PrintError(absl::StrCat("scan: ", TerminalSafe(base::StdView(expansion.status().message()))));
-    return kExitUsage;
+    return UsageError(
+        absl::StrCat("scan: ", TerminalSafe(base::StdView(expansion.status().message()))));
   }
   std::vector<app::ScanTarget> targets = std::move(expansion->targets);
   // auto: a digest when one is compared, with a manifest's or with the digests Hugging Face
@@ -218,32 +182,25 @@ int RunScan(const ScanOptions& opt) {
   const bool sha256 = opt.digest == "sha256" || (opt.digest == "auto" && compared);
   v1::Report report = app::NewReport(Version(), "");
   std::unique_ptr<RemoteClient> remote;
-  std::optional<Engine> engine;
-  std::optional<pipeline::JailOptions> jail;
+  std::unique_ptr<app::Engine> engine;
+  app::CallOptions call;
+  call.sha256 = sha256;
+  call.list_tensors = opt.tensors;
   std::unique_ptr<app::FileSource> source;
   if (!opt.server.server.empty()) {
-    int setup_exit = 0;
-    remote = ConnectServer(opt.server, opt.sandbox, opt.rules, opt.limits, &setup_exit);
-    if (remote == nullptr) return setup_exit;
+    CKPT_ASSIGN_OR_RETURN(remote, ConnectServer(opt.server, &opt.local));
     source = std::make_unique<RemoteFiles>(remote.get(), sha256, opt.tensors, &report);
   } else {
-    engine = LoadEngine(opt.rules, opt.limits);
-    if (!engine) return kExitUsage;
-    int setup_exit = 0;
-    jail = SetUpSandbox(opt.sandbox, &setup_exit);
-    if (!jail.has_value()) return setup_exit;
-    jail->sha256 = sha256;
-    jail->list_tensors = opt.tensors;
-    report.set_rules_version(engine->rules->version());
-    source = std::make_unique<LocalFiles>(*engine, *jail);
+    CKPT_ASSIGN_OR_RETURN(engine, MakeEngine(opt.local));
+    report.set_rules_version(engine->rules()->version());
   }
 
   if (!opt.manifest.empty()) {
     // The manifest lists digests; it does not list itself.
-    const absl::StatusOr<app::FileId> self = FindLocal(opt.manifest);
+    const absl::StatusOr<app::FileId> self = app::FindLocal(opt.manifest);
     for (app::ScanTarget& t : targets) {
       if (t.kind != app::ScanTarget::Kind::kFile || !self.ok()) continue;
-      const absl::StatusOr<app::FileId> id = FindLocal(t.path);
+      const absl::StatusOr<app::FileId> id = app::FindLocal(t.path);
       if (id.ok() && *id == *self) {
         t.kind = app::ScanTarget::Kind::kSkipped;
         t.reason = "the manifest itself";
@@ -262,22 +219,26 @@ int RunScan(const ScanOptions& opt) {
     }
   }
   meter.AddFiles(manifest.size());
-  if (jail.has_value()) jail->bytes_read = meter.bytes();
+  call.bytes_read = meter.bytes();
   // One file: a worker spawned for it costs less than starting the fork server's helper
   // (its namespaces and filters) and forking from it once. An index's shards then spawn too.
   size_t files = manifest.size();
   for (const app::ScanTarget& t : targets) files += t.kind == app::ScanTarget::Kind::kFile;
-  if (jail.has_value() && opt.sandbox.jail_spawn.empty() && files <= 1) {
-    jail->spawn_mode = sandbox::SpawnMode::kSpawnPerJob;
+  if (opt.local.engine.jail_spawn.empty() && files <= 1) {
+    call.spawn_mode = sandbox::SpawnMode::kSpawnPerJob;
+  }
+  if (engine != nullptr) {
+    source = std::make_unique<app::JailedFiles>(app::OpenLocal, app::FindLocal, engine->rules(),
+                                                engine->limits(), app::JailFor(*engine, call));
   }
   const int jobs = opt.jobs > 0 ? opt.jobs : DefaultJobs();
   if (opt.verbosity.verbose) {
-    PrintError(absl::StrCat(targets.size(), " paths, -j ", jobs, ", digest ",
-                            sha256 ? "sha256" : "none", ", ",
-                            remote ? absl::StrCat("daemon ", TerminalSafe(remote->target()))
-                            : opt.sandbox.no_sandbox
-                                ? std::string("unjailed worker (--no-sandbox)")
-                                : absl::StrCat("jailed worker ", TerminalSafe(jail->worker_path))));
+    PrintError(absl::StrCat(
+        targets.size(), " paths, -j ", jobs, ", digest ", sha256 ? "sha256" : "none", ", ",
+        remote ? absl::StrCat("daemon ", TerminalSafe(remote->target()))
+        : opt.local.no_sandbox
+            ? std::string("unjailed worker (--no-sandbox)")
+            : absl::StrCat("jailed worker ", TerminalSafe(engine->jail().worker_path))));
   }
   WatchedFiles watched(source.get(), &meter, opt.verbosity.verbose);
   app::ScanSetOptions set_options;
@@ -287,6 +248,7 @@ int RunScan(const ScanOptions& opt) {
   set_options.report_unlisted = !opt.manifest.empty();
   set_options.jobs = jobs;
   app::ScanSet(targets, manifest, &watched, &report, set_options);
+  meter.Stop();  // the progress line is erased before anything else is printed
   for (const std::string& pattern : expansion->unmatched) {
     PrintError(absl::StrCat("warning: ", TerminalSafe(pattern), " matched nothing"));
   }
@@ -317,15 +279,13 @@ int RunScan(const ScanOptions& opt) {
                    skipped);  // never silent, but keep JSON/SARIF/JUnit parseable
   }
   if (absl::Status s = WriteOutput(opt.output, out); !s.ok()) {
-    PrintError(absl::StrCat("cannot write the report: ", s.message()));
-    return kExitError;
+    return absl::Status(s.code(), absl::StrCat("cannot write the report: ", s.message()));
   }
   if (!opt.sarif_output.empty()) {
     if (absl::Status s =
             WriteOutput(opt.sarif_output, ReportToSarif(report, rules::Catalogue(), exit_code));
         !s.ok()) {
-      PrintError(absl::StrCat("cannot write the SARIF report: ", s.message()));
-      return kExitError;
+      return absl::Status(s.code(), absl::StrCat("cannot write the SARIF report: ", s.message()));
     }
   }
   return exit_code;
@@ -382,7 +342,7 @@ std::string ScanFooter() {
       "\n"
       "Limits (--limit NAME=VALUE, repeatable). VALUE is decimal, with an\n"
       "optional suffix K, M, G or T (2^10, 2^20, 2^30, 2^40):\n",
-      LimitFlagsHelp(), "\n", kExitCodesHelp);
+      app::LimitFlagsHelp(), "\n", kExitCodesHelp);
 }
 
 }  // namespace
@@ -428,7 +388,6 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "Also write the report as SARIF 2.1.0 to FILE (for CI: text in the log, "
                    "SARIF for code scanning, from one scan)")
       ->type_name("FILE");
-  AddRulesFlags(scan, &scan_opt->rules);
   scan->add_option("--digest", scan_opt->digest,
                    "File digest in the report: sha256 (read on a second core while the "
                    "worker parses; binds the verdict to the bytes hashed), none (the report's "
@@ -446,11 +405,8 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "Default: the number of CPUs this process may use")
       ->type_name("N")
       ->check(CLI::Range(1, 256));
-  scan->add_option("--limit", scan_opt->limits, "Set a VM limit, e.g. max_opcodes=1000 (see below)")
-      ->type_name("NAME=VALUE")
-      ->allow_extra_args(false);
   AddVerbosityFlags(scan, &scan_opt->verbosity);
-  AddSandboxFlags(scan, &scan_opt->sandbox);
+  AddLocalFlags(scan, &scan_opt->local, "Set a VM limit, e.g. max_opcodes=1000 (see below)");
   AddServerFlags(scan, &scan_opt->server);
   scan->footer(ScanFooter());
   out->push_back({scan, [scan_opt] { return RunScan(*scan_opt); }});
@@ -467,15 +423,11 @@ void AddScanCommand(CLI::App* app, Commands* out) {
       ->capture_default_str();
   ls->add_option("--output,-o", ls_opt->output, "Write to FILE instead of stdout")
       ->type_name("FILE");
-  AddRulesFlags(ls, &ls_opt->rules);
-  ls->add_option("--limit", ls_opt->limits, "Set a VM limit, e.g. max_opcodes=1000")
-      ->type_name("NAME=VALUE")
-      ->allow_extra_args(false);
   ls->add_option("--jobs,-j", ls_opt->jobs, "List up to N files at once")
       ->type_name("N")
       ->check(CLI::Range(1, 256));
   AddVerbosityFlags(ls, &ls_opt->verbosity);
-  AddSandboxFlags(ls, &ls_opt->sandbox);
+  AddLocalFlags(ls, &ls_opt->local, "Set a VM limit, e.g. max_opcodes=1000");
   AddServerFlags(ls, &ls_opt->server);
   ls->footer(absl::StrCat(
       "The file is read in the jailed worker exactly as `ckptscan scan` reads it; the verdict\n"

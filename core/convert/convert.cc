@@ -161,84 +161,116 @@ absl::Status CheckAllowDtype(std::string_view safetensors_dtype) {
       "; --allow-dtype takes only ", allowed));
 }
 
-absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options) {
-  for (const torch::ContainerAnomaly& a : facts.anomalies) {
-    if (a.kind == "byteorder") {
-      return absl::FailedPreconditionError("big-endian storages are not converted");
+namespace {
+
+// PlanConversion's passes over one file's facts, in order: the checks before anything is
+// planned, the quantized layers, each selected tensor (written, aliased or refused), then the
+// aliases, the layers' uses, the values that are not written, and the header with its
+// __metadata__.
+class Planner {
+ public:
+  Planner(const torch::FileFacts& facts, const Options& options)
+      : facts_(facts), options_(options) {}
+
+  absl::StatusOr<Plan> Run() && {
+    CKPT_RETURN_IF_ERROR(Preflight());
+    CKPT_RETURN_IF_ERROR(QuantizedLayers());
+    for (size_t i : TensorsByName()) CKPT_RETURN_IF_ERROR(Tensor(i));
+    CKPT_RETURN_IF_ERROR(CheckAliases());
+    LayerUses();
+    CKPT_RETURN_IF_ERROR(NotWritten());
+    absl::StatusOr<std::map<std::string, std::string>> metadata = Metadata();
+    if (!metadata.ok()) return metadata.status();
+    for (const auto& [key, count] : uses_) {
+      const auto& [source, written, how] = key;
+      plan_.dtypes.push_back(Plan::DtypeUse{source, written, how, count});
     }
+    CKPT_ASSIGN_OR_RETURN(plan_.header, safetensors::SerializeHeader(specs_, *metadata));
+    return std::move(plan_);
   }
-  for (const std::string& d : options.allow_dtypes) {
-    if (absl::Status s = CheckAllowDtype(d); !s.ok()) return s;
-  }
-  const bool c64_native = std::find(options.allow_dtypes.begin(), options.allow_dtypes.end(),
-                                    "C64") != options.allow_dtypes.end();
-  Plan plan;
-  std::vector<safetensors::TensorSpec> specs;
-  std::vector<std::string> as_real;  // output names of complex64 tensors written as F32 [..., 2]
-  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> uses;
-  std::set<std::string> out_names;
-  nlohmann::json quantized = nlohmann::json::object();  // kQuantizedKey, by output name
+
+ private:
   // Identical views of one storage (tied weights): the first name in byte order is kept.
   using ViewKey = std::tuple<int32_t, uint64_t, std::vector<int64_t>, std::vector<int64_t>,
                              const torch::DTypeInfo*>;
-  std::map<ViewKey, std::string> kept;
-  std::vector<size_t> order;
-  for (size_t i = 0; i < facts.tensors.size(); ++i) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return facts.tensors[a].name < facts.tensors[b].name;
-  });
 
-  // Layers that GPTQ, AWQ or bitsandbytes quantized: under --dtype bf16 their float tensors keep
-  // their dtype unless --cast-quantized.
-  std::map<std::string, std::string_view> dtype_by_name;
-  for (const TensorFact& t : facts.tensors) {
-    dtype_by_name.emplace(t.name, t.dtype != nullptr ? t.dtype->name : std::string_view());
-  }
-  std::vector<QuantizedLayer> layers = FindQuantizedLayers(dtype_by_name);
-  for (const QuantizedLayer& extra : options.extra_layers) {
-    if (std::none_of(layers.begin(), layers.end(),
-                     [&](const QuantizedLayer& l) { return l.prefix == extra.prefix; })) {
-      layers.push_back(extra);
+  // What is refused before any tensor is looked at: big-endian storages, a bad --allow-dtype.
+  absl::Status Preflight() {
+    for (const torch::ContainerAnomaly& a : facts_.anomalies) {
+      if (a.kind == "byteorder") {
+        return absl::FailedPreconditionError("big-endian storages are not converted");
+      }
     }
+    for (const std::string& d : options_.allow_dtypes) CKPT_RETURN_IF_ERROR(CheckAllowDtype(d));
+    c64_native_ = std::find(options_.allow_dtypes.begin(), options_.allow_dtypes.end(), "C64") !=
+                  options_.allow_dtypes.end();
+    return absl::OkStatus();
   }
-  std::sort(layers.begin(), layers.end(),
-            [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.prefix < b.prefix; });
-  plan.declared_quantization = options.declared_quantization;
-  if (options.to_bf16 && !options.cast_quantized && !options.declared_quantization.empty() &&
-      layers.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the config.json beside the input declares quantization_config (quant_method \"",
-        options.declared_quantization,
-        "\"), and no layer of a layout ckptscan knows (GPTQ, AWQ, bitsandbytes) is among the "
-        "tensors: --dtype bf16 could cast tensors its loader reads in their saved dtype. "
-        "Convert with --dtype keep, or add --cast-quantized to cast them anyway"));
+
+  // Tensor indices in byte order of their names (stable: equal names keep the file's order).
+  std::vector<size_t> TensorsByName() const {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < facts_.tensors.size(); ++i) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return facts_.tensors[a].name < facts_.tensors[b].name;
+    });
+    return order;
   }
-  std::map<std::string, size_t> layer_by_prefix;
-  for (size_t k = 0; k < layers.size(); ++k) layer_by_prefix[layers[k].prefix] = k;
-  std::vector<uint64_t> kept_in_layer(layers.size(), 0);
-  std::vector<bool> layer_selected(layers.size(), false);
+
+  // Layers that GPTQ, AWQ or bitsandbytes quantized: under --dtype bf16 their float tensors
+  // keep their dtype unless --cast-quantized.
+  absl::Status QuantizedLayers() {
+    std::map<std::string, std::string_view> dtype_by_name;
+    for (const TensorFact& t : facts_.tensors) {
+      dtype_by_name.emplace(t.name, t.dtype != nullptr ? t.dtype->name : std::string_view());
+    }
+    layers_ = FindQuantizedLayers(dtype_by_name);
+    for (const QuantizedLayer& extra : options_.extra_layers) {
+      if (std::none_of(layers_.begin(), layers_.end(),
+                       [&](const QuantizedLayer& l) { return l.prefix == extra.prefix; })) {
+        layers_.push_back(extra);
+      }
+    }
+    std::sort(layers_.begin(), layers_.end(),
+              [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.prefix < b.prefix; });
+    plan_.declared_quantization = options_.declared_quantization;
+    if (options_.to_bf16 && !options_.cast_quantized && !options_.declared_quantization.empty() &&
+        layers_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the config.json beside the input declares quantization_config (quant_method \"",
+          options_.declared_quantization,
+          "\"), and no layer of a layout ckptscan knows (GPTQ, AWQ, bitsandbytes) is among the "
+          "tensors: --dtype bf16 could cast tensors its loader reads in their saved dtype. "
+          "Convert with --dtype keep, or add --cast-quantized to cast them anyway"));
+    }
+    for (size_t k = 0; k < layers_.size(); ++k) layer_by_prefix_[layers_[k].prefix] = k;
+    kept_in_layer_.assign(layers_.size(), 0);
+    layer_selected_.assign(layers_.size(), false);
+    return absl::OkStatus();
+  }
+
   // The layer a tensor belongs to, or -1: P.LEAF for a quantized layer P, where LEAF is one
   // name (qweight, scales, bias, SCB) or a member of the weight (bitsandbytes' weight.absmax,
   // weight.quant_state.*). A deeper name (P.lora_A.weight) is another module's.
-  auto layer_of = [&](const std::string& name) -> int {
-    if (layers.empty()) return -1;
+  int LayerOf(const std::string& name) const {
+    if (layers_.empty()) return -1;
     auto leaf_of_layer = [](std::string_view leaf) {
       return leaf.find('.') == std::string_view::npos || leaf.rfind("weight.", 0) == 0;
     };
     for (size_t j = name.find('.'); j != std::string::npos; j = name.find('.', j + 1)) {
-      auto it = layer_by_prefix.find(name.substr(0, j));
-      if (it != layer_by_prefix.end() && leaf_of_layer(std::string_view(name).substr(j + 1))) {
+      auto it = layer_by_prefix_.find(name.substr(0, j));
+      if (it != layer_by_prefix_.end() && leaf_of_layer(std::string_view(name).substr(j + 1))) {
         return static_cast<int>(it->second);
       }
     }
-    auto it = layer_by_prefix.find("");
-    return it != layer_by_prefix.end() && leaf_of_layer(name) ? static_cast<int>(it->second) : -1;
-  };
+    auto it = layer_by_prefix_.find("");
+    return it != layer_by_prefix_.end() && leaf_of_layer(name) ? static_cast<int>(it->second) : -1;
+  }
 
   // One output tensor of `t` (entry.name), `elem_size` bytes per element.
-  auto add = [&](const TensorFact& t, Plan::Entry entry, std::string_view written,
-                 std::vector<uint64_t> shape, uint64_t elem_size, std::string_view source,
-                 std::string_view how) -> absl::Status {
+  absl::Status Add(const TensorFact& t, Plan::Entry entry, std::string_view written,
+                   std::vector<uint64_t> shape, uint64_t elem_size, std::string_view source,
+                   std::string_view how) {
     std::optional<safetensors::Dtype> dtype = safetensors::ParseDtype(written);
     if (!dtype.has_value()) return Refuse(t, "unknown safetensors dtype");
     uint64_t numel = 1;
@@ -252,89 +284,102 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
     if (!base::CheckedMul<uint64_t>(numel, elem_size, &spec.byte_size)) {
       return Refuse(t, "its size overflows");
     }
-    if (!out_names.insert(entry.name).second) {
+    if (!out_names_.insert(entry.name).second) {
       return Refuse(t, absl::StrFormat("the output name '%s' would be written twice",
                                        base::AbslView(base::Escaped(entry.name))));
     }
-    ++uses[{std::string(source), std::string(written), std::string(how)}];
-    specs.push_back(std::move(spec));
-    plan.entries.push_back(std::move(entry));
+    ++uses_[{std::string(source), std::string(written), std::string(how)}];
+    specs_.push_back(std::move(spec));
+    plan_.entries.push_back(std::move(entry));
     return absl::OkStatus();
-  };
+  }
 
-  for (size_t i : order) {
-    const TensorFact& t = facts.tensors[i];
-    std::optional<std::string> name = SelectedName(t.name, options.select);
-    if (!name.has_value()) continue;
+  // One tensor of the file: left out (not selected), refused, written (quantized or plain) or
+  // recorded as an alias of an identical view already written.
+  absl::Status Tensor(size_t i) {
+    const TensorFact& t = facts_.tensors[i];
+    std::optional<std::string> name = SelectedName(t.name, options_.select);
+    if (!name.has_value()) return absl::OkStatus();
     if (!t.problem.empty()) return Refuse(t, t.problem);
-    const int layer = layer_of(t.name);
-    if (layer >= 0) layer_selected[static_cast<size_t>(layer)] = true;
-    if (t.kind == TensorFact::Kind::kQuantized) {
-      // The integer data as it is stored, then the quantizer's parameters (never cast).
-      if (absl::Status q = torch::CheckQuantized(t); !q.ok()) {
-        return Refuse(t, base::StdView(q.message()));
-      }
-      if (absl::Status d = CheckData(facts, t); !d.ok()) {
-        return Refuse(t, base::StdView(d.message()));
-      }
-      const std::string_view source(t.dtype->name);
-      std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
-      std::string scheme = t.qscheme;
-      CKPT_RETURN_IF_ERROR(add(t, MakeEntry(i, *name), torch::QuantizedDataDtype(t.dtype), shape,
-                               t.dtype->size, source, "quantized"));
-      if (t.qchannel.empty()) {
-        CKPT_RETURN_IF_ERROR(add(t,
-                                 MakeEntry(i, absl::StrCat(*name, ".scale"), false, -1,
-                                           LittleEndian64(std::bit_cast<uint64_t>(t.q_scale))),
-                                 "F64", {}, 8, "float64", "quantizer"));
-        CKPT_RETURN_IF_ERROR(add(t,
-                                 MakeEntry(i, absl::StrCat(*name, ".zero_point"), false, -1,
-                                           LittleEndian64(static_cast<uint64_t>(t.q_zero_point))),
-                                 "I64", {}, 8, "int64", "quantizer"));
-      } else {
-        for (int k = 0; k < 2; ++k) {
-          const TensorFact& c = t.qchannel[static_cast<size_t>(k)];
-          if (absl::Status d = CheckData(facts, c); !d.ok()) {
-            return Refuse(t,
-                          absl::StrCat(k == 0 ? "its scales: " : "its zero_points: ", d.message()));
-          }
-          CKPT_RETURN_IF_ERROR(
-              add(t, MakeEntry(i, absl::StrCat(*name, k == 0 ? ".scale" : ".zero_point"), false, k),
-                  c.dtype->safetensors, {static_cast<uint64_t>(c.shape[0])}, c.dtype->size,
-                  c.dtype->name, "quantizer"));
-        }
-        CKPT_RETURN_IF_ERROR(add(t,
-                                 MakeEntry(i, absl::StrCat(*name, ".axis"), false, -1,
-                                           LittleEndian64(static_cast<uint64_t>(t.q_axis))),
-                                 "I64", {}, 8, "int64", "quantizer"));
-        // torch.save writes the per_channel_affine tag for both per-channel schemes; float
-        // zero points are what makes one per_channel_affine_float_qparams.
-        if (t.qchannel[1].dtype->name == "float32") scheme = "per_channel_affine_float_qparams";
-      }
-      quantized[*name] = {{"scheme", scheme}, {"dtype", std::string(source)}};
-      continue;
-    }
+    const int layer = LayerOf(t.name);
+    if (layer >= 0) layer_selected_[static_cast<size_t>(layer)] = true;
+    if (t.kind == TensorFact::Kind::kQuantized) return QuantizedTensor(i, *name);
     if (t.dtype == nullptr || t.dtype->safetensors.empty()) {
       return Refuse(t, absl::StrCat("safetensors has no dtype for ",
                                     t.dtype ? base::AbslView(t.dtype->name) : "an unknown dtype"));
     }
-    if (absl::Status d = CheckData(facts, t); !d.ok()) {
+    if (absl::Status d = CheckData(facts_, t); !d.ok()) {
       return Refuse(t, base::StdView(d.message()));
     }
     ViewKey key{t.storage, t.storage_offset, t.shape, t.stride, t.dtype};
-    auto [it, inserted] = kept.emplace(key, *name);
+    auto [it, inserted] = kept_.emplace(key, *name);
     if (!inserted) {
-      plan.aliases[*name] = it->second;
-      continue;
+      plan_.aliases[*name] = it->second;
+      return absl::OkStatus();
     }
+    return PlainTensor(i, *name, layer);
+  }
+
+  // A quantized tensor: the integer data as it is stored, then the quantizer's parameters
+  // (never cast).
+  absl::Status QuantizedTensor(size_t i, const std::string& name) {
+    const TensorFact& t = facts_.tensors[i];
+    if (absl::Status q = torch::CheckQuantized(t); !q.ok()) {
+      return Refuse(t, base::StdView(q.message()));
+    }
+    if (absl::Status d = CheckData(facts_, t); !d.ok()) {
+      return Refuse(t, base::StdView(d.message()));
+    }
+    const std::string_view source(t.dtype->name);
+    std::vector<uint64_t> shape(t.shape.begin(), t.shape.end());
+    std::string scheme = t.qscheme;
+    CKPT_RETURN_IF_ERROR(Add(t, MakeEntry(i, name), torch::QuantizedDataDtype(t.dtype), shape,
+                             t.dtype->size, source, "quantized"));
+    if (t.qchannel.empty()) {
+      CKPT_RETURN_IF_ERROR(Add(t,
+                               MakeEntry(i, absl::StrCat(name, ".scale"), false, -1,
+                                         LittleEndian64(std::bit_cast<uint64_t>(t.q_scale))),
+                               "F64", {}, 8, "float64", "quantizer"));
+      CKPT_RETURN_IF_ERROR(Add(t,
+                               MakeEntry(i, absl::StrCat(name, ".zero_point"), false, -1,
+                                         LittleEndian64(static_cast<uint64_t>(t.q_zero_point))),
+                               "I64", {}, 8, "int64", "quantizer"));
+    } else {
+      for (int k = 0; k < 2; ++k) {
+        const TensorFact& c = t.qchannel[static_cast<size_t>(k)];
+        if (absl::Status d = CheckData(facts_, c); !d.ok()) {
+          return Refuse(t,
+                        absl::StrCat(k == 0 ? "its scales: " : "its zero_points: ", d.message()));
+        }
+        CKPT_RETURN_IF_ERROR(
+            Add(t, MakeEntry(i, absl::StrCat(name, k == 0 ? ".scale" : ".zero_point"), false, k),
+                c.dtype->safetensors, {static_cast<uint64_t>(c.shape[0])}, c.dtype->size,
+                c.dtype->name, "quantizer"));
+      }
+      CKPT_RETURN_IF_ERROR(Add(t,
+                               MakeEntry(i, absl::StrCat(name, ".axis"), false, -1,
+                                         LittleEndian64(static_cast<uint64_t>(t.q_axis))),
+                               "I64", {}, 8, "int64", "quantizer"));
+      // torch.save writes the per_channel_affine tag for both per-channel schemes; float
+      // zero points are what makes one per_channel_affine_float_qparams.
+      if (t.qchannel[1].dtype->name == "float32") scheme = "per_channel_affine_float_qparams";
+    }
+    quantized_[name] = {{"scheme", scheme}, {"dtype", std::string(source)}};
+    return absl::OkStatus();
+  }
+
+  // A plain tensor, first of its view: cast to bf16, kept (a quantized layer's float tensor
+  // under bf16), complex64 written as float32 pairs, or as it is.
+  absl::Status PlainTensor(size_t i, const std::string& name, int layer) {
+    const TensorFact& t = facts_.tensors[i];
     const bool castable =
-        options.to_bf16 && (t.dtype->name == "float32" || t.dtype->name == "float16");
-    const bool keep_quantized = castable && layer >= 0 && !options.cast_quantized;
-    if (keep_quantized) ++kept_in_layer[static_cast<size_t>(layer)];
+        options_.to_bf16 && (t.dtype->name == "float32" || t.dtype->name == "float16");
+    const bool keep_quantized = castable && layer >= 0 && !options_.cast_quantized;
+    if (keep_quantized) ++kept_in_layer_[static_cast<size_t>(layer)];
     const bool to_bf16 = castable && !keep_quantized;
     // complex64 is interleaved (real, imaginary) float32 pairs: the same bytes are a float32
     // tensor with a trailing dimension of 2, as torch.view_as_real gives.
-    const bool complex_as_real = t.dtype->safetensors == "C64" && !c64_native;
+    const bool complex_as_real = t.dtype->safetensors == "C64" && !c64_native_;
     std::string_view written = t.dtype->safetensors;
     if (to_bf16) written = "BF16";
     if (complex_as_real) written = "F32";
@@ -351,7 +396,7 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
       }
       shape.push_back(2);
       elem_size = 4;
-      as_real.push_back(*name);
+      as_real_.push_back(name);
     }
     std::string_view how = "as-is";
     if (to_bf16) {
@@ -360,97 +405,135 @@ absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options
       how = "quantized-layer";
     } else if (complex_as_real) {
       how = "as-real";
-    } else if (c64_native && written == "C64") {
+    } else if (c64_native_ && written == "C64") {
       how = "allowed";
     }
-    CKPT_RETURN_IF_ERROR(add(t, MakeEntry(i, *name, to_bf16), written, std::move(shape), elem_size,
-                             t.dtype->name, how));
+    return Add(t, MakeEntry(i, name, to_bf16), written, std::move(shape), elem_size, t.dtype->name,
+               how);
   }
+
   // A tied name is recorded as an alias in __metadata__: it must not be a written tensor's name
   // too (a quantized tensor's NAME.scale, say), or a reader restoring aliases would lose one.
-  for (const auto& [alias, target] : plan.aliases) {
-    if (out_names.count(alias) != 0) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "tensor '%s' is a tied weight of '%s', and a tensor of that name is written as well",
-          base::AbslView(base::Escaped(alias)), base::AbslView(base::Escaped(target))));
+  absl::Status CheckAliases() const {
+    for (const auto& [alias, target] : plan_.aliases) {
+      if (out_names_.count(alias) != 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "tensor '%s' is a tied weight of '%s', and a tensor of that name is written as well",
+            base::AbslView(base::Escaped(alias)), base::AbslView(base::Escaped(target))));
+      }
     }
+    return absl::OkStatus();
   }
-  for (size_t k = 0; k < layers.size(); ++k) {
-    if (!layer_selected[k]) continue;
-    auto it = std::find_if(plan.quantized_layers.begin(), plan.quantized_layers.end(),
-                           [&](const Plan::LayoutUse& u) { return u.layout == layers[k].layout; });
-    if (it == plan.quantized_layers.end()) {
-      plan.quantized_layers.push_back(Plan::LayoutUse{layers[k].layout, 0, 0, layers[k].prefix});
-      it = plan.quantized_layers.end() - 1;
+
+  // How many selected quantized layers of each layout there are, and how many of their float
+  // tensors kept their dtype.
+  void LayerUses() {
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      if (!layer_selected_[k]) continue;
+      auto it =
+          std::find_if(plan_.quantized_layers.begin(), plan_.quantized_layers.end(),
+                       [&](const Plan::LayoutUse& u) { return u.layout == layers_[k].layout; });
+      if (it == plan_.quantized_layers.end()) {
+        plan_.quantized_layers.push_back(
+            Plan::LayoutUse{layers_[k].layout, 0, 0, layers_[k].prefix});
+        it = plan_.quantized_layers.end() - 1;
+      }
+      ++it->layers;
+      it->kept += kept_in_layer_[k];
     }
-    ++it->layers;
-    it->kept += kept_in_layer[k];
+    std::sort(
+        plan_.quantized_layers.begin(), plan_.quantized_layers.end(),
+        [](const Plan::LayoutUse& a, const Plan::LayoutUse& b) { return a.layout < b.layout; });
   }
-  std::sort(plan.quantized_layers.begin(), plan.quantized_layers.end(),
-            [](const Plan::LayoutUse& a, const Plan::LayoutUse& b) { return a.layout < b.layout; });
-  for (const torch::OtherValue& v : facts.other_values.listed) {
-    std::optional<std::string> name = SelectedName(v.name, options.select);
-    if (!name.has_value()) continue;
-    plan.not_written.push_back(torch::OtherValue{*std::move(name), v.type, v.offset});
-  }
-  plan.not_written_total =
-      options.select.empty() ? facts.other_values.total : plan.not_written.size();
-  if (options.strict && plan.not_written_total > 0) {
+
+  // The selected values that are not tensors: listed, and refused with --strict.
+  absl::Status NotWritten() {
+    for (const torch::OtherValue& v : facts_.other_values.listed) {
+      std::optional<std::string> name = SelectedName(v.name, options_.select);
+      if (!name.has_value()) continue;
+      plan_.not_written.push_back(torch::OtherValue{*std::move(name), v.type, v.offset});
+    }
+    plan_.not_written_total =
+        options_.select.empty() ? facts_.other_values.total : plan_.not_written.size();
+    if (!options_.strict || plan_.not_written_total == 0) return absl::OkStatus();
     std::string examples;
-    for (size_t i = 0; i < plan.not_written.size() && i < 5; ++i) {
+    for (size_t i = 0; i < plan_.not_written.size() && i < 5; ++i) {
       absl::StrAppend(&examples, i == 0 ? "" : ", ", "'",
-                      base::AbslView(base::Escaped(plan.not_written[i].name)), "' (",
-                      base::AbslView(base::Escaped(plan.not_written[i].type)), ")");
+                      base::AbslView(base::Escaped(plan_.not_written[i].name)), "' (",
+                      base::AbslView(base::Escaped(plan_.not_written[i].type)), ")");
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("--strict: ", plan.not_written_total,
-                     plan.not_written_total == 1 ? " value is" : " values are",
+        absl::StrCat("--strict: ", plan_.not_written_total,
+                     plan_.not_written_total == 1 ? " value is" : " values are",
                      " not a tensor and would not be written: ", examples,
-                     plan.not_written_total > 5 ? ", ..." : ""));
+                     plan_.not_written_total > 5 ? ", ..." : ""));
   }
-  std::map<std::string, std::string> metadata = plan.aliases;
-  for (std::string_view reserved :
-       {std::string_view("format"), std::string_view("ckptscan.source_sha256"),
-        std::string_view("ckptscan.source_format"), std::string_view("ckptscan.version"),
-        std::string_view("ckptscan.rules_version"), std::string_view("ckptscan.verdict"),
-        std::string_view("ckptscan.dtype_policy"), std::string_view(kComplexAsRealKey),
-        std::string_view(kQuantizedKey)}) {
-    if (auto it = metadata.find(std::string(reserved)); it != metadata.end()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "tensor '%s' is a tied weight, recorded in __metadata__ under its name, which "
-          "__metadata__ reserves for ckptscan's provenance",
-          base::AbslView(base::Escaped(it->first))));
+
+  // __metadata__: the aliases, then the provenance under the names it reserves (an alias may
+  // not take one of them).
+  absl::StatusOr<std::map<std::string, std::string>> Metadata() const {
+    std::map<std::string, std::string> metadata = plan_.aliases;
+    for (std::string_view reserved :
+         {std::string_view("format"), std::string_view("ckptscan.source_sha256"),
+          std::string_view("ckptscan.source_format"), std::string_view("ckptscan.version"),
+          std::string_view("ckptscan.rules_version"), std::string_view("ckptscan.verdict"),
+          std::string_view("ckptscan.dtype_policy"), std::string_view(kComplexAsRealKey),
+          std::string_view(kQuantizedKey)}) {
+      if (auto it = metadata.find(std::string(reserved)); it != metadata.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "tensor '%s' is a tied weight, recorded in __metadata__ under its name, which "
+            "__metadata__ reserves for ckptscan's provenance",
+            base::AbslView(base::Escaped(it->first))));
+      }
     }
+    metadata["format"] = "pt";
+    if (!options_.source_sha256.empty()) {
+      metadata["ckptscan.source_sha256"] = options_.source_sha256;
+    }
+    if (!options_.source_format.empty()) {
+      metadata["ckptscan.source_format"] = options_.source_format;
+    }
+    if (!options_.scanner_version.empty()) metadata["ckptscan.version"] = options_.scanner_version;
+    if (!options_.rules_version.empty()) {
+      metadata["ckptscan.rules_version"] = options_.rules_version;
+      metadata["ckptscan.verdict"] = "SAFE";  // nothing else is ever converted
+    }
+    metadata["ckptscan.dtype_policy"] = options_.to_bf16 ? "bf16" : "keep";
+    if (!as_real_.empty()) {
+      std::vector<std::string> names = as_real_;
+      std::sort(names.begin(), names.end());
+      // A name that is not UTF-8 is refused by SerializeHeader; `replace` only keeps the JSON
+      // encoder from throwing on it first.
+      metadata[kComplexAsRealKey] =
+          nlohmann::json(names).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    if (!quantized_.empty()) {
+      metadata[kQuantizedKey] =
+          quantized_.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    return metadata;
   }
-  metadata["format"] = "pt";
-  if (!options.source_sha256.empty()) metadata["ckptscan.source_sha256"] = options.source_sha256;
-  if (!options.source_format.empty()) metadata["ckptscan.source_format"] = options.source_format;
-  if (!options.scanner_version.empty()) metadata["ckptscan.version"] = options.scanner_version;
-  if (!options.rules_version.empty()) {
-    metadata["ckptscan.rules_version"] = options.rules_version;
-    metadata["ckptscan.verdict"] = "SAFE";  // nothing else is ever converted
-  }
-  metadata["ckptscan.dtype_policy"] = options.to_bf16 ? "bf16" : "keep";
-  if (!as_real.empty()) {
-    std::sort(as_real.begin(), as_real.end());
-    // A name that is not UTF-8 is refused by SerializeHeader below; `replace` only keeps the
-    // JSON encoder from throwing on it first.
-    metadata[kComplexAsRealKey] =
-        nlohmann::json(as_real).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  if (!quantized.empty()) {
-    metadata[kQuantizedKey] =
-        quantized.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  for (const auto& [key, count] : uses) {
-    const auto& [source, written, how] = key;
-    plan.dtypes.push_back(Plan::DtypeUse{source, written, how, count});
-  }
-  absl::StatusOr<safetensors::SerializedHeader> header =
-      safetensors::SerializeHeader(specs, metadata);
-  if (!header.ok()) return header.status();
-  plan.header = *std::move(header);
-  return plan;
+
+  const torch::FileFacts& facts_;
+  const Options& options_;
+  bool c64_native_ = false;
+  Plan plan_;
+  std::vector<safetensors::TensorSpec> specs_;
+  std::vector<std::string> as_real_;  // output names of complex64 tensors written as F32 [..., 2]
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> uses_;
+  std::set<std::string> out_names_;
+  nlohmann::json quantized_ = nlohmann::json::object();  // kQuantizedKey, by output name
+  std::map<ViewKey, std::string> kept_;
+  std::vector<QuantizedLayer> layers_;
+  std::map<std::string, size_t> layer_by_prefix_;
+  std::vector<uint64_t> kept_in_layer_;
+  std::vector<bool> layer_selected_;
+};
+
+}  // namespace
+
+absl::StatusOr<Plan> PlanConversion(const torch::FileFacts& facts, const Options& options) {
+  return Planner(facts, options).Run();
 }
 
 Options OptionsFromSpec(const worker::v1::ConvertSpec& spec, std::string_view source_format) {

@@ -194,7 +194,7 @@ absl::StatusOr<Plan> PlanFromSpec(const torch::FileFacts& facts,
                                   const worker::v1::ConvertSpec& spec);
 
 // Called with ranges of `file` that WriteSafetensors has finished reading, so that a caller
-// holding the input as a file mapping can drop those pages (pipeline::ReleaseMappedPages):
+// holding the input as a file mapping can drop those pages (base::DropMappedPages):
 // the touched input then never accumulates in the process's memory, whatever its size.
 using InputRelease = std::function<void(std::string_view)>;
 

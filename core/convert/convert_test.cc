@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/bf16/bf16.h"
+#include "core/formats/read_file.h"
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
-#include "core/torch/detect.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -73,7 +73,7 @@ TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
     if (format != "torch-zip" && format != "torch-legacy") continue;
     SCOPED_TRACE(rel);
     const std::string file = Read(kDir / rel);
-    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
     ASSERT_TRUE(facts.errors.empty()) << facts.errors[0].message();
     bool convertible = true;
     for (const auto& t : expected["tensors"]) {
@@ -131,7 +131,7 @@ TEST(ConvertTest, EveryConvertibleFixtureMatchesTorchBitForBit) {
 
 TEST(ConvertTest, TiedWeightsAreStoredOnceWithAnAlias) {
   const std::string file = Read(kDir / "tied.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->entries.size(), 3u);  // the Parameter once, two disjoint views
@@ -142,7 +142,7 @@ TEST(ConvertTest, TiedWeightsAreStoredOnceWithAnAlias) {
 
 TEST(ConvertTest, SelectWritesOneSubtreeWithItsPrefixDropped) {
   const std::string file = Read(kDir / "train_checkpoint.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   Options options;
   options.select = "model";
   absl::StatusOr<Plan> plan = PlanConversion(facts, options);
@@ -158,7 +158,7 @@ TEST(ConvertTest, SelectWritesOneSubtreeWithItsPrefixDropped) {
 // of the key that does exist.
 TEST(ConvertTest, SelectOfNoTensorListsTheKeysThatExist) {
   const std::string file = Read(kDir / "train_checkpoint.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   worker::v1::ConvertSpec spec;
   spec.set_select("modle");
   absl::StatusOr<Plan> plan = PlanFromSpec(facts, spec);
@@ -176,7 +176,7 @@ TEST(ConvertTest, SelectOfNoTensorListsTheKeysThatExist) {
 
 TEST(ConvertTest, ProvenanceIsRecordedInTheMetadata) {
   const std::string file = Read(kDir / "sequential.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   Options options;
   options.source_sha256 = std::string(64, 'a');
   options.source_format = "torch-zip";
@@ -198,7 +198,7 @@ TEST(ConvertTest, Bf16PolicyRoundsFloatTensorsToNearestEvenAndKeepsTheRest) {
        {"sequential.pt", "views.pt", "shapes.pt", "legacy_views.pt", "train_checkpoint.pt"}) {
     SCOPED_TRACE(rel);
     const std::string file = Read(kDir / rel);
-    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
     absl::StatusOr<Plan> keep_plan = PlanConversion(facts, Options{});
     ASSERT_TRUE(keep_plan.ok()) << keep_plan.status();
     StringSink keep;
@@ -268,7 +268,7 @@ struct Written {
 
 Written ConvertDtypes(const Options& options) {
   const std::string file = Read(kDtypes);
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   EXPECT_TRUE(facts.errors.empty());
   absl::StatusOr<Plan> plan = PlanConversion(facts, options);
   EXPECT_TRUE(plan.ok()) << plan.status();
@@ -378,7 +378,7 @@ TEST(ConvertDtypesTest, AllowDtypeTakesOnlyTheGatedDtypes) {
     EXPECT_NE(s.message().find("--allow-dtype takes only C64"), std::string_view::npos) << s;
   }
   const std::string file = Read(kDtypes);
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   Options options;
   options.allow_dtypes = {"U16"};  // a spec that bypassed the surfaces' check
   EXPECT_EQ(PlanConversion(facts, options).status().code(), absl::StatusCode::kInvalidArgument);
@@ -386,7 +386,7 @@ TEST(ConvertDtypesTest, AllowDtypeTakesOnlyTheGatedDtypes) {
 
 TEST(ConvertDtypesTest, AComplexTensorWithNoRoomForTheExtraDimensionIsRefusedByName) {
   const std::string file = Read(kDtypes);
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   bool found = false;
   for (torch::TensorFact& t : facts.tensors) {
     if (t.name != "complex64_scalar") continue;
@@ -406,7 +406,7 @@ TEST(ConvertDtypesTest, AComplexTensorWithNoRoomForTheExtraDimensionIsRefusedByN
 
 TEST(ConvertDtypesTest, AComplexTensorNamedInInvalidUtf8IsRefusedNotThrown) {
   const std::string file = Read(kDtypes);
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   for (torch::TensorFact& t : facts.tensors) {
     if (t.name == "complex64_scalar") t.name = "bad\xff";  // listed in __metadata__ as JSON
   }
@@ -419,7 +419,7 @@ TEST(ConvertDtypesTest, ATiedNameThatMetadataReservesIsRefused) {
   const std::string file = Read(kDir / "tied.pt");
   for (const char* reserved : {"format", "ckptscan.complex64_as_real", "ckptscan.version"}) {
     SCOPED_TRACE(reserved);
-    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
     for (torch::TensorFact& t : facts.tensors) {
       // The tied pair: the first name in byte order is kept, the other becomes the alias.
       if (t.name == "decoder.lm_head.weight") t.name = "a";
@@ -537,7 +537,7 @@ TEST(QuantizedLayersTest, AnIndexsNamesAloneRecogniseItsLayers) {
 TEST(QuantizedTest, ExtraLayersFromTheIndexKeepAShardsPartOfASplitLayer) {
   // The second shard of the split set holds the layer's scales and bias but not its qweight.
   const std::string file = Read(kQuantized / "sharded_gptq/pytorch_model-00002-of-00002.bin");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   Options bf16;
   bf16.to_bf16 = true;
   QuantizedWritten alone = WriteQuantized(file, facts, bf16);
@@ -555,7 +555,7 @@ TEST(QuantizedTest, ExtraLayersFromTheIndexKeepAShardsPartOfASplitLayer) {
 
 TEST(QuantizedTest, PerTensorQuantizedTensorsAreTheirIntegersPlusScaleAndZeroPoint) {
   const std::string file = Read(kQuantized / "torch_q_per_tensor.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   ASSERT_TRUE(facts.errors.empty());
   nlohmann::json ex = nlohmann::json::parse(Read(kQuantized / "expectations.json"));
   QuantizedWritten w = WriteQuantized(file, facts, Options{});
@@ -602,7 +602,7 @@ TEST(QuantizedTest, PerTensorQuantizedTensorsAreTheirIntegersPlusScaleAndZeroPoi
 
 TEST(QuantizedTest, PerChannelParametersComeFromTheirOwnStorages) {
   const std::string file = Read(kQuantized / "torch_q_per_channel.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   ASSERT_TRUE(facts.errors.empty());
   nlohmann::json ex = nlohmann::json::parse(Read(kQuantized / "expectations.json"));
   QuantizedWritten w = WriteQuantized(file, facts, Options{});
@@ -625,7 +625,7 @@ TEST(QuantizedTest, PerChannelParametersComeFromTheirOwnStorages) {
 
 TEST(QuantizedTest, InconsistentParametersAndTakenNamesAreRefusedByName) {
   const std::string file = Read(kQuantized / "torch_q_per_channel.pt");
-  const torch::FileFacts clean = torch::ReadFile(file, pickle::Vm());
+  const torch::FileFacts clean = formats::ReadFile(file, pickle::Vm());
   auto refusal = [&](auto mutate) {
     torch::FileFacts facts = clean;
     for (torch::TensorFact& t : facts.tensors) {
@@ -663,7 +663,7 @@ TEST(QuantizedTest, InconsistentParametersAndTakenNamesAreRefusedByName) {
 
 TEST(QuantizedTest, PackedQuint4x2IsRefusedByName) {
   const std::string file = Read(kQuantized / "torch_q_packed4.pt");
-  torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+  torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
   absl::StatusOr<Plan> plan = PlanConversion(facts, Options{});
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("tensor 'packed' cannot be converted"), std::string::npos)
@@ -676,7 +676,7 @@ TEST(QuantizedTest, Bf16KeepsTheFloatTensorsOfQuantizedLayersUnlessCastQuantized
        {"gptq_layers.pt", "awq_layers.pt", "bnb_int8_layers.pt", "bnb_4bit_layers.pt"}) {
     SCOPED_TRACE(rel);
     const std::string file = Read(kQuantized / rel);
-    torch::FileFacts facts = torch::ReadFile(file, pickle::Vm());
+    torch::FileFacts facts = formats::ReadFile(file, pickle::Vm());
     Options bf16;
     bf16.to_bf16 = true;
     QuantizedWritten w = WriteQuantized(file, facts, bf16);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A file rewritten through a shared writable mapping while it is scanned (issue 18, item 2).
+"""A file rewritten through a shared writable mapping while it is scanned .
 
 Writes through a MAP_SHARED, PROT_WRITE mapping to pages that are already dirty move neither
 mtime nor ctime, so the scanner's stat comparison cannot see them. An attacker who owns a file

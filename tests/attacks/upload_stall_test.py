@@ -236,7 +236,15 @@ def stalled_uploads(args, tmp, known, benign):
         details = [h.future.exception().details() for h in held
                    if h.future.done() and h.future.exception() is not None]
         print("what the stalled callers were told: %s" % sorted(set(details)), flush=True)
-        stalled_jobs = [j for j in d.jobs("ScanUpload") if j.get("name", "").startswith("stalled")]
+        # The caller is told as the watchdog cancels the call; the handler's job line follows
+        # when its thread wakes from the read, which on a loaded machine can be later.
+        line_deadline = time.monotonic() + 5
+        while True:
+            stalled_jobs = [j for j in d.jobs("ScanUpload")
+                            if j.get("name", "").startswith("stalled")]
+            if len(stalled_jobs) >= 3 or time.monotonic() > line_deadline:
+                break
+            time.sleep(0.05)
         check(len(stalled_jobs) == 3 and all(
             j.get("code") == 4 and "upload_idle_timeout" in j.get("error", "")
             for j in stalled_jobs),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Daemon faults (issue 9, hardening): workers killed across ckptscand's job lifecycle, and the
+"""Daemon faults (hardening): workers killed across ckptscand's job lifecycle, and the
 daemon itself under memory pressure.
 
     daemon_faults_test.py --ckptscand PATH --ckptscan PATH --fixtures DIR [--proto-dir DIR]

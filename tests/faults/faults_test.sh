@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault tests (issue 9): what the jailed CLI answers when the world changes under a scan.
+# Fault tests: what the jailed CLI answers when the world changes under a scan.
 #   faults_test.sh CKPTSCAN
 # Proves: a file that shrinks while it is scanned is never SAFE (the hash notices, or the worker
 # sees the short file), nor is one rewritten in place at the same size (its mtime and ctime
@@ -36,7 +36,7 @@ done
 
 # --- a file rewritten in place, same size, under the scan -----------------------------------
 # Neither the hash nor the worker can see this by length: the trusted side compares the file's
-# size, inode, mtime and ctime before and after (trusted/jailed_scan.cc).
+# size, inode, mtime and ctime before and after (sandbox/run.cc).
 # (No sparse tail here: trailing bytes would make the file SUSPICIOUS, which outranks ERROR.)
 for delay in 0.1 0.4; do
   make_slow rewrite.pkl

@@ -1,5 +1,5 @@
 // libFuzzer target: the whole worker-side path of a scan — format detection by content and
-// every format reader (core/torch/detect.h; pipeline::ExtractFacts is exactly torch::ReadFile
+// every format reader (core/formats/read_file.h; sandbox::ExtractFacts is exactly formats::ReadFile
 // with default ReadOptions, called here with small limits and with the disassembler's trace
 // sink) — then the jail crossing (EncodeFacts -> DecodeFacts) and the trusted side's verdict
 // (JudgeFacts with the default rules).
@@ -13,13 +13,13 @@
 #include <string>
 #include <string_view>
 
+#include "app/judge.h"
+#include "core/formats/read_file.h"
 #include "core/pickle/vm.h"
-#include "core/torch/detect.h"
 #include "rules/rule_set.h"
+#include "sandbox/facts_decoder.h"
+#include "sandbox/worker/facts_encoder.h"
 #include "tests/fuzz/facts_check.h"
-#include "trusted/facts_decoder.h"
-#include "trusted/judge_facts.h"
-#include "worker/facts_encoder.h"
 
 namespace {
 
@@ -27,8 +27,8 @@ namespace {
 // (the 54 KiB expectations files are JSON, read as a "json"/"hf-index" format).
 constexpr size_t kMaxInputBytes = 256 << 10;
 
-ckptscan::torch::ReadOptions SmallOptions() {
-  ckptscan::torch::ReadOptions o;
+ckptscan::formats::ReadOptions SmallOptions() {
+  ckptscan::formats::ReadOptions o;
   o.zip.max_entries = 1024;
   o.zip.max_central_directory_bytes = 256 << 10;
   o.zip.max_member_bytes = 4 << 20;
@@ -46,7 +46,7 @@ ckptscan::torch::ReadOptions SmallOptions() {
 
 std::string Serialized(const ckptscan::torch::FileFacts& facts) {
   ckptscan::worker::v1::FileFacts msg;
-  ckptscan::pipeline::EncodeFacts(facts, &msg);
+  ckptscan::sandbox::EncodeFacts(facts, &msg);
   std::string out;
   CKPT_FUZZ_CHECK(msg.SerializeToString(&out), "cannot serialize");
   return out;
@@ -62,25 +62,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const pickle::Vm vm(limits);
   static const std::shared_ptr<const rules::RuleSet> rule_set = rules::RuleSet::Default();
 
-  torch::ReadOptions options = SmallOptions();
+  formats::ReadOptions options = SmallOptions();
   uint64_t traced = 0;
   const pickle::TraceSink trace = [&traced](const pickle::TraceEvent& e) {
     traced += 1 + e.arg.size() + e.note.size();
   };
   options.trace = &trace;
-  const torch::FileFacts facts = torch::ReadFile(bytes, vm, options);
+  const torch::FileFacts facts = formats::ReadFile(bytes, vm, options);
   fuzz::CheckFileFacts(facts, size, limits);
 
   // Across the jail: the decoder accepts every honest worker's facts, and nothing changes.
   worker::v1::FileFacts encoded;
-  pipeline::EncodeFacts(facts, &encoded);
-  absl::StatusOr<torch::FileFacts> decoded = pipeline::DecodeFacts(encoded);
+  sandbox::EncodeFacts(facts, &encoded);
+  absl::StatusOr<torch::FileFacts> decoded = sandbox::DecodeFacts(encoded);
   CKPT_FUZZ_CHECK(decoded.ok(), "the decoder refuses honest facts: %s",
                   decoded.status().ToString().c_str());
   CKPT_FUZZ_CHECK(Serialized(*decoded) == Serialized(facts), "facts change across the jail");
 
   // The trusted side's verdict: fail closed.
-  const v1::FileReport report = pipeline::JudgeFacts(*decoded, *rule_set);
+  const v1::FileReport report = app::JudgeFacts(*decoded, *rule_set);
   CKPT_FUZZ_CHECK(report.verdict() != v1::VERDICT_UNSPECIFIED, "no verdict");
   if (report.verdict() == v1::VERDICT_SAFE) {
     CKPT_FUZZ_CHECK(report.errors_size() == 0 && facts.errors.empty(), "SAFE with errors");

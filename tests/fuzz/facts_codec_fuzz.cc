@@ -1,5 +1,5 @@
 // libFuzzer target: the trusted side's decoder of the worker's result frame
-// (trusted/facts_decoder.h, DecodeResult): the bytes a compromised worker could send.
+// (sandbox/facts_decoder.h, DecodeResult): the bytes a compromised worker could send.
 //
 // Invariants: a frame the decoder accepts is safe to use — every graph is consistent, nested
 // pickles follow their parents — and the trusted side's whole judgement (JudgeFacts with the
@@ -11,12 +11,12 @@
 #include <string>
 #include <string_view>
 
+#include "app/judge.h"
 #include "core/pickle/graph_check.h"
 #include "rules/rule_set.h"
+#include "sandbox/facts_decoder.h"
+#include "sandbox/worker/facts_encoder.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trusted/facts_decoder.h"
-#include "trusted/judge_facts.h"
-#include "worker/facts_encoder.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ constexpr size_t kMaxInputBytes = 256 << 10;
 
 std::string Serialized(const ckptscan::torch::FileFacts& facts) {
   ckptscan::worker::v1::FileFacts msg;
-  ckptscan::pipeline::EncodeFacts(facts, &msg);
+  ckptscan::sandbox::EncodeFacts(facts, &msg);
   std::string out;
   CKPT_FUZZ_CHECK(msg.SerializeToString(&out), "cannot serialize");
   return out;
@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   static const std::shared_ptr<const rules::RuleSet> rule_set = rules::RuleSet::Default();
 
-  absl::StatusOr<pipeline::DecodedResult> r = pipeline::DecodeResult(bytes);
+  absl::StatusOr<sandbox::DecodedResult> r = sandbox::DecodeResult(bytes);
   if (!r.ok()) {
     CKPT_FUZZ_CHECK(r.status().code() == absl::StatusCode::kInvalidArgument, "%s",
                     r.status().ToString().c_str());
@@ -62,13 +62,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
-  const v1::FileReport report = pipeline::JudgeFacts(r->facts, *rule_set);
+  const v1::FileReport report = app::JudgeFacts(r->facts, *rule_set);
   CKPT_FUZZ_CHECK(report.verdict() != v1::VERDICT_UNSPECIFIED, "no verdict");
 
   const std::string once = Serialized(r->facts);
   worker::v1::FileFacts msg;
   CKPT_FUZZ_CHECK(msg.ParseFromString(once), "cannot parse our own encoding");
-  absl::StatusOr<torch::FileFacts> again = pipeline::DecodeFacts(msg);
+  absl::StatusOr<torch::FileFacts> again = sandbox::DecodeFacts(msg);
   CKPT_FUZZ_CHECK(again.ok(), "accepted facts are refused once re-encoded: %s",
                   again.status().ToString().c_str());
   CKPT_FUZZ_CHECK(Serialized(*again) == once, "decoding is not a fixed point");

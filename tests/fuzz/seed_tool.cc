@@ -10,8 +10,8 @@
 
 #include "ckptscan/worker/v1/worker.pb.h"
 #include "core/pickle/vm.h"
-#include "worker/extract_facts.h"
-#include "worker/facts_encoder.h"
+#include "sandbox/worker/extract_facts.h"
+#include "sandbox/worker/facts_encoder.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -26,10 +26,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: cannot read\n", argv[i]);
       return 1;
     }
-    const ckptscan::pipeline::FileFacts facts =
-        ckptscan::pipeline::ExtractFacts(bytes, ckptscan::pickle::Limits{});
+    const ckptscan::sandbox::FileFacts facts =
+        ckptscan::sandbox::ExtractFacts(bytes, ckptscan::pickle::Limits{});
     ckptscan::worker::v1::Result result;
-    ckptscan::pipeline::EncodeFacts(facts, result.mutable_facts());
+    ckptscan::sandbox::EncodeFacts(facts, result.mutable_facts());
     const std::string path = out_dir + "/" + std::to_string(i - 2) + ".result";
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!result.SerializeToOstream(&out) || !out.flush()) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the signature-bundle parser (trusted/signing/bundle.h, statement.h): the
+// libFuzzer target: the signature-bundle parser (signing/bundle.h, statement.h): the
 // input is verified as a bundle with the key method and with the certificate method, and
 // parsed as an in-toto statement on its own (the DSSE payload inside a bundle is base64, which
 // mutations rarely keep valid; the seeds include decoded payloads).
@@ -14,12 +14,12 @@
 #include <string>
 #include <string_view>
 
+#include "signing/bundle.h"
+#include "signing/keys.h"
+#include "signing/limits.h"
+#include "signing/manifest.h"
+#include "signing/statement.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trusted/signing/bundle.h"
-#include "trusted/signing/keys.h"
-#include "trusted/signing/limits.h"
-#include "trusted/signing/manifest.h"
-#include "trusted/signing/statement.h"
 
 namespace {
 

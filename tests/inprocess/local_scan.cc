@@ -10,13 +10,31 @@
 #include "absl/strings/str_cat.h"
 #include "base/mapped_file.h"
 #include "base/pages.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "core/convert/convert.h"
 #include "rules/rule_set.h"
-#include "trusted/sha256.h"
-#include "worker/trace_listing.h"
+#include "sandbox/worker/trace_listing.h"
 
-namespace ckptscan::pipeline {
+namespace ckptscan::inprocess {
+
+using app::ConvertRequest;
+using app::ConvertResult;
+using app::ConvertShardSet;
+using app::JudgeFacts;
+using app::OpenOutputDir;
+using app::OutputDir;
+using app::OutputFile;
+using app::PlanCheck;
+using app::SpecFor;
+using app::ValidateAndPublish;
+using base::BackgroundSha256;
+using base::MappedFile;
+using base::OpenRegularFile;
+using base::Sha256Hex;
+using sandbox::ExtractFacts;
+using sandbox::FileFacts;
+using sandbox::TraceListing;
 
 absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
                                                  const rules::RuleSet& rules,
@@ -105,4 +123,4 @@ FileFacts ExtractFactsWithListing(std::string_view bytes, const pickle::Limits& 
   return facts;
 }
 
-}  // namespace ckptscan::pipeline
+}  // namespace ckptscan::inprocess

@@ -1,13 +1,13 @@
 // The in-process scan of one file: ExtractFacts and JudgeFacts in the calling
 // process. For tests and benchmarks only: no shipped binary links it (`ckptscan
 // --no-sandbox` runs an unjailed worker child; the default is the jailed scan,
-// trusted/jailed_scan.h).
+// sandbox/run.h).
 //
 // The two halves run in different processes in a jailed scan:
-//   ExtractFacts  (worker/extract_facts.h) untrusted bytes -> FileFacts: format
+//   ExtractFacts  (sandbox/worker/extract_facts.h) untrusted bytes -> FileFacts: format
 //                 detection by content and the symbolic pickle VM. The worker's
 //                 job: it never sees the rules and decides no verdict.
-//   JudgeFacts    (trusted/judge_facts.h) FileFacts + RuleSet -> v1::FileReport:
+//   JudgeFacts    (app/judge.h) FileFacts + RuleSet -> v1::FileReport:
 //                 VM errors become report errors, the rules add findings, the
 //                 verdict is decided. The trusted side's job.
 // ScanFileInProcess reads the file (mmap, SHA-256, size) and runs both halves
@@ -16,9 +16,9 @@
 // Thread-safe: every function is reentrant; a RuleSet is immutable.
 //
 //   auto rules = rules::RuleSet::Default();
-//   absl::StatusOr<v1::FileReport> r = pipeline::ScanFileInProcess(path,
+//   absl::StatusOr<v1::FileReport> r = ScanFileInProcess(path,
 //   *rules, {}); v1::FileReport report = r.ok() ? *std::move(r) :
-//   pipeline::UnreadableFileReport(path, r.status());
+//   app::UnreadableFileReport(path, r.status());
 #ifndef CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
 #define CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_
 
@@ -27,21 +27,22 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "app/judge.h"
+#include "app/output_file.h"
+#include "app/shard_set.h"
 #include "ckptscan/v1/report.pb.h"
 #include "core/pickle/vm.h"
-#include "protocol/file_facts.h"
 #include "rules/rule_set.h"
-#include "trusted/judge_facts.h"
-#include "trusted/output_file.h"
-#include "trusted/shard_set.h"
-#include "worker/extract_facts.h"
+#include "sandbox/file_facts.h"
+#include "sandbox/worker/extract_facts.h"
 
-namespace ckptscan::pipeline {
+namespace ckptscan::inprocess {
 
 // MODE_DISASM as the worker runs it, in this process: ExtractFacts with the opcode listing
 // written through `out` as the VM runs. `listed` says whether any listing line was written.
-FileFacts ExtractFactsWithListing(std::string_view bytes, const pickle::Limits& limits,
-                                  const std::function<void(std::string_view)>& out, bool* listed);
+sandbox::FileFacts ExtractFactsWithListing(std::string_view bytes, const pickle::Limits& limits,
+                                           const std::function<void(std::string_view)>& out,
+                                           bool* listed);
 
 // Reads `path` (symlinks followed; regular files only), hashes it and scans it.
 // A non-OK status means the file could not be read at all; see
@@ -54,13 +55,13 @@ absl::StatusOr<v1::FileReport> ScanFileInProcess(const std::string& path,
 // `ckptscan convert --no-sandbox`: scans `request.input` as ScanFileInProcess does and, if it
 // is SAFE, writes the safetensors conversion to an unlinked file next to `request.output`,
 // validates it and links it there. A sharded checkpoint's index converts as a set
-// (trusted/shard_set.h). `check` (may be empty) runs on the plan before publishing. A non-OK
+// (app/shard_set.h). `check` (may be empty) runs on the plan before publishing. A non-OK
 // status means the input could not be read at all.
-absl::StatusOr<ConvertResult> ConvertFileInProcess(const ConvertRequest& request,
-                                                   const rules::RuleSet& rules,
-                                                   const pickle::Limits& limits,
-                                                   const PlanCheck& check = nullptr);
+absl::StatusOr<app::ConvertResult> ConvertFileInProcess(const app::ConvertRequest& request,
+                                                        const rules::RuleSet& rules,
+                                                        const pickle::Limits& limits,
+                                                        const app::PlanCheck& check = nullptr);
 
-}  // namespace ckptscan::pipeline
+}  // namespace ckptscan::inprocess
 
 #endif  // CKPTSCAN_TESTS_INPROCESS_LOCAL_SCAN_H_

@@ -14,8 +14,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace ckptscan::pipeline {
+namespace ckptscan::inprocess {
 namespace {
+
+using app::JudgeFacts;
+using app::ToScanError;
+using app::UnreadableFileReport;
+using sandbox::ExtractFacts;
+using sandbox::FileFacts;
+using sandbox::MemberFacts;
 
 using ::testing::HasSubstr;
 
@@ -502,4 +509,4 @@ TEST(ScanFileInProcessTest, TensorSummaryCountsTiedAndUnsupportedTensors) {
 }
 
 }  // namespace
-}  // namespace ckptscan::pipeline
+}  // namespace ckptscan::inprocess

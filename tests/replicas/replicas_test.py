@@ -286,7 +286,7 @@ def run(args, tmp, daemons):
         check(health(d.health_port) == "SERVING", "%s health SERVING after the kill" % d.name)
     check(health(victim.health_port, timeout=2) == "UNAVAILABLE",
           "%s (killed) no longer answers health" % victim.name)
-    # The killed daemon's workers die with it (PR_SET_PDEATHSIG in worker/jail.cc).
+    # The killed daemon's workers die with it (PR_SET_PDEATHSIG in sandbox/worker/jail.cc).
     check(not victim.workers(), "no worker of the killed replica left")
 
     survivor_codes = {}

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Resource attacks (issue 9, docs/security.md "Resource attacks").
+"""Resource attacks (docs/security.md "Resource attacks").
 
 Every hostile input below is generated here at full size (none is committed: several are tens
 of megabytes), scanned by the real jailed CLI, and must be answered with ERROR (DANGEROUS where

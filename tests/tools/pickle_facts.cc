@@ -4,11 +4,12 @@
 //   pickle_facts [--joblib|--read-file] FILE...   or   pickle_facts [--joblib|--read-file] --stdin
 //
 // --joblib reads the files as joblib.load does (pickle::Loader::kJoblib) instead of as
-// pickle.load does. --read-file reads each file as the scanner does (torch::ReadFile: format
+// pickle.load does. --read-file reads each file as the scanner does (formats::ReadFile: format
 // detection, joblib's compressed files decompressed, every reading): "pickles" are those of
 // every member (each with its "member"), "stream_error" the first error of the file (or of a
-// member's stream, or an alternative reading that stopped where its loader reads on). A pickle's "error_code" is "malformed", "limit", "unsupported" or
-// "stricter" (pickle::VmError::Code), or null.
+// member's stream, or an alternative reading that stopped where its loader reads on). A pickle's
+// "error_code" is "malformed", "limit", "unsupported" or "stricter" (pickle::VmError::Code), or
+// null.
 //
 // {"file": ..., "pickles": [{"start", "end", "depth", "error", "error_offset",
 //   "globals": [[module, name], ...]}], "trailing_bytes": N, "stream_error": null|"..."}
@@ -19,8 +20,8 @@
 #include <iterator>
 #include <string>
 
+#include "core/formats/read_file.h"
 #include "core/pickle/vm.h"
-#include "core/torch/detect.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -39,10 +40,14 @@ std::string Dump(const nlohmann::json& j) {
 
 const char* CodeName(ckptscan::pickle::VmError::Code c) {
   switch (c) {
-    case ckptscan::pickle::VmError::Code::kMalformed: return "malformed";
-    case ckptscan::pickle::VmError::Code::kLimit: return "limit";
-    case ckptscan::pickle::VmError::Code::kUnsupported: return "unsupported";
-    case ckptscan::pickle::VmError::Code::kStricter: return "stricter";
+    case ckptscan::pickle::VmError::Code::kMalformed:
+      return "malformed";
+    case ckptscan::pickle::VmError::Code::kLimit:
+      return "limit";
+    case ckptscan::pickle::VmError::Code::kUnsupported:
+      return "unsupported";
+    case ckptscan::pickle::VmError::Code::kStricter:
+      return "stricter";
   }
   return "?";
 }
@@ -86,7 +91,7 @@ nlohmann::json DescribeFile(const std::string& path, const Vm& vm) {
     return out;
   }
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const ckptscan::torch::FileFacts f = ckptscan::torch::ReadFile(data, vm);
+  const ckptscan::torch::FileFacts f = ckptscan::formats::ReadFile(data, vm);
   out["format"] = f.format;
   nlohmann::json error = nullptr;
   if (!f.errors.empty()) error = f.errors[0].message();

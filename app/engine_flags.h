@@ -1,0 +1,54 @@
+// The flags `ckptscan` and `ckptscand` share, defined once: the rules (--rules,
+// --rules-overlay, --allow), the pickle VM's limits (--limit NAME=VALUE) and the jail
+// (--worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn). Each binary adds what only
+// it has: its deadline (`ckptscan --timeout`, `ckptscand --job-timeout`), `ckptscan
+// --no-sandbox`, the daemon's frame and memory caps. ToEngineConfig turns the values into an
+// app::EngineConfig (app/engine.h).
+//
+// Not thread-safe: filled by CLI11 on the main thread, read once.
+#ifndef CKPTSCAN_APP_ENGINE_FLAGS_H_
+#define CKPTSCAN_APP_ENGINE_FLAGS_H_
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "app/engine.h"
+
+namespace ckptscan::app {
+
+struct EngineFlags {
+  std::string rules;                // --rules FILE ("" = the built-in rules)
+  std::string rules_overlay;        // --rules-overlay FILE
+  std::vector<std::string> allow;   // --allow NAME, repeatable
+  std::vector<std::string> limits;  // --limit NAME=VALUE, repeatable
+  std::string worker;               // --worker PATH ("" = next to this binary)
+  std::string worker_memory = "8G";
+  std::string max_sealed_copy = "4G";
+  std::string jail_spawn;  // --jail-spawn: "fork-server" or "per-job"; "" = fork-server
+
+  // Whether a rules or limit flag was given (a client of a daemon refuses them: they are the
+  // daemon's to set).
+  bool AnyRulesOrLimits() const {
+    return !rules.empty() || !rules_overlay.empty() || !allow.empty() || !limits.empty();
+  }
+};
+
+// --rules, --rules-overlay, --allow.
+void AddRulesFlags(CLI::App* cmd, EngineFlags* f);
+// --limit NAME=VALUE (repeatable); `help` says what it limits here.
+void AddLimitFlag(CLI::App* cmd, EngineFlags* f, std::string_view help);
+// --worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn. `spawn_default` ends the
+// --jail-spawn help with what this binary does by default.
+void AddJailFlags(CLI::App* cmd, EngineFlags* f, std::string_view spawn_default);
+
+// The flags' values as an engine configuration: limits, sizes and the spawn mode parsed
+// (InvalidArgument naming the flag), the rules' source. The rest of `config.jail` (the timeout,
+// unjailed, frame caps) is left at its defaults for the binary to set.
+absl::StatusOr<EngineConfig> ToEngineConfig(const EngineFlags& flags);
+
+}  // namespace ckptscan::app
+
+#endif  // CKPTSCAN_APP_ENGINE_FLAGS_H_

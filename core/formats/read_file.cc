@@ -1,0 +1,331 @@
+#include "core/formats/read_file.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/checked.h"
+#include "base/escape.h"
+#include "base/limit_status.h"
+#include "base/strings.h"
+#include "core/compress/decompress.h"
+#include "core/content/content.h"
+#include "core/content/template_check.h"
+#include "core/formats/reader.h"
+#include "core/safetensors/validator.h"
+#include "core/torch/keras_config.h"
+#include "core/torch/legacy.h"
+#include "core/torch/numpy.h"
+#include "core/torch/repo_json.h"
+#include "core/torch/tar.h"
+#include "core/torch/tensors.h"
+#include "core/zip/zipfile_view.h"
+
+namespace ckptscan::formats {
+namespace {
+
+// A file recognised by its leading bytes that no reading of ours verifies: fail closed.
+struct Magic {
+  std::string_view bytes;
+  std::string_view format;
+  std::string_view message;
+};
+
+constexpr std::string_view kCompressed =
+    "compressed files are not scanned; decompress it and scan the contents";
+
+// joblib's compression prefixes (zlib, gzip, bz2, lzma, xz, lz4) are read by
+// ReadJoblibCompressed instead: none of these overlaps them.
+constexpr Magic kMagics[] = {
+    {{"\x37\x7a\xbc\xaf\x27\x1c", 6}, "7z", "7z archives are not scanned"},
+    {{"Rar!\x1a\x07", 6}, "rar", "rar archives are not scanned"},
+    {{"\x28\xb5\x2f\xfd", 4}, "zstd", kCompressed},
+    // Keras .h5 and other HDF5 files: recognised, not verified (no jailed HDF5 reader yet).
+    {{"\x89HDF\r\n\x1a\n", 8}, "hdf5", "HDF5 files (Keras .h5) are not verified"},
+};
+
+}  // namespace
+
+// The report's format of a compressed joblib file ("bzip2", as the format was named before
+// joblib's files were read, for joblib's "bz2").
+std::string_view CompressedFormat(compress::Codec codec) {
+  return codec == compress::Codec::kBz2 ? "bzip2" : compress::CodecName(codec);
+}
+
+// A safetensors file: an 8-byte little-endian header length N, then the JSON header's '{'.
+// N's four high bytes must be zero (any N the validator accepts is below 2^32): a pickle that
+// happens to hold '{' at byte 8 (a protocol 0 text argument) is not taken for one.
+bool IsSafetensors(std::string_view b) {
+  return b.size() > 8 && b[8] == '{' && b[4] == 0 && b[5] == 0 && b[6] == 0 && b[7] == 0;
+}
+
+// A reading worth reporting names a global (persistent ids alone are what any bytes starting
+// with "P" give).
+bool HasContent(const pickle::StreamFacts& s) {
+  for (const pickle::PickleFacts& p : s.pickles) {
+    if (!p.graph.globals.empty()) return true;
+  }
+  return false;
+}
+
+// Whether another loader's reading of some bytes must be kept: it names a global, or it
+// stopped where the real loader would read on (a limit, a stricter rule of ours). Dropping the
+// second kind would judge the file by a prefix of what that loader reads.
+bool MustKeep(const pickle::StreamFacts& s) { return HasContent(s) || !s.StopsWhereLoaderStops(); }
+
+// A joblib.dump pickle: NumpyArrayWrapper (joblib >= 0.10) or NDArrayWrapper (older).
+bool NamesJoblibArrays(const pickle::StreamFacts& s) {
+  for (const pickle::PickleFacts& p : s.pickles) {
+    for (const pickle::GlobalRef& g : p.graph.globals) {
+      if (g.resolved_module == "joblib.numpy_pickle" &&
+          (g.resolved_name == "NumpyArrayWrapper" || g.resolved_name == "NDArrayWrapper")) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Records that torch.save writes beside data.pkl and the storages (torch/serialization.py
+// _save, torch 1.13 to 2.x).
+bool IsKnownRecord(std::string_view record) {
+  return record == "version" || record == ".data/version" || record == "byteorder" ||
+         record == ".data/serialization_id" || record == ".format_version" ||
+         record == ".storage_alignment";
+}
+
+// A stream whose first opcode CPython itself rejects (an unknown opcode, or one that fails
+// before anything is read): no pickle loader reads anything from these bytes.
+bool RejectedAtStart(const pickle::StreamFacts& s) {
+  if (s.pickles.size() != 1 || s.stream_error.has_value()) return false;
+  const pickle::PickleFacts& p = s.pickles[0];
+  return p.error.has_value() && p.error->offset == 0 &&
+         p.error->code == pickle::VmError::Code::kMalformed && p.graph.globals.empty();
+}
+
+// A complete first pickle: the bytes are a pickle whatever else they may be.
+bool CompletePickle(const pickle::StreamFacts& s) {
+  return !s.pickles.empty() && !s.pickles[0].error.has_value() && !s.stream_error.has_value();
+}
+
+// Text that opens with a Jinja block ("{{", "{%", "{#", after white space): a template, and no
+// JSON (an object's first token is a string or "}").
+bool StartsLikeJinja(std::string_view data) {
+  const size_t i = data.find_first_not_of(" \t\r\n");
+  return i != std::string_view::npos && i + 1 < data.size() && data[i] == '{' &&
+         (data[i + 1] == '{' || data[i + 1] == '%' || data[i + 1] == '#');
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string Esc(std::string_view s) {
+  return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
+}
+
+// The first bytes of a file, escaped, for a message.
+std::string Leading(std::string_view data) {
+  return Esc(data.substr(0, std::min<size_t>(data.size(), 8)));
+}
+
+torch::FileFacts ReadFile(std::string_view data, const pickle::Vm& vm, const ReadOptions& options) {
+  torch::FileFacts out;
+  Reader(vm, options, &out).File(data);
+  return out;
+}
+
+void Reader::File(std::string_view data) {
+  if (data.empty()) {
+    // Nothing for any loader to read, and nothing to run: data.
+    out_->format = "empty";
+    return;
+  }
+  if (data.substr(0, 4) == kZipMagic) {
+    Zip(data, "", 0, depth_, /*top=*/true, /*classify=*/true);
+    // pickle.load on the same bytes: "PK" is PERSID, so a zip can also be a pickle.
+    PickleReading(data, "(as pickle)", true);
+    return;
+  }
+  if (torch::IsNpy(data)) {
+    out_->format = "npy";
+    torch::ReadNpy(data, "", "", 0, true, vm_, out_);
+    return;
+  }
+  if (compress::IsJoblibCompat(data)) {
+    // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
+    out_->format = "joblib-compat";
+    Error(v1::ERROR_CODE_UNSUPPORTED,
+          "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
+          "compatibility loader, is not scanned",
+          "", 0);
+    PickleReading(data, "(as pickle)", true);
+    return;
+  }
+  if (data.substr(0, gguf::kMagic.size()) == gguf::kMagic) {
+    Gguf(data);
+    return;
+  }
+  for (const Magic& m : kMagics) {
+    if (data.substr(0, m.bytes.size()) == m.bytes) {
+      out_->format = std::string(m.format);
+      Error(v1::ERROR_CODE_UNSUPPORTED,
+            absl::StrCat(base::AbslView(m.format), ": ", base::AbslView(m.message)), "", 0);
+      // pickle.load on the same bytes ("GGUF" starts with BINFLOAT, whose operand ends
+      // inside the header: what follows is read as opcodes), and a zip in the tail.
+      PickleReading(data, "(as pickle)", true);
+      ZipInTail(data, "(after the header)");
+      return;
+    }
+  }
+  if (const std::optional<compress::Codec> codec = compress::DetectJoblibCodec(data)) {
+    // joblib.load decompresses it; torch.load, pickle.load and numpy.load read the same
+    // bytes as they read any file (tarfile first, then a pickle from offset 0).
+    const bool other_format = torch::IsTarHeader(data) || IsSafetensors(data);
+    ReadJoblibCompressed(data, *codec, /*own=*/!other_format);
+    if (torch::IsTarHeader(data)) {
+      Tar(data);
+    } else if (IsSafetensors(data)) {
+      Safetensors(data);
+    } else {
+      PickleReading(data, "(as pickle)", true);
+      ZipInTail(data, "(after the compressed stream)");
+    }
+    return;
+  }
+  // Python's tarfile (which torch.load tries before the legacy pickle format) takes any file
+  // whose first block is a valid header, whatever its magic.
+  if (torch::IsTarHeader(data)) {
+    Tar(data);
+    return;
+  }
+  if (IsSafetensors(data)) {
+    Safetensors(data);
+    return;
+  }
+  if (const std::optional<content::Image> image = content::SniffImage(data)) {
+    Image(data, *image);
+    return;
+  }
+  if (torch::LooksLikeJson(data) && !StartsLikeJinja(data)) {
+    torch::ReadShardIndex(data, options_.index, out_);
+    if (out_->format == "json" && out_->errors.empty()) JsonDocument(data);
+    ZipInTail(data, "(after the JSON)");
+    return;
+  }
+  if (data[0] == '\x0a') {
+    // A SentencePiece model starts with its first piece (field 1, length-delimited); 0x0a is
+    // no pickle opcode.
+    const content::Check c = content::CheckSentencePiece(data, options_.content);
+    if (c.outcome != content::Check::Outcome::kNotClass) {
+      out_->format = "sentencepiece";
+      if (!c.valid())
+        Error(c.status, absl::StrCat("sentencepiece: ", c.status.message()), "", c.offset);
+      PickleReading(data, "(as pickle)", true);
+      ZipInTail(data, "(after the model)");
+      return;
+    }
+  }
+  if (onnx_check::LooksLikeModel(data)) {
+    // A protobuf ModelProto starts with its ir_version (field 1, a varint: 0x08), which is no
+    // pickle opcode: pickle.load rejects the first byte.
+    Onnx(data);
+    return;
+  }
+  // One reading of the stream serves both questions (a legacy file's first pickle is its
+  // magic number): reading the first pickle on its own as well would hold two graphs of it
+  // at once, twice the memory and time of a large pickle.
+  torch::MemberFacts m;
+  m.stream = vm_.ScanStream(data, 0);
+  if (!m.stream.pickles.empty() && torch::IsLegacyMagic(m.stream.pickles[0])) {
+    m.stream = {};
+    torch::ReadLegacy(data, vm_, out_);
+  } else if (!CompletePickle(m.stream) && Text(data, &m)) {
+    // strict UTF-8 text that is no whole pickle: Text kept the pickle reading as another
+    // loader's.
+  } else if (RejectedAtStart(m.stream)) {
+    out_->format = "unknown";
+    Error(v1::ERROR_CODE_UNSUPPORTED,
+          absl::StrCat("not a format ckptscan verifies (it starts with \"",
+                       base::AbslView(Leading(data)),
+                       "\"): no checkpoint, data or archive reading applies, and the pickle "
+                       "reading is rejected at its first byte"),
+          "", 0);
+  } else {
+    out_->format = "pickle";
+    if (NamesJoblibArrays(m.stream)) {
+      // joblib.load reads array bytes inline where pickle.load reads them as opcodes; both
+      // loaders open such a file (pickle.load, torch.load and numpy.load know nothing of
+      // joblib), so both readings are judged: joblib's, and pickle.load's as an alternative.
+      out_->format = "joblib";
+      torch::MemberFacts plain{"(as pickle.load)", std::move(m.stream), /*alternative=*/true};
+      pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
+      m.stream = joblib.ScanStream(data, 0, options_.trace);
+      out_->members.push_back(std::move(m));
+      out_->members.push_back(std::move(plain));
+    } else {
+      if (options_.trace != nullptr) {
+        m.stream = vm_.ScanStream(data, 0, options_.trace);  // the listing of the same reading
+      }
+      out_->members.push_back(std::move(m));
+    }
+  }
+  ZipInTail(data, "(after the pickle)");
+}
+
+void Reader::MemberFile(std::string_view bytes, const std::string& name, uint32_t depth,
+                        bool keras_config) {
+  torch::FileFacts sub;
+  ReadOptions options = options_;
+  options.trace = nullptr;
+  options.keras_config = keras_config;
+  const size_t slash = name.rfind('/');
+  options.file_name = slash == std::string::npos ? name : name.substr(slash + 1);
+  Reader(vm_, options, &sub, depth).File(bytes);
+  out_->files_read += 1 + sub.files_read;
+  const auto inner = [&](const std::string& member) {
+    return member.empty() ? name : MemberName(name, member);
+  };
+  for (v1::ScanError& e : sub.errors) {
+    e.mutable_location()->set_member(inner(e.location().member()));
+    out_->errors.push_back(std::move(e));
+  }
+  for (torch::MemberFacts& m : sub.members) {
+    m.member = inner(m.member);
+    out_->members.push_back(std::move(m));
+  }
+  for (torch::ContainerAnomaly& a : sub.anomalies) {
+    a.member = inner(a.member);
+    out_->anomalies.push_back(std::move(a));
+  }
+}
+
+std::string Reader::MemberName(std::string_view outer, std::string_view name) const {
+  if (outer.empty()) return std::string(name);
+  return absl::StrCat(base::AbslView(outer), "!", base::AbslView(name));
+}
+
+void Reader::Error(v1::ErrorCode code, std::string message, std::string_view member,
+                   uint64_t offset) {
+  out_->errors.push_back(torch::ContainerError(code, std::move(message), member, offset));
+}
+
+void Reader::Error(const absl::Status& status, std::string message, std::string_view member,
+                   uint64_t offset) {
+  out_->errors.push_back(torch::StatusError(status, std::move(message), member, offset));
+}
+
+void Reader::Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
+                     bool must_flag, std::string category) {
+  out_->anomalies.push_back(torch::ContainerAnomaly{std::move(kind), std::move(member), offset,
+                                                    std::move(message), must_flag,
+                                                    std::move(category)});
+}
+
+}  // namespace ckptscan::formats

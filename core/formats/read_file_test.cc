@@ -1,0 +1,598 @@
+// Our readers against what torch.load and numpy.load reported for the same files
+// (tests/fixtures/torch/expectations.json, recorded by gen_torch_fixtures.py with Debian's
+// torch 1.13): every tensor's name, dtype, shape, strides, storage offset, which tensors share
+// a storage, the storage's size, and the SHA-256 of its elements gathered through our facts.
+#include "core/formats/read_file.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/pickle/vm.h"
+#include "core/torch/file_facts.h"
+#include "core/torch/tensors.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace ckptscan::formats {
+namespace {
+
+using torch::ContainerAnomaly;
+using torch::DTypeFromName;
+using torch::FileFacts;
+using torch::MemberFacts;
+using torch::StorageData;
+using torch::StorageRef;
+using torch::TensorFact;
+
+const std::filesystem::path kDir = std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/torch";
+
+std::string Read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json Expectations() { return nlohmann::json::parse(Read(kDir / "expectations.json")); }
+
+std::string Hex(const unsigned char* d, size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(k[d[i] >> 4]);
+    out.push_back(k[d[i] & 15]);
+  }
+  return out;
+}
+
+// The tensor's elements in row-major order, read from the file through its storage data.
+std::string Gather(const std::string& file, const FileFacts& f, const TensorFact& t) {
+  const StorageData& sd = f.storage_data.at(static_cast<size_t>(t.storage));
+  const size_t es = t.dtype->size;
+  std::string out;
+  const uint64_t n = t.numel();
+  std::vector<int64_t> idx(t.shape.size(), 0);
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t e = t.storage_offset;
+    for (size_t d = 0; d < idx.size(); ++d) e += static_cast<uint64_t>(idx[d] * t.stride[d]);
+    out.append(file, sd.offset + e * es, es);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::string Sha256(const std::string& s) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(s.data(), s.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+void CompareWithTorch(const std::string& rel, const nlohmann::json& expected) {
+  SCOPED_TRACE(rel);
+  const std::string file = Read(kDir / rel);
+  FileFacts f = ReadFile(file, pickle::Vm());
+  EXPECT_EQ(f.format, expected["format"].get<std::string>());
+  for (const v1::ScanError& e : f.errors) ADD_FAILURE() << "error: " << e.message();
+  const auto& tensors = expected["tensors"];
+  ASSERT_EQ(f.tensors.size(), tensors.size());
+  std::map<int64_t, int32_t> group_to_storage;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& e = tensors[i];
+    const TensorFact& t = f.tensors[i];
+    SCOPED_TRACE(t.name);
+    EXPECT_EQ(t.name, e["name"].get<std::string>());
+    if (e.contains("layout")) {
+      EXPECT_EQ(t.kind, TensorFact::Kind::kSparse);
+      EXPECT_FALSE(t.problem.empty());
+      continue;
+    }
+    ASSERT_NE(t.dtype, nullptr);
+    EXPECT_EQ(std::string(t.dtype->name), e["dtype"].get<std::string>());
+    EXPECT_EQ(t.shape, e["shape"].get<std::vector<int64_t>>());
+    if (e.contains("stride")) {
+      EXPECT_EQ(t.stride, e["stride"].get<std::vector<int64_t>>());
+      EXPECT_EQ(t.storage_offset, e["storage_offset"].get<uint64_t>());
+      EXPECT_EQ(t.requires_grad, e["requires_grad"].get<bool>());
+      EXPECT_EQ(t.parameter, e["parameter"].get<bool>());
+      // Tensors torch puts on one storage are on one storage for us, and only those.
+      auto [it, inserted] = group_to_storage.emplace(e["storage_group"].get<int64_t>(), t.storage);
+      EXPECT_EQ(it->second, t.storage);
+      const StorageRef& s = f.storages.at(static_cast<size_t>(t.storage));
+      EXPECT_EQ(s.numel * t.dtype->size, e["storage_nbytes"].get<uint64_t>());
+      EXPECT_EQ(f.storage_data.at(static_cast<size_t>(t.storage)).nbytes,
+                e["storage_nbytes"].get<uint64_t>());
+    }
+    if (t.kind == TensorFact::Kind::kDense) {
+      EXPECT_EQ(Sha256(Gather(file, f, t)), e["sha256"].get<std::string>());
+    }
+  }
+  std::set<int32_t> distinct;
+  for (const auto& [group, storage] : group_to_storage) distinct.insert(storage);
+  EXPECT_EQ(distinct.size(), group_to_storage.size()) << "two torch storages merged into one";
+}
+
+TEST(FormatsTest, EveryFixtureMatchesWhatTorchAndNumpyReported) {
+  nlohmann::json ex = Expectations();
+  size_t files = 0;
+  for (auto& [rel, expected] : ex["files"].items()) {
+    CompareWithTorch(rel, expected);
+    ++files;
+  }
+  EXPECT_GE(files, 20u);
+}
+
+TEST(FormatsTest, LegacyMagicMustBeALiteral) {
+  // The legacy magic number computed by a call (GHSA-97f8-7cmv-76j2) is not the legacy format.
+  std::string computed = "cbuiltins\nint\n(S'119547037146038801333356'\ntR.";
+  FileFacts f = ReadFile(computed, pickle::Vm());
+  EXPECT_EQ(f.format, "pickle");
+}
+
+TEST(FormatsTest, LegacyStorageSizeMismatchIsAnError) {
+  std::string data = Read(kDir / "legacy_sequential.pt");
+  FileFacts good = ReadFile(data, pickle::Vm());
+  ASSERT_TRUE(good.errors.empty());
+  ASSERT_FALSE(good.storage_data.empty());
+  // Rewrite the first storage's recorded element count.
+  std::string bad = data;
+  uint64_t at = good.storage_data[0].offset - 8;
+  bad[at] = static_cast<char>(bad[at] + 1);
+  FileFacts f = ReadFile(bad, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("wrong size"), std::string::npos) << f.errors[0].message();
+}
+
+TEST(FormatsTest, LegacyTrailingBytesAreAnAnomaly) {
+  std::string data = Read(kDir / "legacy_views.pt") + "junk";
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_TRUE(f.errors.empty());
+  ASSERT_EQ(f.anomalies.size(), 1u);
+  EXPECT_EQ(f.anomalies[0].kind, "trailing_data");
+}
+
+TEST(FormatsTest, EveryTruncationOfALegacyFileIsAnError) {
+  std::string data = Read(kDir / "legacy_tied.pt");
+  // Cut at 0 is the empty file, which is data (local_scan_test: EmptyFileIsDataNotAPickle).
+  for (size_t cut = 1; cut < data.size(); ++cut) {
+    FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
+    bool failed = !f.errors.empty();
+    for (const MemberFacts& m : f.members) failed = failed || !m.stream.ok();
+    EXPECT_TRUE(failed) << "cut at " << cut << " of " << data.size();
+  }
+}
+
+TEST(FormatsTest, NpyHeaderIsParsedStrictly) {
+  std::string data = Read(kDir / "array_f32.npy");
+  std::string bad = data;
+  size_t at = bad.find("'shape'");
+  ASSERT_NE(at, std::string::npos);
+  bad[at + 1] = 'S';  // 'Shape': an unknown key
+  FileFacts f = ReadFile(bad, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("unexpected key"), std::string::npos);
+  // Data shorter than the shape needs.
+  FileFacts cut = ReadFile(std::string_view(data).substr(0, data.size() - 1), pickle::Vm());
+  ASSERT_FALSE(cut.errors.empty());
+  EXPECT_NE(cut.errors[0].message().find("needs 48 bytes"), std::string::npos);
+}
+
+TEST(FormatsTest, NpyObjectArraysGoThroughThePickleVm) {
+  FileFacts f = ReadFile(Read(kDir / "array_object.npy"), pickle::Vm());
+  EXPECT_EQ(f.format, "npy");
+  ASSERT_EQ(f.members.size(), 1u);
+  EXPECT_FALSE(f.members[0].stream.pickles.empty());
+  EXPECT_FALSE(f.members[0].stream.pickles[0].graph.globals.empty());  // numpy reconstructors
+}
+
+// --- torch <= 0.3 tar checkpoints (tests/fixtures/torch/gen_tar_fixtures.py) ------------------
+
+nlohmann::json TarExpectations() {
+  return nlohmann::json::parse(Read(kDir / "tar_expectations.json"));
+}
+
+bool Failed(const FileFacts& f) {
+  bool failed = !f.errors.empty();
+  for (const MemberFacts& m : f.members) failed = failed || !m.stream.ok();
+  return failed;
+}
+
+TEST(TarTest, EveryTarFixtureMatchesWhatTorchReported) {
+  nlohmann::json ex = TarExpectations();
+  size_t files = 0;
+  for (auto& [rel, expected] : ex["files"].items()) {
+    CompareWithTorch(rel, expected);
+    FileFacts f = ReadFile(Read(kDir / rel), pickle::Vm());
+    std::vector<std::string> members;
+    for (const MemberFacts& m : f.members) members.push_back(m.member);
+    EXPECT_EQ(members, (std::vector<std::string>{"sys_info", "storages", "tensors", "pickle"}));
+    for (const MemberFacts& m : f.members) EXPECT_TRUE(m.stream.ok()) << rel << " " << m.member;
+    EXPECT_TRUE(f.anomalies.empty()) << rel << ": " << f.anomalies[0].message;
+    ++files;
+  }
+  EXPECT_EQ(files, 3u);
+}
+
+TEST(TarTest, TruncationsTorchRefusesAreErrorsAndTheOthersLoad) {
+  // torch (tarfile) refuses every cut before the end of the last member's padded data and
+  // loads every cut after it (a missing end-of-archive block ends the archive quietly).
+  nlohmann::json ex = TarExpectations();
+  for (auto& [rel, expected] : ex["files"].items()) {
+    const std::string data = Read(kDir / rel);
+    const size_t min = expected["min_loadable_size"].get<size_t>();
+    ASSERT_EQ(data.size(), expected["size"].get<size_t>());
+    for (size_t cut = 0; cut < data.size(); ++cut) {
+      FileFacts f = ReadFile(std::string_view(data).substr(0, cut), pickle::Vm());
+      if (cut < min) {
+        // A cut inside the first member's name is plain text (no loader runs text: tarfile
+        // needs a whole header, pickle.load rejects the first byte), or the empty file.
+        if (f.format == "text" || f.format == "empty") {
+          EXPECT_LT(cut, 100u) << rel;
+          EXPECT_TRUE(f.members.empty()) << rel << " cut at " << cut;
+          continue;
+        }
+        EXPECT_TRUE(Failed(f)) << rel << " cut at " << cut;
+      } else {
+        EXPECT_FALSE(Failed(f)) << rel << " cut at " << cut;
+        EXPECT_EQ(f.tensors.size(), expected["tensors"].size()) << rel << " cut at " << cut;
+      }
+    }
+  }
+}
+
+// Rewrites the 512-byte header at `at` with `fn`, then fixes its checksum.
+std::string PatchHeader(std::string data, size_t at, const std::function<void(char*)>& fn) {
+  char* h = data.data() + at;
+  fn(h);
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (size_t i = 0; i < 512; ++i) sum += static_cast<unsigned char>(h[i]);
+  std::snprintf(h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  return data;
+}
+
+TEST(TarTest, PaxHeaderIsRefused) {
+  std::string data =
+      PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) { h[156] = 'x'; });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
+}
+
+TEST(TarTest, SymlinkMemberIsRefused) {
+  std::string data =
+      PatchHeader(Read(kDir / "tar_state_dict.pt"), 1024, [](char* h) { h[156] = '2'; });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
+}
+
+TEST(TarTest, BadChecksumAfterTheFirstMemberEndsTheArchive) {
+  // tarfile stops at an invalid header: the members after it do not exist for torch (KeyError).
+  std::string data = Read(kDir / "tar_state_dict.pt");
+  data[3072 + 148] = '9';  // the storages header
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_EQ(f.format, "torch-tar");
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("without a"), std::string::npos) << f.errors[0].message();
+  ASSERT_FALSE(f.anomalies.empty());
+  EXPECT_EQ(f.anomalies[0].kind, "trailing_data");
+}
+
+TEST(TarTest, DuplicateMemberIsAnAnomalyAndTheLastCopyIsRead) {
+  // Rename sys_info (the first member) to "pickle": tarfile reads the later, real one.
+  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) {
+    std::memset(h, 0, 100);
+    std::memcpy(h, "pickle", 6);
+  });
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.tensors.size(), 4u);
+  bool dup = false;
+  for (const ContainerAnomaly& a : f.anomalies) dup = dup || a.kind == "duplicate_member";
+  EXPECT_TRUE(dup);
+}
+
+TEST(TarTest, TarWithoutTorchMembersIsRefused) {
+  std::string data = PatchHeader(Read(kDir / "tar_state_dict.pt"), 0, [](char* h) {
+    std::memset(h, 0, 100);
+    std::memcpy(h, "readme", 6);
+  });
+  for (size_t at : {1024, 2048, 3072}) {
+    data = PatchHeader(data, at, [](char* h) { h[0] = 'X'; });
+  }
+  FileFacts f = ReadFile(data, pickle::Vm());
+  EXPECT_EQ(f.format, "tar");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_UNSUPPORTED);
+}
+
+// Sub-byte quantized dtypes pack elements: torch 2.6 stores quantize_per_tensor(arange(6), 1.0,
+// 0, torch.quint4x2) in a 3-byte storage (torch.quint2x4: 2 bytes), with sizes and strides in
+// elements. The bound counts packed elements, and still catches one past the end.
+TEST(BoundsTest, PackedQuantizedStoragesHoldSeveralElementsPerByte) {
+  for (const auto& [name, bytes, per_byte] :
+       {std::tuple<const char*, uint64_t, uint64_t>{"quint4x2", 3, 2}, {"quint2x4", 2, 4}}) {
+    TensorFact t;
+    t.name = "t";
+    t.dtype = DTypeFromName(name);
+    ASSERT_NE(t.dtype, nullptr) << name;
+    StorageRef s;
+    s.dtype = t.dtype;  // the QUInt4x2Storage's numel counts bytes
+    s.numel = bytes;
+    EXPECT_EQ(StorageElements(t, s), bytes * per_byte) << name;
+    t.shape = {static_cast<int64_t>(bytes * per_byte)};
+    t.stride = {1};
+    EXPECT_TRUE(CheckBounds(t, StorageElements(t, s)).ok()) << name;
+    t.shape = {static_cast<int64_t>(bytes * per_byte + 1)};
+    absl::Status past = CheckBounds(t, StorageElements(t, s));
+    EXPECT_FALSE(past.ok()) << name;
+    EXPECT_NE(std::string(past.message()).find("past its storage"), std::string::npos) << name;
+  }
+  TensorFact plain;
+  plain.name = "u";
+  plain.dtype = DTypeFromName("uint8");
+  plain.shape = {4};
+  plain.stride = {1};
+  EXPECT_FALSE(CheckBounds(plain, 3).ok());
+}
+
+TEST(BoundsTest, AV3TensorCountsItsStoragesBytesInItsOwnDtype) {
+  // torch 2.x _rebuild_tensor_v3(ByteStorage of 64 bytes, ..., dtype=float32): set_() on the
+  // untyped bytes, so 16 float32 elements, not 64 (64 read 192 bytes past the storage).
+  TensorFact t;
+  t.name = "x";
+  t.dtype = DTypeFromName("float32");
+  t.stride = {1};
+  StorageRef bytes;
+  bytes.dtype = DTypeFromName("uint8");
+  bytes.numel = 64;
+  EXPECT_EQ(StorageElements(t, bytes), 16u);
+  t.shape = {16};
+  EXPECT_TRUE(CheckBounds(t, StorageElements(t, bytes)).ok());
+  t.shape = {17};
+  EXPECT_FALSE(CheckBounds(t, StorageElements(t, bytes)).ok());
+  StorageRef untyped;
+  untyped.untyped = true;
+  untyped.numel = 7;  // bytes: not one whole float64
+  t.dtype = DTypeFromName("float64");
+  t.shape = {1};
+  EXPECT_EQ(StorageElements(t, untyped), 0u);
+  EXPECT_FALSE(CheckBounds(t, StorageElements(t, untyped)).ok());
+  StorageRef doubles;  // and the other way: float16 over a DoubleStorage of 2 elements
+  doubles.dtype = DTypeFromName("float64");
+  doubles.numel = 2;
+  t.dtype = DTypeFromName("float16");
+  EXPECT_EQ(StorageElements(t, doubles), 8u);
+  doubles.numel = UINT64_MAX / 4;  // bytes overflow: saturates, never wraps
+  EXPECT_EQ(StorageElements(t, doubles), UINT64_MAX);
+}
+
+TEST(TarTest, TensorPastItsStorageIsAnError) {
+  // tar_protocol0.pt: storage 5 holds 4 floats; make the second tensor's offset 3 (needs 5).
+  std::string data = Read(kDir / "tar_protocol0.pt");
+  FileFacts good = ReadFile(data, pickle::Vm());
+  ASSERT_TRUE(good.errors.empty());
+  // The last 8 bytes of the tensors member are the second tensor's storage offset (2).
+  const std::string two("\x02\0\0\0\0\0\0\0", 8);
+  size_t at = data.rfind(two, 2048 + 512 + 200);
+  ASSERT_NE(at, std::string::npos);
+  data[at] = 3;
+  FileFacts f = ReadFile(data, pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_NE(f.errors[0].message().find("past its storage"), std::string::npos)
+      << f.errors[0].message();
+}
+
+// ---------------------------------------------------------------- safetensors
+
+// An 8-byte little-endian `n`, then `header` padded with spaces to `n` bytes, then `data`.
+std::string Safetensors(uint64_t n, std::string header, const std::string& data) {
+  header.resize(std::max<size_t>(header.size(), n), ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+const char kOneTensor[] = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+
+TEST(SafetensorsDetectTest, ValidFileIsValidatedInTheReader) {
+  const FileFacts f =
+      ReadFile(Safetensors(56, kOneTensor, std::string(8, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  EXPECT_TRUE(f.safetensors.valid);
+  EXPECT_EQ(f.safetensors.tensors, 1u);
+  EXPECT_EQ(f.safetensors.data_bytes, 8u);
+  EXPECT_EQ(f.safetensors.header_length, 56u);
+  EXPECT_TRUE(f.members.empty());  // no pickle reading names anything
+  EXPECT_TRUE(f.anomalies.empty());
+}
+
+// A conversion plans from these facts: every tensor with its dtype, shape, row-major strides and
+// the absolute extent of its bytes, each its own storage.
+TEST(SafetensorsDetectTest, TensorsAreListedForConversion) {
+  const std::string header = R"({"b":{"dtype":"I64","shape":[],"data_offsets":[24,32]},)"
+                             R"("a":{"dtype":"F16","shape":[2,3,2],"data_offsets":[0,24]}})";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const FileFacts f =
+      ReadFile(Safetensors(n, header, std::string(32, '\0')), pickle::Vm(pickle::Limits{}));
+  ASSERT_TRUE(f.errors.empty()) << f.errors[0].message();
+  ASSERT_EQ(f.tensors.size(), 2u);
+  ASSERT_EQ(f.storage_data.size(), 2u);
+  const TensorFact& a = f.tensors[0];  // data order
+  EXPECT_EQ(a.name, "a");
+  ASSERT_NE(a.dtype, nullptr);
+  EXPECT_EQ(a.dtype->name, "float16");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3, 2}));
+  EXPECT_EQ(a.stride, (std::vector<int64_t>{6, 2, 1}));
+  EXPECT_TRUE(a.problem.empty());
+  EXPECT_EQ(f.storage_data[a.storage].offset, 8 + n);
+  EXPECT_EQ(f.storage_data[a.storage].nbytes, 24u);
+  EXPECT_EQ(f.storages[a.storage].numel, 12u);
+  const TensorFact& b = f.tensors[1];
+  EXPECT_EQ(b.name, "b");
+  EXPECT_TRUE(b.shape.empty());
+  EXPECT_EQ(f.storage_data[b.storage].offset, 8 + n + 24);
+}
+
+// A dtype with no torch dtype of ours is a tensor with a problem, so that a conversion refuses
+// it by name instead of writing the file without it.
+TEST(SafetensorsDetectTest, DtypeWithoutATorchDtypeIsATensorWithAProblem) {
+  const std::string header = R"({"q":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[0,4]}})";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const FileFacts f =
+      ReadFile(Safetensors(n, header, std::string(4, '\0')), pickle::Vm(pickle::Limits{}));
+  ASSERT_TRUE(f.errors.empty()) << f.errors[0].message();
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].name, "q");
+  EXPECT_NE(f.tensors[0].problem.find("F8_E8M0"), std::string::npos) << f.tensors[0].problem;
+}
+
+TEST(SafetensorsDetectTest, DataOffsetsPastTheBufferIsMalformedWithTheOffset) {
+  const FileFacts f =
+      ReadFile(Safetensors(56, kOneTensor, std::string(4, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_FALSE(f.safetensors.valid);
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_MALFORMED);
+  EXPECT_NE(f.errors[0].message().find("byte offset"), std::string::npos) << f.errors[0].message();
+}
+
+TEST(SafetensorsDetectTest, HeaderOverTheValidatorLimitIsALimitError) {
+  const FileFacts f =
+      ReadFile(Safetensors(200'000'000, kOneTensor, ""), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_LIMIT);
+  EXPECT_EQ(f.errors[0].limit_name(), "max_header_bytes");
+  EXPECT_EQ(f.errors[0].limit_value(), 100'000'000u);  // ValidatorLimits::max_header_bytes
+}
+
+TEST(SafetensorsDetectTest, LengthWhoseLowByteIsABraceIsNotTakenForJson) {
+  // N = 0x17b: the file starts with '{', which alone would make it an index candidate.
+  const FileFacts f =
+      ReadFile(Safetensors(0x17b, kOneTensor, std::string(8, '\0')), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+}
+
+TEST(SafetensorsDetectTest, PickleWithABraceAtByteEightStaysAPickle) {
+  // Protocol 0: [u'ab{c'] — byte 8 is '{', but bytes 4..7 are no zero length bytes.
+  const std::string p = "(lp0\nVab{c\np1\na.";
+  ASSERT_EQ(p[8], '{');
+  const FileFacts f = ReadFile(p, pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "pickle");
+  EXPECT_TRUE(f.errors.empty());
+}
+
+// A stored zip holding one member `name`, its offsets counted from `base` (where it will sit
+// in the file, as a zip after other data has them).
+std::string StoredZip(const std::string& name, const std::string& payload, uint32_t base) {
+  std::string zip;
+  auto u16 = [&](uint32_t v) {
+    zip.push_back(static_cast<char>(v & 0xff));
+    zip.push_back(static_cast<char>((v >> 8) & 0xff));
+  };
+  auto u32 = [&](uint32_t v) {
+    u16(v & 0xffff);
+    u16(v >> 16);
+  };
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char c : payload) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  crc = ~crc;
+  const uint32_t size = static_cast<uint32_t>(payload.size());
+  const uint32_t name_size = static_cast<uint32_t>(name.size());
+  zip += "PK\x03\x04";
+  u16(20), u16(0), u16(0), u16(0), u16(0), u32(crc), u32(size), u32(size), u16(name_size), u16(0);
+  zip += name + payload;
+  const uint32_t cd = static_cast<uint32_t>(zip.size());
+  zip += "PK\x01\x02";
+  u16(20), u16(20), u16(0), u16(0), u16(0), u16(0), u32(crc), u32(size), u32(size);
+  u16(name_size), u16(0), u16(0), u16(0), u16(0), u32(0), u32(base);
+  zip += name;
+  const uint32_t cd_size = static_cast<uint32_t>(zip.size()) - cd;
+  zip += "PK\x05\x06";
+  u16(0), u16(0), u16(1), u16(1), u32(cd_size), u32(base + cd), u16(0);
+  return zip;
+}
+
+// The one limit error of `f`: its code and the limit it names (limit_name, limit_value).
+void ExpectLimitError(const FileFacts& f, std::string_view name, uint64_t value) {
+  const v1::ScanError* limit = nullptr;
+  for (const v1::ScanError& e : f.errors) {
+    if (e.code() == v1::ERROR_CODE_LIMIT) limit = &e;
+  }
+  ASSERT_NE(limit, nullptr) << (f.errors.empty() ? "no error" : f.errors[0].message());
+  EXPECT_EQ(limit->limit_name(), name) << limit->message();
+  EXPECT_EQ(limit->limit_value(), value) << limit->message();
+}
+
+TEST(LimitErrorsTest, TarRecordsAndMembersNameTheirLimit) {
+  const std::string data = Read(kDir / "tar_state_dict.pt");
+  ReadOptions records;
+  records.tar.max_records = 0;
+  ExpectLimitError(ReadFile(data, pickle::Vm(), records), "max_records", 0);
+  ReadOptions members;
+  members.tar.max_members = 1;
+  ExpectLimitError(ReadFile(data, pickle::Vm(), members), "max_members", 1);
+}
+
+TEST(LimitErrorsTest, NpyHeaderOverTheCapNamesItsLimit) {
+  std::string npy("\x93NUMPY\x02\x00", 8);
+  const uint32_t len = (1u << 20) + 1;
+  for (int i = 0; i < 4; ++i) npy.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  npy += "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }";
+  const FileFacts f = ReadFile(npy, pickle::Vm());
+  EXPECT_EQ(f.format, "npy");
+  ExpectLimitError(f, "max_npy_header_bytes", 1u << 20);
+}
+
+TEST(LimitErrorsTest, NestedArchiveOverTheDepthNamesItsLimit) {
+  const std::string inner = StoredZip("x.pkl", "N.", 0);
+  const std::string outer = StoredZip("a.zip", inner, 0);
+  ReadOptions flat;
+  flat.max_container_depth = 0;
+  ExpectLimitError(ReadFile(outer, pickle::Vm(), flat), "max_container_depth", 0);
+}
+
+TEST(SafetensorsDetectTest, ZipInTheTensorDataIsAPolyglot) {
+  // The tensor bytes are a zip whose member is a pickle payload: zipfile-based tools read it.
+  const std::string payload = "cposix\nsystem\n(S'id'\ntR.";
+  const size_t zip_size = StoredZip("x.pkl", payload, 0).size();
+  const std::string header = R"({"w":{"dtype":"U8","shape":[)" + std::to_string(zip_size) +
+                             R"(],"data_offsets":[0,)" + std::to_string(zip_size) + "]}}";
+  const uint64_t n = (header.size() + 7) / 8 * 8;
+  const std::string zip = StoredZip("x.pkl", payload, static_cast<uint32_t>(8 + n));
+  const FileFacts f = ReadFile(Safetensors(n, header, zip), pickle::Vm(pickle::Limits{}));
+  EXPECT_EQ(f.format, "safetensors");
+  EXPECT_TRUE(f.safetensors.valid) << (f.errors.empty() ? "" : f.errors[0].message());
+  bool polyglot = false;
+  for (const ContainerAnomaly& a : f.anomalies) polyglot = polyglot || a.kind == "polyglot";
+  EXPECT_TRUE(polyglot);
+  bool payload_read = false;
+  for (const MemberFacts& m : f.members) {
+    for (const pickle::PickleFacts& p : m.stream.pickles) {
+      for (const pickle::GlobalRef& g : p.graph.globals) payload_read |= g.module == "posix";
+    }
+  }
+  EXPECT_TRUE(payload_read);
+}
+
+}  // namespace
+}  // namespace ckptscan::formats

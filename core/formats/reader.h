@@ -1,0 +1,243 @@
+// The reader behind formats::ReadFile (read_file.h): one class whose methods are the
+// readings, each defined in the file of its format (read_file.cc: the dispatch; zip_reading.cc,
+// pickle_reading.cc, data_reading.cc, gguf_reading.cc, onnx_reading.cc, safetensors_reading.cc,
+// tar_reading.cc). Internal to core/formats: nothing outside includes it.
+//
+// Thread-compatible: one Reader per file (a member file gets a Reader of its own).
+#ifndef CKPTSCAN_CORE_FORMATS_READER_H_
+#define CKPTSCAN_CORE_FORMATS_READER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckptscan/v1/report.pb.h"
+#include "core/compress/decompress.h"
+#include "core/content/content.h"
+#include "core/formats/read_file.h"
+#include "core/gguf/gguf.h"
+#include "core/pickle/vm.h"
+#include "core/safetensors/validator.h"
+#include "core/torch/file_facts.h"
+#include "core/torch/tensors.h"
+#include "core/zip/zip_reader.h"
+
+namespace ckptscan::formats {
+
+// The report's format of a compressed joblib file ("bzip2", as the format was named before
+// joblib's files were read, for joblib's "bz2").
+std::string_view CompressedFormat(compress::Codec codec);
+
+// The local file header signature every zip starts with.
+inline constexpr std::string_view kZipMagic = {"PK\x03\x04", 4};
+
+// A safetensors file: an 8-byte little-endian header length N, then the JSON header's '{'.
+// N's four high bytes must be zero (any N the validator accepts is below 2^32): a pickle that
+// happens to hold '{' at byte 8 (a protocol 0 text argument) is not taken for one.
+bool IsSafetensors(std::string_view b);
+
+// A reading worth reporting names a global (persistent ids alone are what any bytes starting
+// with "P" give).
+bool HasContent(const pickle::StreamFacts& s);
+
+// Whether another loader's reading of some bytes must be kept: it names a global, or it
+// stopped where the real loader would read on (a limit, a stricter rule of ours). Dropping the
+// second kind would judge the file by a prefix of what that loader reads.
+bool MustKeep(const pickle::StreamFacts& s);
+
+// A joblib.dump pickle: NumpyArrayWrapper (joblib >= 0.10) or NDArrayWrapper (older).
+bool NamesJoblibArrays(const pickle::StreamFacts& s);
+
+// Records that torch.save writes beside data.pkl and the storages (torch/serialization.py
+// _save, torch 1.13 to 2.x).
+bool IsKnownRecord(std::string_view record);
+
+// A stream whose first opcode CPython itself rejects (an unknown opcode, or one that fails
+// before anything is read): no pickle loader reads anything from these bytes.
+bool RejectedAtStart(const pickle::StreamFacts& s);
+
+// A complete first pickle: the bytes are a pickle whatever else they may be.
+bool CompletePickle(const pickle::StreamFacts& s);
+
+// Text that opens with a Jinja block ("{{", "{%", "{#", after white space): a template, and no
+// JSON (an object's first token is a string or "}").
+bool StartsLikeJinja(std::string_view data);
+
+bool EndsWith(std::string_view s, std::string_view suffix);
+
+std::string Esc(std::string_view s);
+
+// The first bytes of a file, escaped, for a message.
+std::string Leading(std::string_view data);
+
+class Reader final {
+ public:
+  // `depth`: how deep in archives the bytes are (0: the file itself).
+  Reader(const pickle::Vm& vm, const ReadOptions& options, torch::FileFacts* out,
+         uint32_t depth = 0)
+      : vm_(vm), options_(options), out_(out), depth_(depth) {}
+
+  void File(std::string_view data);
+
+ private:
+  // A member of a zip that is neither a torch archive nor an .npz: a file of its own (people
+  // unzip such archives and load what is inside), read by a Reader one level deeper. Its facts
+  // join the file's under the member's name; offsets stay the member's own.
+  void MemberFile(std::string_view bytes, const std::string& name, uint32_t depth,
+                  bool keras_config = false);
+
+  std::string MemberName(std::string_view outer, std::string_view name) const;
+
+  // Strict UTF-8 text (content::CheckText): format "text", with `m` (the pickle reading of the
+  // same bytes, which is no complete pickle) kept as another loader's reading when it names
+  // anything or stopped where pickle.load would read on. False when the bytes are no text.
+  bool Text(std::string_view data, torch::MemberFacts* m);
+
+  // An image, validated whole (content::CheckImage). The pickle reading of the same bytes, and
+  // a zip in its tail, are scanned as for any file.
+  void Image(std::string_view data, content::Image image);
+
+  // A JSON document (no sharded index): what its auto_map and chat templates make loaders run.
+  void JsonDocument(std::string_view data);
+
+  // A chat template (core/content/template_check.h): each construct found is a finding
+  // (category "template"), at `offset` (the JSON string's start) for a template inside a JSON
+  // document (the message gives the byte in the template), at `offset` plus its byte offset in
+  // the template otherwise (a template file: `offset` 0; a GGUF value: the value's offset).
+  void Template(std::string_view text, std::string_view member, std::string_view what,
+                uint64_t offset, bool in_json);
+
+  // A GGUF file (core/gguf/gguf.h), read whole by the strict reader: its tensors (for the
+  // report and a conversion), its chat templates through the template checker, its anomalies.
+  // pickle.load on the same bytes ("GGUF" starts with BINFLOAT, whose operand ends inside the
+  // header: what follows is read as opcodes), and a zip in its tail, are scanned as for any
+  // polyglot.
+  void Gguf(std::string_view data);
+
+  // GGUF tensors as facts: ggml's dimensions reversed (ne[0] varies fastest, so the row-major
+  // shape ends with it), each tensor its own storage. A plain type maps to its torch dtype; a
+  // quantized one (blocks of elements with their scales) is an untyped storage of its bytes and
+  // a tensor with a problem, so that a conversion refuses it by name.
+  void GgufTensors(const gguf::File& file);
+
+  // The torch dtype of a ggml type that stores one element per block, or nullptr.
+  static const torch::DTypeInfo* GgmlDtype(std::string_view ggml);
+
+  // An ONNX model (core/onnx/onnx_check.h): decoded with protobuf, its graphs walked for
+  // external data paths and operator domains. A zip in its tail (a length-delimited unknown
+  // field can carry any bytes) is read as for any file.
+  void Onnx(std::string_view data);
+
+  // A safetensors file, validated strictly (core/safetensors/validator.h): only the header is
+  // read, tensor bytes never. torch.load on the same bytes (it is no zip nor tar) would fall
+  // back to pickle.load from offset 0, and zipfile-based tools would find a zip in the tail:
+  // both readings are scanned, as for any polyglot.
+  void Safetensors(std::string_view data);
+
+  // The tensors of a validated safetensors file, as a conversion needs them: each one its own
+  // storage (the validator proved the extents lie in the data buffer, do not overlap and match
+  // dtype x shape), row-major. A dtype we have no torch dtype for is a tensor with a problem,
+  // so a conversion refuses it by name instead of leaving it out.
+  void SafetensorsTensors(const safetensors::Layout& layout);
+
+  // A tar archive: torch's tar checkpoint format when it has torch's members, else refused.
+  void Tar(std::string_view data);
+
+  // The same bytes as pickle.load reads them: kept if that reading names anything, or if it
+  // stopped where pickle.load would read on (MustKeep).
+  void PickleReading(std::string_view data, std::string_view label, bool anomaly);
+
+  // joblib.load of a compressed file (core/compress/decompress.h): the decompressed bytes are
+  // read by joblib's NumpyUnpickler (pickle::Loader::kJoblib), whether or not they name its
+  // array placeholder. `own`: the file is no other format, so this is its format's reading;
+  // otherwise (a tar or safetensors file that starts with a joblib prefix) it is an
+  // alternative reading, dropped only when joblib.load fails before it decompresses a byte.
+  // A stop (truncated, corrupt, a limit) is an error of the file: ERROR at best, findings in
+  // what was decompressed before it kept.
+  void ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own);
+
+  // zipfile.is_zipfile finds an end record anywhere: a zip after the content is what
+  // zipfile-based tools (and picklescan) would read instead.
+  // zipfile (like miniz) looks for the end record only in the last 64 KiB + 22 bytes, so
+  // only that tail is searched: scan time must not grow with the tensor bytes before it.
+  void ZipInTail(std::string_view data, std::string_view where);
+
+  // Reads a zip archive (the file, or a member `outer` at depth `depth`). `classify`: when it
+  // is no torch archive nor an .npz, every member is read as a file of its own (MemberFile);
+  // otherwise members are trial-parsed as pickles.
+  void Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth, bool top,
+           bool classify);
+
+  // Zip's passes. What an opened archive is: its data.pkl and constants.pkl records (torch's
+  // view only), a TorchScript marker, and the format ("torch-zip", "torchscript", "npz", "zip").
+  struct ZipKind {
+    const zip::Entry* data_pkl = nullptr;
+    const zip::Entry* constants = nullptr;
+    const zip::Anomaly* marker = nullptr;
+    std::string format;
+  };
+  ZipKind ClassifyZip(const zip::Archive& ar, bool torch_view) const;
+  // A TorchScript archive's anomalies and, for the file itself, its code files with contents.
+  void TorchScriptCode(const zip::Archive& ar, const ZipKind& kind, std::string_view outer,
+                       uint64_t base, bool top);
+  // A torch archive's version and byteorder records.
+  void TorchRecords(const zip::Archive& ar, std::string_view outer, uint64_t base);
+  // A zip of files that Keras reads as a .keras archive (root config.json, and its weights or
+  // metadata).
+  static bool IsKerasArchive(const zip::Archive& ar);
+  // The archive's own anomalies (a zip of files: only those any of its readers would mind).
+  void ArchiveAnomalies(std::string_view data, const zip::Archive& ar, std::string_view outer,
+                        uint64_t base, bool members_are_files);
+  // data.pkl read and, for the file itself, its tensors and their storages: the storage
+  // records' names.
+  std::vector<std::string> DataPkl(const zip::Archive& ar, const zip::Entry* data_pkl,
+                                   uint64_t archive_size, std::string_view outer, uint64_t base,
+                                   bool top);
+  // One member other than data.pkl: a known record or storage (left alone), a nested archive,
+  // a file of a zip of files, an .npz array, or anything else trial-parsed as a pickle.
+  void ZipMember(const zip::Archive& ar, const zip::Entry& e, const ZipKind& kind,
+                 const std::vector<std::string>& storage_records, std::string_view outer,
+                 uint64_t base, uint32_t depth, bool members_are_files);
+
+  // numpy.load opens an .npz with Python's zipfile, as zipfile-based tools open any zip, and
+  // zipfile can list other members than miniz (zip/zipfile_view.h): every member it would
+  // open whose bytes were not read above (by `ar`, null when miniz opened nothing) is read and
+  // scanned as well, and flagged.
+  void ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
+                   uint64_t base, bool npz, uint32_t depth, bool classify);
+
+  // Every storage data.pkl refers to must be a record of exactly its size.
+  void Storages(const zip::Archive& ar, uint64_t archive_size, const torch::TensorExtraction& t,
+                std::string_view outer, uint64_t base, std::vector<std::string>* records);
+
+  void AddMemberAnomalies(const zip::Member& m, std::string_view outer, uint64_t base);
+
+  void ZipAnomaly(const zip::Anomaly& a, std::string_view outer, uint64_t base);
+
+  // zip::AnomalyKindName's "kPrependedData" as the rule id's "prepended_data".
+  static std::string KindId(zip::AnomalyKind kind);
+
+  // Whether every end-record signature from `first` on but the last (the archive's own end
+  // record) lies inside a member's stored bytes: an archive kept in the archive, which no
+  // reader that searches backwards from the end (miniz, zipfile, unzip) can take for the end.
+  static bool EndSignaturesInMembers(std::string_view data, const zip::Archive& ar, uint64_t first);
+
+  // A report error or anomaly of the file (`member` "" for the file itself).
+  void Error(v1::ErrorCode code, std::string message, std::string_view member, uint64_t offset);
+  void Error(const absl::Status& status, std::string message, std::string_view member,
+             uint64_t offset);
+  void Anomaly(std::string kind, std::string member, uint64_t offset, std::string message,
+               bool must_flag = true, std::string category = "container");
+
+  const pickle::Vm& vm_;
+  const ReadOptions& options_;
+  torch::FileFacts* out_;
+  uint32_t depth_;
+  uint64_t code_bytes_ = 0;  // TorchScript code bytes carried in out_->code_files (kMaxCodeBytes)
+};
+
+}  // namespace ckptscan::formats
+
+#endif  // CKPTSCAN_CORE_FORMATS_READER_H_

@@ -1,0 +1,223 @@
+// RuleSet::Impl::Run: the evaluation of one stream's facts (RuleSet::Evaluate), split by concern
+// across the files that define its methods: rule_evaluate.cc (the walk, findings, the verdict),
+// evaluate_globals.cc (grading globals), evaluate_calls.cc (call sites, persistent ids),
+// evaluate_args.cc (argument specs and call shapes), evaluate_state.cc (BUILD states, numpy
+// dtype and array states). Internal to rules/: nothing outside includes it.
+//
+// Facts are not trusted: every id is checked before use. Thread-compatible: one Run per call.
+#ifndef CKPTSCAN_RULES_RULE_EVALUATE_RUN_H_
+#define CKPTSCAN_RULES_RULE_EVALUATE_RUN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/numeric/int128.h"
+#include "absl/strings/string_view.h"
+#include "rules/facts_view.h"
+#include "rules/rule_set_internal.h"
+
+namespace ckptscan::rules {
+
+using internal::IsDangerousDunder;
+using internal::IsDunder;
+using internal::kMaxSpecDepth;
+using pickle::CallOp;
+using pickle::CallSite;
+using pickle::GlobalRef;
+using pickle::Graph;
+using pickle::Kind;
+using pickle::Node;
+using pickle::NodeId;
+using pickle::PickleFacts;
+using pickle::StreamFacts;
+using pickle::Via;
+
+// Shared by the evaluation's files (rule_evaluate.cc defines them).
+int VerdictRank(v1::Verdict v);
+// "exec", "nested_loader", ...: the lower-case enum name without its prefix.
+std::string CategoryName(v1::Category c);
+std::string StripPrefix(std::string name, absl::string_view prefix);
+std::string ArgKindLabel(int k);
+std::string CallOpLabel(v1::CallOp op);
+// The rules' CallOp for a VM call op; CALL_OP_UNSPECIFIED for non-call ops (BUILD, ...).
+v1::CallOp ToRulesOp(pickle::CallOp op);
+
+class RuleSet::Impl::Run {
+ public:
+  // Member names are arbitrary bytes (zip names); findings need valid UTF-8.
+  Run(const Impl& rules, std::string_view member, const CallSummarizer* summarize)
+      : rules_(rules),
+        member_(internal::Sanitized(member, kMaxMemberBytes, /*escape_backslash=*/false)),
+        summarize_(summarize != nullptr && *summarize ? summarize : nullptr) {}
+
+  void Pickle(const PickleFacts& p, uint32_t index);
+
+  void Trailing(const StreamFacts& facts);
+
+  Evaluation Finish() &&;
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  struct GlobalInfo {
+    const v1::AllowedGlobal* allow = nullptr;
+    uint32_t first_call = kNone;
+  };
+  // How a non-allowlisted global grades, cached per distinct name within a pickle.
+  struct Grade {
+    DenyMatch deny;
+    bool dunder = false;
+    bool dangerous_dunder = false;
+    std::string dunder_part;
+  };
+  // What produced a kCall node.
+  struct Origin {
+    bool broken = false;        // the facts reference something that does not exist
+    bool named_global = false;  // the callee is a kGlobal
+    uint32_t global = 0;
+    const v1::AllowedGlobal* allow = nullptr;  // set when that global is allowlisted
+  };
+
+  // ---- findings
+
+  // Counts the verdict, and returns a finding to fill or nullptr when kMaxFindings is reached.
+  v1::Finding* Add(absl::string_view rule_id, v1::Verdict verdict, v1::Severity severity,
+                   uint64_t offset, std::optional<uint8_t> opcode);
+
+  // Message plus, for nested pickles, where the pickle came from.
+  void SetMessage(v1::Finding* f, std::string message) const;
+
+  // Finding.call: pickle::SummarizeCall's bounded rendering, made valid UTF-8.
+  std::string Summary(const CallSite& c) const;
+  std::string Rendered(NodeId id, size_t max_chars) const;
+
+  // ---- globals
+
+  static bool TooLong(const GlobalRef& ref);
+
+  // What a user who trusts a SUSPICIOUS global can do, appended to its message: the --allow
+  // flag that trusts it (MODULE:QUALNAME when the qualname is dotted), and for nn.Module
+  // classes the usual cause, a whole-model save. Empty for names that are not plain dotted
+  // identifiers (nothing to copy into a command line).
+  static std::string AllowHint(const GlobalRef& ref);
+
+  const Grade& GradeOf(const GlobalRef& ref);
+
+  void Global(uint32_t gi);
+
+  // ---- call sites
+
+  void Call(const CallSite& c);
+
+  Origin OriginOf(const Node& n) const;
+
+  // A short description of a value for messages: "int", "global torch.float32",
+  // "call of collections.OrderedDict".
+  std::string Describe(NodeId id) const;
+
+  bool IsIntTuple(NodeId id, const Node& n);
+
+  // A call's result made with no arguments (or one empty list/tuple) that nothing mutates.
+  bool IsEmptyCall(const Node& n) const;
+
+  // Whether a value matches a spec: one of its kinds, with that kind's pins. Recurses into
+  // tuple items and dict values only as deep as the spec nests (kMaxSpecDepth, validated).
+  bool SpecMatches(NodeId id, const v1::ArgSpec& spec, int depth);
+
+  static bool SizedCode(absl::string_view text, absl::string_view prefix);
+
+  bool EachMatches(const Node& n, const v1::ArgSpec& spec, int depth);
+
+  bool IntMatches(const Node& n, const v1::ArgSpec& spec) const;
+
+  // A dict literal whose keys are all listed str keys with matching values, required ones
+  // present. Every occurrence of a repeated key is checked (Python keeps the last one).
+  bool DictMatches(const Node& n, const v1::ArgSpec& spec, int depth);
+
+  bool ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec, int depth);
+
+  static bool NameIn(const GlobalRef& ref, const v1::ArgSpec& spec);
+
+  bool ShapeMatches(const v1::CallShape& s, v1::CallOp op, const std::vector<NodeId>& args,
+                    bool has_kwargs);
+
+  // One spec as the messages show it: its kinds joined by '|', each with its pins.
+  static std::string SpecText(const v1::ArgSpec& spec, int depth = 0);
+
+  static std::string ShapeText(const v1::CallShape& s);
+
+  std::string GotText(v1::CallOp op, const CallSite& c) const;
+
+  void Invoke(const CallSite& c, v1::CallOp op);
+
+  void ShapeFinding(const CallSite& c, const std::string& name, std::string message);
+
+  static std::string ExpectedShapes(const v1::AllowedGlobal& allowed);
+
+  // A call that calls one of its arguments with another (CallShape.applies): that inner call
+  // must be a REDUCE its callee's entry allows, and so on for an inner call that applies too.
+  void Applied(const CallSite& c, const v1::CallShape& shape, const std::vector<NodeId>& items,
+               int depth);
+
+  void Build(const CallSite& c);
+
+  // The item size numpy gives a dtype code it writes (numpy.dtype(code, False, True)); nullopt
+  // for codes a structured field may not hold (objects) or that numpy does not write.
+  static std::optional<absl::int128> NumpyItemBytes(absl::string_view code);
+
+  // The code of a numpy.dtype(code, ...) call result, or nullptr.
+  const Node* DtypeCode(NodeId id) const;
+
+  // BuildState.check: what the specs cannot say (see StateCheck in rules.proto).
+  bool Checked(v1::StateCheck check, const std::vector<NodeId>& made_args, NodeId state_id,
+               NodeId target);
+
+  // The field dtypes of a structured dtype state (fields dict values' first items).
+  void FieldDtypes(const Node& state, std::vector<NodeId>* out) const;
+
+  // Whether a dtype's fields, or theirs in turn (through every BUILD state each received),
+  // lead back to `target`: numpy recurses through such a dtype (hash, repr, copy) until the C
+  // stack overflows. Iterative, each node visited once.
+  bool FieldsReach(const Node& state, NodeId target) const;
+
+  // STATE_CHECK_NUMPY_ARRAY: (1, shape, dtype, is_fortran, data).
+  bool NumpyArrayState(NodeId state_id) const;
+
+  bool NumpyDtypeState(const std::vector<NodeId>& made_args, NodeId state_id, NodeId target);
+
+  // A BUILD on an allowlisted build target whose entry pins its states: the state must match
+  // one listed for the call that made the object (BuildState.made_with).
+  void BuildState(const CallSite& c, const Node& target, const v1::AllowedGlobal& allowed,
+                  const GlobalRef& ref);
+
+  void Mutation(const CallSite& c, absl::string_view rule_id, absl::string_view op_label,
+                bool (v1::AllowedGlobal::*flag)() const, absl::string_view flag_label);
+
+  void Persistent(const CallSite& c);
+
+  static constexpr size_t kMaxMemberBytes = 4096;
+
+  const Impl& rules_;
+  const std::string member_;
+  const CallSummarizer* summarize_;  // nullptr: pickle::SummarizeCall
+
+  const Graph* g_ = nullptr;
+  bool consistent_ = true;
+  const PickleFacts* pickle_ = nullptr;  // nullptr outside a pickle (trailing bytes)
+  uint32_t pickle_index_ = 0;
+  std::vector<GlobalInfo> infos_;
+  absl::flat_hash_map<NodeId, bool> int_tuple_cache_;
+  absl::flat_hash_map<std::string, Grade> grades_;
+
+  Evaluation out_;
+  uint64_t dropped_ = 0;
+  v1::Verdict dropped_worst_ = v1::VERDICT_SAFE;
+};
+
+}  // namespace ckptscan::rules
+
+#endif  // CKPTSCAN_RULES_RULE_EVALUATE_RUN_H_

@@ -1,0 +1,287 @@
+#include "sandbox/worker/fork_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "sandbox/job.h"
+#include "sandbox/protocol.h"
+#include "sandbox/worker/jail.h"
+
+namespace ckptscan::sandbox {
+namespace {
+
+// Received job descriptors are moved at or above this in the child before they are put in
+// place, so that no dup2 onto 0, 1 or 3 clobbers another. As low as it can be: the server may
+// run under a small RLIMIT_NOFILE (F_DUPFD past it fails).
+constexpr int kFirstSourceFd = kOutputFd + 1;
+
+struct Request {
+  std::vector<std::string> args;
+  std::vector<base::UniqueFd> fds;  // input, result, status[, output]
+};
+
+enum class Received { kRequest, kMalformed, kPeerGone };
+
+// One request from kForkServerFd. kPeerGone: the trusted side closed its end (or the socket
+// failed): the server ends.
+Received Receive(Request* request) {
+  static char data[kMaxForkRequestBytes];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kForkRequestFds + 1))];
+  iovec iov{data, sizeof(data)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = ::recvmsg(kForkServerFd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return errno == EAGAIN ? Received::kMalformed : Received::kPeerGone;
+  // Every descriptor received is owned (and closed) whatever else is wrong with the message.
+  request->fds = base::TakeReceivedFds(msg);
+  if (n == 0 && request->fds.empty()) return Received::kPeerGone;
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) return Received::kMalformed;
+  std::string_view rest(data, static_cast<size_t>(n));
+  if (rest.empty() || rest.back() != '\0') return Received::kMalformed;
+  while (!rest.empty()) {
+    const size_t end = rest.find('\0');
+    request->args.emplace_back(rest.substr(0, end));
+    rest.remove_prefix(end + 1);
+  }
+  return Received::kRequest;
+}
+
+void Reply(int32_t error, int pidfd) {
+  ForkReply reply;
+  reply.error = error;
+  const int fds[] = {pidfd};
+  // A failed reply means the trusted side is gone: the next receive ends the server.
+  (void)base::SendWithFds(kForkServerFd,
+                          std::string_view(reinterpret_cast<const char*>(&reply), sizeof(reply)),
+                          error == 0 ? std::span<const int>(fds) : std::span<const int>());
+}
+
+// The child of one job: never returns.
+[[noreturn]] void RunChild(Request& request, bool output, const PreparedJail& prepared,
+                           JobMain job_main) {
+  // The server blocks SIGCHLD and SIGPIPE; the job starts, as a spawned worker does, with an
+  // empty mask (every disposition is the default one: the server installs no handler).
+  sigset_t empty;
+  sigemptyset(&empty);
+  if (::sigprocmask(SIG_SETMASK, &empty, nullptr) != 0) ::_exit(kExitJailSetup);
+  (void)::prctl(PR_SET_NAME, kForkedJobName);
+  int moved[kForkRequestFds + 1];
+  for (size_t i = 0; i < request.fds.size(); ++i) {
+    moved[i] = ::fcntl(request.fds[i].get(), F_DUPFD_CLOEXEC, kFirstSourceFd);
+    if (moved[i] < 0) ::_exit(kExitJailSetup);
+  }
+  // input -> 0, result -> 1, output -> 3. The status pipe is never placed: only the server
+  // writes a status (the child's copy is closed with everything else by the jail's step 1).
+  if (::dup2(moved[0], kInputFd) != kInputFd || ::dup2(moved[1], kResultFd) != kResultFd ||
+      (output && ::dup2(moved[3], kOutputFd) != kOutputFd)) {
+    ::_exit(kExitJailSetup);
+  }
+  std::vector<char*> argv;
+  static char name[] = "ckptscan-worker";
+  argv.push_back(name);
+  for (std::string& a : request.args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const JailEntry enter = [&prepared](const JailConfig& config) {
+    return EnterForkedJail(config, prepared);
+  };
+  ::_exit(job_main(static_cast<int>(argv.size() - 1), argv.data(), enter));
+}
+
+class Server {
+ public:
+  Server(const PreparedJail& prepared, JobMain job_main)
+      : prepared_(prepared), job_main_(job_main) {}
+
+  int Run() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGPIPE);  // a status pipe whose reader is gone: EPIPE, not death
+    if (::sigprocmask(SIG_BLOCK, &mask, nullptr) != 0) return kExitJailSetup;
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    base::UniqueFd sigfd(::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!sigfd.valid()) return kExitJailSetup;
+    for (;;) {
+      pollfd fds[2] = {{kForkServerFd, POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if ((fds[1].revents & POLLIN) != 0) {
+        signalfd_siginfo info;
+        while (::read(sigfd.get(), &info, sizeof(info)) > 0) {
+        }
+        Reap();
+      }
+      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        Request request;
+        const Received r = Receive(&request);
+        if (r == Received::kPeerGone) break;
+        if (r == Received::kMalformed) {
+          Reply(EINVAL, -1);
+          continue;
+        }
+        Start(request);
+      }
+    }
+    // The trusted side is gone: so are its jobs.
+    for (const auto& [pid, status] : children_) (void)::kill(pid, SIGKILL);
+    return kExitOk;
+  }
+
+ private:
+  void Start(Request& request) {
+    if (request.args.empty()) return Reply(EINVAL, -1);
+    absl::StatusOr<worker::v1::Job> job = DecodeJobArg(request.args[0]);
+    // Only jailed jobs: an unjailed one (--no-sandbox) is a per-job worker.
+    if (!job.ok() || job->jail().unjailed()) return Reply(EINVAL, -1);
+    const bool output = job->jail().output();
+    if (request.fds.size() != static_cast<size_t>(kForkRequestFds + (output ? 1 : 0))) {
+      return Reply(EINVAL, -1);
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) return Reply(errno, -1);
+    if (pid == 0) RunChild(request, output, prepared_, job_main_);
+    base::UniqueFd status = std::move(request.fds[2]);
+    request.fds.clear();  // the server keeps none of the job's descriptors but the status pipe
+    // glibc 2.36's <sys/pidfd.h> lacks extern "C": the system call is made directly.
+    base::UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    children_.emplace(pid, std::move(status));
+    if (!pidfd.valid()) {
+      const int err = errno;
+      (void)::kill(pid, SIGKILL);  // reaped like any other; its status goes nowhere useful
+      return Reply(err, -1);
+    }
+    Reply(0, pidfd.get());
+  }
+
+  // Reaps every ended child and hands its wait status to its job's status pipe.
+  void Reap() {
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      auto it = children_.find(pid);
+      if (it == children_.end()) continue;
+      const int32_t s = status;
+      ssize_t n;
+      do {
+        n = ::write(it->second.get(), &s, sizeof(s));
+      } while (n < 0 && errno == EINTR);
+      children_.erase(it);  // closes the status pipe: EOF after the status
+    }
+  }
+
+  const PreparedJail& prepared_;
+  const JobMain job_main_;
+  std::map<pid_t, base::UniqueFd> children_;  // running jobs: pid -> status pipe write end
+};
+
+// The outer process of a pid-namespace fork server: waits for the server (pid 1 inside) and
+// ends as it ended. It holds no descriptor but `alive` (whose closing tells the inner one that
+// it is gone).
+[[noreturn]] void WaitForInner(pid_t inner) {
+  int status = 0;
+  while (::waitpid(inner, &status, 0) < 0) {
+    if (errno != EINTR) ::_exit(kExitInternal);
+  }
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  const int sig = WTERMSIG(status);
+  ::signal(sig, SIG_DFL);
+  ::kill(::getpid(), sig);
+  ::_exit(128 + sig);
+}
+
+}  // namespace
+
+int ForkServer::Serve(int argc, char** argv, JobMain job_main) {
+  if (argc != 2) return kExitUsage;
+  const std::string_view arg = argv[1];
+  if (!arg.starts_with(kForkServerFlag)) return kExitUsage;
+  const std::string_view number = arg.substr(kForkServerFlag.size());
+  pid_t parent = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), parent);
+  if (ec != std::errc() || end != number.data() + number.size() || parent <= 0) {
+    return kExitUsage;
+  }
+
+  // 1. Only the request socket stays open.
+  if (::fcntl(kForkServerFd, F_GETFD) == -1) return kExitJailSetup;
+  if (::close_range(0, kForkServerFd - 1, 0) != 0 ||
+      ::close_range(kForkServerFd + 1, ~0U, 0) != 0) {
+    return kExitJailSetup;
+  }
+  int type = 0;
+  socklen_t len = sizeof(type);
+  if (::getsockopt(kForkServerFd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_SEQPACKET) {
+    return kExitJailSetup;
+  }
+  // 2-4. Die with the trusted process, non-dumpable, no_new_privs (all inherited by children,
+  // which set and check them again).
+  if (absl::Status s = DieWithParent(parent); !s.ok()) {
+    return absl::IsUnavailable(s) ? kExitParentGone : kExitJailSetup;
+  }
+  if (!HardenProcess().ok()) return kExitJailSetup;
+
+  // 5. The namespaces, once: every child is created in them.
+  PreparedJail prepared;
+  EnterNamespaces(&prepared.namespaces);
+  if (prepared.namespaces.pid_ns) {
+    // Only the children of the unsharing process are in the new pid namespace: fork once so
+    // that the server is its pid 1 and every job a process inside it. When pid 1 ends, the
+    // kernel kills everything left in the namespace.
+    int alive[2];
+    if (::pipe2(alive, O_CLOEXEC) != 0) return kExitJailSetup;
+    const pid_t inner = ::fork();
+    if (inner < 0) return kExitJailSetup;  // the namespace would take the first job as pid 1
+    if (inner > 0) {
+      ::close(kForkServerFd);
+      ::close(alive[0]);
+      WaitForInner(inner);
+    }
+    ::close(alive[1]);
+    // The outer process is not visible in here (getppid() is 0), so its being alive is checked
+    // through the pipe: it holds the write end until it dies.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return kExitJailSetup;
+    pollfd p{alive[0], POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) return kExitParentGone;  // POLLHUP: the outer one is gone
+    ::close(alive[0]);
+  }
+  prepared.server_pid = ::getpid();
+
+  // 7 (compiled only). Both filters, once; each child loads one.
+  absl::StatusOr<SeccompProgram> scan = CompileSeccomp(false);
+  absl::StatusOr<SeccompProgram> convert = CompileSeccomp(true);
+  if (!scan.ok() || !convert.ok()) return kExitJailSetup;
+  prepared.scan_filter = *std::move(scan);
+  prepared.convert_filter = *std::move(convert);
+
+  Server server(prepared, job_main);
+  return server.Run();
+}
+
+}  // namespace ckptscan::sandbox

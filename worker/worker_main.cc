@@ -1,7 +1,0 @@
-// ckptscan-worker: see worker/worker.h. _exit, not return: no static destructor or stdio
-// flush may run inside the jail.
-#include <unistd.h>
-
-#include "worker/worker.h"
-
-int main(int argc, char** argv) { ::_exit(ckptscan::sandbox::WorkerMain(argc, argv)); }
