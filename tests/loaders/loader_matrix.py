@@ -778,6 +778,23 @@ def _warm_up(loaders):
             pass
 
 
+# Test hooks for tests/loaders/test_harness.py (CKPT_MATRIX_SELFTEST=1): a file named
+# *__crash__* kills the child with SIGSEGV, *__hang__* blocks SIGALRM and sleeps (the parent's
+# deadline kills it), *__slow__* sleeps in Python (the alarm stops it).
+SELFTEST = os.environ.get("CKPT_MATRIX_SELFTEST") == "1"
+
+
+def _selftest_hooks(path):
+    base = os.path.basename(path)
+    if "__crash__" in base:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if "__hang__" in base:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(3600)
+    if "__slow__" in base:
+        time.sleep(3600)
+
+
 def _versions():
     v = {"python": "%d.%d.%d" % sys.version_info[:3]}
     for m in ("numpy", "torch", "joblib", "h5py", "tables", "onnx", "onnxruntime",
@@ -804,6 +821,8 @@ def _load_one(name, path, timeout):
     try:
         try:
             signal.setitimer(signal.ITIMER_REAL, timeout)
+            if SELFTEST:
+                _selftest_hooks(path)
             S.active = True
             try:
                 result = func(path)
