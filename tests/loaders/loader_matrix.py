@@ -43,6 +43,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,7 +114,11 @@ ALLOWED |= {
     ("joblib.numpy_pickle_compat", "NDArrayWrapper"),
     ("joblib.numpy_pickle_compat", "ZNDArrayWrapper"),
     ("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper"),
+    ("joblib.numpy_pickle", "NDArrayWrapper"), ("joblib.numpy_pickle", "ZNDArrayWrapper"),
+    ("numpy.matrixlib.defmatrix", "matrix"), ("numpy", "matrix"),
 }
+# Globals that are data for one loader only: PyTables 1.x files pickle their FILTERS attribute.
+ALLOWED_FOR = {"tables": {("tables.filters", "Filters")}}
 # numpy 2 pickles dtypes through numpy.dtypes.XDType classes.
 _NP2_DTYPES = re.compile(r"^[A-Za-z0-9]+DType$")
 
@@ -165,6 +170,16 @@ class _State:
 S = _State()
 
 
+def _add_global(module, name, status):
+    g = [_s(module), _s(name), status]
+    S.globals.append(g)
+    if _STREAM is not None:
+        _STREAM(g)  # so that a crash or hang later still shows what was asked for
+
+
+_STREAM = None
+
+
 def _record_block(what):
     if S.blocked is None:
         S.blocked = what
@@ -177,7 +192,7 @@ def _guard(module, name, real):
     S.depth += 1
     try:
         ok = _allowed_here(module, name)
-        S.globals.append([_s(module), _s(name), "allowed" if ok else "blocked"])
+        _add_global(module, name, "allowed" if ok else "blocked")
         if not ok:
             _record_block("%s.%s" % (_s(module), _s(name)))
             raise Blocked("blocked: %s.%s" % (_s(module), _s(name)))
@@ -188,6 +203,8 @@ def _guard(module, name, real):
 
 def _allowed_here(module, name):
     if allowed(module, name, S.loader):
+        return True
+    if (module, name) in ALLOWED_FOR.get(S.loader, ()):
         return True
     # torch.load's UnpicklerWrapper answers any global whose name holds 'Storage' with a
     # StorageType built from the name alone (the module is not imported): data.
@@ -289,7 +306,7 @@ def _audit(event, args):
         if S.depth > 0:
             return  # came through a recording find_class, already recorded
         ok = _allowed_here(module, name)
-        S.globals.append([_s(module), _s(name), "audit-allowed" if ok else "blocked"])
+        _add_global(module, name, "audit-allowed" if ok else "blocked")
         if not ok:
             _record_block("%s.%s" % (_s(module), _s(name)))
             raise Blocked("blocked (audit): %s.%s" % (_s(module), _s(name)))
@@ -319,7 +336,7 @@ def _audit(event, args):
         if not writes and S.target_dir and _under(real, [S.target_dir]):
             S.events.append("open:r:" + os.path.relpath(real, S.target_dir))
             return
-        _record_block("open:%s:%s" % ("w" if writes else "r", path))
+        _record_block("open:%s:%s" % ("w" if writes else "r", _where(real)))
         raise Blocked("blocked: open %s (%s)" % (path, "write" if writes else "read"))
     if event in ("exec", "compile"):
         code = args[0]
@@ -335,9 +352,12 @@ def _audit(event, args):
         _record_block(event)
         raise Blocked("blocked: %s from %s" % (event, caller))
     if event == "import":
+        # Lazy imports of the standard library and of the loaders' own packages (an allowed
+        # global's module, a library importing a helper on first use) go through; anything
+        # else is an import the file chose some other way: blocked.
         module = args[0]
-        if isinstance(module, str) and (module.split(".")[0] in _IMPORT_OK):
-            S.events.append("import:" + module)
+        top = module.split(".")[0] if isinstance(module, str) else None
+        if top and (top in _IMPORT_OK or top in getattr(sys, "stdlib_module_names", ())):
             return
         _record_block("import:%s" % (module,))
         raise Blocked("blocked: import %s" % (module,))
@@ -390,6 +410,16 @@ _IMPORT_OK = {"numpy", "torch", "joblib", "tables", "h5py", "onnx", "onnxruntime
               "numpy_pickle", "jinja2", "yaml", "markupsafe", "filelock", "networkx", "pkgutil",
               "zipimport", "quopri", "email", "gettext", "keyword", "reprlib", "pprint",
               "_socket", "socket", "selectors", "multiprocessing", "concurrent", "asyncio"}
+
+
+def _where(real):
+    """A path as records show it: relative to the file's folder when near it (so records do
+    not depend on where the corpus lives), else absolute."""
+    if S.target_dir:
+        rel = os.path.relpath(real, S.target_dir)
+        if rel.count("../") <= 3:
+            return rel
+    return real
 
 
 def _fd_path(fd):
@@ -538,7 +568,9 @@ def _err(e):
     msg = re.sub(r"0x[0-9a-fA-F]{6,}", "0x?", msg)
     msg = re.sub(r"/tmp/[A-Za-z0-9_.]+", "<tmp>", msg)
     msg = " ".join(msg.split())
-    return "%s: %s" % (type(e).__name__, msg[:200])
+    if len(msg) > 300:  # keep both ends: C++ errors put the reason last
+        msg = msg[:140] + " ... " + msg[-150:]
+    return "%s: %s" % (type(e).__name__, msg)
 
 
 # --- The loaders ------------------------------------------------------------------------------
@@ -720,7 +752,7 @@ def _patch_torch():
     import torch
 
     def jit_load(*a, **k):
-        S.globals.append(["torch.jit", "load", "blocked"])
+        _add_global("torch.jit", "load", "blocked")
         _record_block("torch.jit.load")
         raise Blocked("blocked: torch.jit.load (TorchScript code)")
     torch.jit.load = jit_load
@@ -734,7 +766,7 @@ def _patch_torch():
             hit = dict.__contains__(self, key)
             if S.active and isinstance(key, str):
                 mod, _, name = key.rpartition(".")
-                S.globals.append([mod, name, "allowed" if hit else "refused"])
+                _add_global(mod, name, "allowed" if hit else "refused")
             return hit
 
     for fname in ("_get_allowed_globals",):
@@ -756,6 +788,13 @@ def _warm_up(loaders):
               "copyreg", "_compat_pickle", "pickle", "inspect", "difflib", "encodings.cp437",
               "encodings.latin_1", "encodings.ascii", "encodings.utf_8", "ast"):
         importlib.import_module(m)
+    # Allowed globals live in numpy and joblib: importing them on first use would make the
+    # records depend on which file came first.
+    for m in ("numpy", "joblib.numpy_pickle", "joblib.numpy_pickle_compat"):
+        try:
+            importlib.import_module(m)
+        except BaseException:  # noqa: BLE001
+            pass
     for name in loaders:
         for m in _LOADER_FUNCS[name][1]:
             try:
@@ -768,7 +807,7 @@ def _warm_up(loaders):
              "torch.storage", "torch.nn.parameter", "torch.torch_version", "torch._tensor",
              "onnx.numpy_helper", "onnx.external_data_helper", "tables.attributeset",
              "numpy._core.multiarray", "safetensors.torch", "safetensors.numpy"]
-    tops = {m for name in loaders for m in _LOADER_FUNCS[name][1]}
+    tops = {m for name in loaders for m in _LOADER_FUNCS[name][1]} | {"numpy", "joblib"}
     for m in extra:
         if m.split(".")[0] not in tops:
             continue
@@ -805,8 +844,40 @@ def _versions():
     return v
 
 
+TRACE = os.environ.get("CKPT_MATRIX_TRACE")  # the strace log of this child (onnxruntime)
+_OPEN_LINE = re.compile(r'^\d+\s+(?:open|openat|openat2)\((?:[A-Z_]+|\d+), "((?:[^"\\]|\\.)*)"')
+
+
+def _traced_opens(start):
+    """Files the process opened (successfully) since byte `start` of the strace log, other
+    than the libraries, /proc, /sys, /dev and the file itself: "open:r:REL" (relative to the
+    file's folder) or "open:r:/ABS"."""
+    out = []
+    try:
+        with open(TRACE, "rb") as f:
+            f.seek(start)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = _OPEN_LINE.match(line)
+        if not m:
+            continue
+        p = m.group(1).encode().decode("unicode_escape", "replace")
+        real = os.path.realpath(p)
+        if real == S.target or real == TRACE or _under(real, S.lib_prefixes) or \
+                _under(real, ["/proc", "/sys", "/dev", S.scratch, "/etc"]):
+            continue
+        out.append("open:r:" + _where(real))
+    return out
+
+
+_PROGRESS = None  # writes a "loaded" line before describing the result (set by child_main)
+
+
 def _load_one(name, path, timeout):
     func = _LOADER_FUNCS[name][0]
+    trace_start = os.path.getsize(TRACE) if TRACE and os.path.exists(TRACE) else None
     S.globals, S.blocked, S.events = [], None, []
     S.target = os.path.realpath(path)
     S.target_dir = os.path.dirname(S.target)
@@ -826,6 +897,8 @@ def _load_one(name, path, timeout):
             S.active = True
             try:
                 result = func(path)
+                if _PROGRESS is not None:
+                    _PROGRESS()  # a crash while describing is not the loader's crash
                 _describe(result, arrays)
                 close = getattr(result, "close", None)
                 if close is not None and callable(close):
@@ -852,6 +925,8 @@ def _load_one(name, path, timeout):
         S.active = False
         signal.signal(signal.SIGALRM, old)
         sys.excepthook = old_hook
+    if trace_start is not None:
+        S.events.extend(_traced_opens(trace_start))
     if S.blocked is not None:
         rec["outcome"] = "blocked"
     rec["blocked"] = S.blocked
@@ -901,8 +976,13 @@ def child_main(name, timeout, memory_mib, result_fd):
     sys.addaudithook(_audit)
     out.write(json.dumps({"ready": True, "versions": _versions()}) + "\n")
     n = 0
+    global _PROGRESS, _STREAM
     for line in sys.stdin:
         req = json.loads(line)
+        _STREAM = lambda g, rid=req["id"]: out.write(json.dumps({"id": rid, "stage": "global",
+                                                                 "g": g}) + "\n")
+        _PROGRESS = lambda rid=req["id"]: out.write(json.dumps({"id": rid, "stage": "loaded"})
+                                                     + "\n")
         rec = _load_one(name, req["path"], timeout)
         rec["id"] = req["id"]
         try:
@@ -924,15 +1004,29 @@ def child_main(name, timeout, memory_mib, result_fd):
 # ---------------------------------------------------------------------------------------------
 # The parent.
 
+TRACED = {"onnxruntime"}
+
+
 class _Child:
     def __init__(self, python, loader, timeout, memory_mib, env_wrap):
         r, w = os.pipe()
-        cmd = list(env_wrap) + [python, os.path.abspath(__file__), "--child", loader,
-                                "--timeout", str(timeout), "--memory", str(memory_mib),
-                                "--result-fd", str(w)]
+        cmd = [python, os.path.abspath(__file__), "--child", loader,
+               "--timeout", str(timeout), "--memory", str(memory_mib), "--result-fd", str(w)]
+        env = dict(os.environ)
+        self.trace = None
+        # onnxruntime opens external data from C++, where no audit hook sees it: strace
+        # records those opens (the child reads its own log after each file).
+        if loader in TRACED and shutil.which("strace"):
+            import tempfile
+            fd, self.trace = tempfile.mkstemp(prefix="ckpt_matrix_trace.")
+            os.close(fd)
+            cmd = ["strace", "-f", "-qq", "-e", "trace=open,openat,openat2", "-e",
+                   "status=successful", "-o", self.trace] + cmd
+            env["CKPT_MATRIX_TRACE"] = self.trace
+        cmd = list(env_wrap) + cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, pass_fds=(w,),
-                                     start_new_session=True, text=True)
+                                     start_new_session=True, text=True, env=env)
         os.close(w)
         self.rfd = r
         self.buf = b""
@@ -968,6 +1062,14 @@ class _Child:
             pass
         self.proc.wait()
         os.close(self.rfd)
+        self._drop_trace()
+
+    def _drop_trace(self):
+        if self.trace:
+            try:
+                os.unlink(self.trace)
+            except OSError:
+                pass
 
     def close(self):
         try:
@@ -980,6 +1082,7 @@ class _Child:
             self.kill()
             return
         os.close(self.rfd)
+        self._drop_trace()
 
 
 def _start(args, loader):
@@ -1008,7 +1111,18 @@ def run_loader(args, loader, files):
     while i < len(files):
         key, path = files[i]
         child.send({"id": i, "path": path})
-        line = child.read_line(time.monotonic() + args.timeout + args.grace)
+        deadline = time.monotonic() + args.timeout + args.grace
+        line = child.read_line(deadline)
+        loaded, partial = False, []
+        while line:
+            j = json.loads(line)
+            if j.get("stage") == "loaded":
+                loaded = True
+            elif j.get("stage") == "global":
+                partial.append(j["g"])
+            else:
+                break
+            line = child.read_line(deadline)
         if line:
             rec = json.loads(line)
             rec.pop("id", None)
@@ -1017,15 +1131,20 @@ def run_loader(args, loader, files):
             continue
         # No answer: hung (None) or died (b"").
         if line is None:
-            rec = {"outcome": "hang", "error": "no answer within %ss" % (args.timeout +
-                                                                       args.grace)}
+            rec = {"outcome": "hang", "error": "no answer within %ss%s" % (
+                args.timeout + args.grace,
+                " (after the loader returned, while describing its result)" if loaded else "")}
             child.kill()
         else:
             rc = child.proc.wait()
             what = ("signal %s" % signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc
-            rec = {"outcome": "crash", "error": "child died: " + what}
+            rec = {"outcome": "crash", "error": "child died: " + what +
+                   (" (after the loader returned, while describing its result)"
+                    if loaded else "")}
             child.kill()
-        rec.update({"blocked": None, "globals": [], "arrays": [], "events": []})
+        blocked = [g for g in partial if g[2] == "blocked"]
+        rec.update({"blocked": "%s.%s" % tuple(blocked[0][:2]) if blocked else None,
+                    "globals": partial, "arrays": [], "events": []})
         out[key] = rec
         i += 1
         restarts += 1

@@ -206,7 +206,12 @@ def _ld(field, data):
 
 
 def onnx_model(with_initializer=True, external=None):
-    g = _ld(2, b"g")  # GraphProto.name
+    """A ModelProto: ir_version 7, a graph y = Identity(w) with the float initializer w (raw
+    data, or external data at `external`), opset 13. onnxruntime runs it."""
+    g = b""
+    if with_initializer:
+        g += _ld(1, _ld(1, b"w") + _ld(2, b"y") + _ld(4, b"Identity"))  # NodeProto
+    g += _ld(2, b"g")  # GraphProto.name
     if with_initializer:
         # TensorProto: dims 2 (field 1), data_type 1 FLOAT (field 2), name (field 8),
         # raw_data (field 9) or external data (data_location 14 = 1, external_data 13).
@@ -217,6 +222,8 @@ def onnx_model(with_initializer=True, external=None):
         else:
             t += _ld(9, struct.pack("<2f", 1.0, 2.0))
         g += _ld(5, t)  # GraphProto.initializer
+        tensor_type = _ld(1, _varint(1 << 3) + _varint(1))  # TypeProto.tensor_type elem FLOAT
+        g += _ld(12, _ld(1, b"y") + _ld(2, tensor_type))  # GraphProto.output
     opset = _ld(1, b"") + _varint(2 << 3) + _varint(13)
     return _varint(1 << 3) + _varint(7) + _ld(7, g) + _ld(8, opset)
 
