@@ -36,6 +36,7 @@ import collections
 import fnmatch
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -112,6 +113,11 @@ def run_facts(tool, paths):
     return out
 
 
+def _dotted(key):
+    """The matrix's key path (.name, [i]) as ckptscan names tensors (name.0)."""
+    return re.sub(r"\[(\d+)\]", r".\1", key).lstrip(".")
+
+
 def _gname(m, n):
     return "%s.%s" % (m, n)
 
@@ -178,7 +184,7 @@ def check_file(key, entry, report, facts, check_tensors):
             if not loader.startswith("torch") or rec["outcome"] != "opened":
                 continue
             theirs = collections.Counter(
-                (a["key"].lstrip("."), a["dtype"], tuple(a["shape"]))
+                (_dotted(a["key"]), a["dtype"], tuple(a["shape"]))
                 for a in rec.get("arrays", []) if a.get("kind") == "tensor")
             if theirs and theirs != mine:
                 only_t = list((theirs - mine).elements())[:3]
