@@ -116,6 +116,22 @@ ALLOWED |= {
     ("sklearn.externals.joblib.numpy_pickle", "NumpyArrayWrapper"),
     ("joblib.numpy_pickle", "NDArrayWrapper"), ("joblib.numpy_pickle", "ZNDArrayWrapper"),
     ("numpy.matrixlib.defmatrix", "matrix"), ("numpy", "matrix"),
+    ("torch", "per_tensor_symmetric"), ("torch", "per_channel_symmetric"),
+    ("torch.tensor", "_rebuild_from_type_v2"),
+    # Values that checkpoints carry beside their tensors (hyperparameters, RNG states): their
+    # constructors build a value from their arguments and touch nothing else.
+    ("builtins", "Ellipsis"), ("builtins", "NotImplemented"), ("argparse", "Namespace"),
+    ("uuid", "UUID"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+    ("pathlib", "PureWindowsPath"), ("pathlib", "WindowsPath"), ("pathlib", "Path"),
+    ("pathlib._local", "PosixPath"), ("pathlib._local", "PurePosixPath"),
+    ("pathlib._local", "PureWindowsPath"), ("pathlib._local", "WindowsPath"),
+    ("pathlib._local", "Path"),
+    ("numpy.random._pickle", "__randomstate_ctor"), ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"), ("numpy.random", "__RandomState_ctor"),
+    ("numpy.random.mtrand", "RandomState"), ("numpy.random._mt19937", "MT19937"),
+    ("numpy.random._pcg64", "PCG64"), ("numpy.random._generator", "Generator"),
+    ("numpy.core.records", "recarray"), ("numpy.core.records", "record"),
+    ("numpy._core.records", "recarray"), ("numpy._core.records", "record"),
 }
 # Globals that are data for one loader only: PyTables 1.x files pickle their FILTERS attribute.
 ALLOWED_FOR = {"tables": {("tables.filters", "Filters")}}
@@ -298,8 +314,22 @@ def _under(path, prefixes):
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
+def _in_import():
+    """True while an import runs (a module's code, under importlib's frames): the import was
+    allowed by the `import` event already; what the module does while it loads (dlopen its
+    extension, read its data files) is the library's, not the file's."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_globals.get("__name__") == "importlib._bootstrap":
+            return True
+        f = f.f_back
+    return False
+
+
 def _audit(event, args):
     if not S.active or S.depth > 1:
+        return
+    if event not in ("pickle.find_class", "import", "sys._getframe") and _in_import():
         return
     if event == "pickle.find_class":
         module, name = args
