@@ -27,7 +27,7 @@ Invariants, each disagreement one line with its kind and a short reason:
      ones ckptscan lists (`tensor_list`). Kind: c:tensor-mismatch
 
 --explained FILE: a JSON list of {"kind", "file" (fnmatch pattern on the key) or "sha256",
-optional "global", "loader", and "reason"}; a disagreement matching one is reported as
+optional "global", "loader" (fnmatch), "format" (ckptscan's, exact), and "reason"}; a disagreement matching one is reported as
 explained and does not fail. Exit status: 0 when every disagreement is explained, 1 otherwise,
 2 on usage or tool errors.
 """
@@ -202,14 +202,18 @@ def load_explained(path):
     with open(path) as f:
         items = json.load(f)
     for it in items:
-        if "kind" not in it or "reason" not in it or not ("file" in it or "sha256" in it):
-            raise SystemExit("compare: %s: every entry needs kind, reason and file or sha256: "
+        if "kind" not in it or "reason" not in it or not ("file" in it or "sha256" in it or
+                                                          "format" in it):
+            raise SystemExit("compare: %s: every entry needs kind, reason and file, sha256 or "
+                             "format: "
                              "%r" % (path, it))
     return items
 
 
-def explained_by(items, key, sha, kind, loader, glob):
+def explained_by(items, key, sha, kind, loader, glob, fmt=""):
     for it in items:
+        if "format" in it and it["format"] != fmt:
+            continue
         if not fnmatch.fnmatchcase(kind, it["kind"]):
             continue
         if "file" in it and not fnmatch.fnmatchcase(key, it["file"]):
@@ -264,7 +268,8 @@ def main(argv=None):
         f = None if facts is None else facts.get(p, {"globals": []})
         for kind, loader, glob, reason in check_file(key, entry, reports.get(p), f,
                                                      args.check_tensors):
-            ex = explained_by(explained, key, entry["sha256"], kind, loader, glob)
+            ex = explained_by(explained, key, entry["sha256"], kind, loader, glob,
+                              (reports.get(p) or {}).get("format", ""))
             rows.append({"file": key, "sha256": entry["sha256"], "kind": kind,
                          "loader": loader, "global": glob, "reason": reason,
                          "explained": ex["reason"] if ex else None,

@@ -389,6 +389,8 @@ def _audit(event, args):
         top = module.split(".")[0] if isinstance(module, str) else None
         if top and (top in _IMPORT_OK or top in getattr(sys, "stdlib_module_names", ())):
             return
+        if _in_import():
+            return  # an allowed module importing its own optional dependencies (torch: opt_einsum)
         _record_block("import:%s" % (module,))
         raise Blocked("blocked: import %s" % (module,))
     if any(event.startswith(p) for p in _FS_UNDER_SCRATCH):
@@ -1129,58 +1131,68 @@ def _start(args, loader):
     return c
 
 
+def _ask(child, args, i, path):
+    """Sends one file; returns (record or None, what happened when None, partial globals)."""
+    child.send({"id": i, "path": path})
+    deadline = time.monotonic() + args.timeout + args.grace
+    line = child.read_line(deadline)
+    loaded, partial = False, []
+    while line:
+        j = json.loads(line)
+        if j.get("stage") == "loaded":
+            loaded = True
+        elif j.get("stage") == "global":
+            partial.append(j["g"])
+        else:
+            break
+        line = child.read_line(deadline)
+    if line:
+        rec = json.loads(line)
+        rec.pop("id", None)
+        return rec
+    after = " (after the loader returned, while describing its result)" if loaded else ""
+    if line is None:
+        rec = {"outcome": "hang", "error": "no answer within %ss%s" % (
+            args.timeout + args.grace, after)}
+        child.kill()
+    else:
+        rc = child.proc.wait()
+        what = ("signal %s" % signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc
+        rec = {"outcome": "crash", "error": "child died: " + what + after}
+        child.kill()
+    blocked = [g for g in partial if g[2] == "blocked"]
+    rec.update({"blocked": "%s.%s" % tuple(blocked[0][:2]) if blocked else None,
+                "globals": partial, "arrays": [], "events": []})
+    return rec
+
+
 def run_loader(args, loader, files):
     """Runs one loader over files [(key, path)]; returns {key: record}, or None when the loader
-    is not available here."""
+    is not available here. A file whose child crashed or hung is tried once more in a fresh
+    child, so that a crash is the file's and not the left-overs of the files before it (HDF5's
+    library state, a heap a previous file damaged): the record is the fresh child's, with a
+    "note" when the first child had died."""
     out = {}
     child = _start(args, loader)
     if child is None:
         return None
-    i = 0
-    restarts = 0
-    while i < len(files):
-        key, path = files[i]
-        child.send({"id": i, "path": path})
-        deadline = time.monotonic() + args.timeout + args.grace
-        line = child.read_line(deadline)
-        loaded, partial = False, []
-        while line:
-            j = json.loads(line)
-            if j.get("stage") == "loaded":
-                loaded = True
-            elif j.get("stage") == "global":
-                partial.append(j["g"])
+    for i, (key, path) in enumerate(files):
+        rec = _ask(child, args, i, path)
+        if rec["outcome"] in ("crash", "hang"):
+            child = _start(args, loader)
+            if child is None:
+                raise RuntimeError("loader %s vanished on restart" % loader)
+            again = _ask(child, args, i, path)
+            if again["outcome"] in ("crash", "hang"):
+                rec = again
+                child = _start(args, loader)
+                if child is None:
+                    raise RuntimeError("loader %s vanished on restart" % loader)
             else:
-                break
-            line = child.read_line(deadline)
-        if line:
-            rec = json.loads(line)
-            rec.pop("id", None)
-            out[key] = rec
-            i += 1
-            continue
-        # No answer: hung (None) or died (b"").
-        if line is None:
-            rec = {"outcome": "hang", "error": "no answer within %ss%s" % (
-                args.timeout + args.grace,
-                " (after the loader returned, while describing its result)" if loaded else "")}
-            child.kill()
-        else:
-            rc = child.proc.wait()
-            what = ("signal %s" % signal.Signals(-rc).name) if rc < 0 else "exit %d" % rc
-            rec = {"outcome": "crash", "error": "child died: " + what +
-                   (" (after the loader returned, while describing its result)"
-                    if loaded else "")}
-            child.kill()
-        blocked = [g for g in partial if g[2] == "blocked"]
-        rec.update({"blocked": "%s.%s" % tuple(blocked[0][:2]) if blocked else None,
-                    "globals": partial, "arrays": [], "events": []})
+                again["note"] = "a child that had loaded earlier files died on it (%s); " \
+                    "a fresh child did not" % rec["error"]
+                rec = again
         out[key] = rec
-        i += 1
-        restarts += 1
-        child = _start(args, loader)
-        if child is None:
-            raise RuntimeError("loader %s vanished on restart" % loader)
     child.close()
     return out
 
