@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 
-from attack_lib import ReadableCopy, cannot_switch_to, check, summary
+from attack_lib import ReadableCopy, as_uid, cannot_switch_to, check, summary
 
 VICTIM, ATTACKER = 65532, 65531  # daemon_test uses 65534; these are ours alone
 SOCKET_DIR = "/tmp/ckptscan-%d" % VICTIM
@@ -79,12 +79,8 @@ def reset_dir(owner, mode):
 
 def scan_as_victim(cli, target):
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}  # no XDG_RUNTIME_DIR: the /tmp path
-
-    def demote():
-        os.setgid(VICTIM)
-        os.setuid(VICTIM)
-    p = subprocess.run([cli, "scan", "--server", "local", target], env=env, preexec_fn=demote,
-                       capture_output=True, timeout=60)
+    p = subprocess.run([cli, "scan", "--server", "local", target], env=env,
+                       preexec_fn=as_uid(VICTIM), capture_output=True, timeout=60)
     return p.returncode, p.stderr.decode(errors="replace") + p.stdout.decode(errors="replace")
 
 
