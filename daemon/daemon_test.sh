@@ -13,7 +13,8 @@ fixtures="$(realpath "$3")"
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../clients/test_lib.sh"
 enter_tmp
-trap 'kill_daemons; rm -rf "$tmp"' EXIT
+nobody=""
+trap 'kill_daemons; rm -rf "$tmp" ${nobody:+"$nobody"}' EXIT
 
 pids=()
 kill_daemons() {
@@ -47,16 +48,16 @@ if command -v setpriv >/dev/null && [[ $(id -u) -eq 0 ]] &&
    setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
   can_be_nobody=true
 fi
-# What uid 65534 runs and reads is copied into $tmp/nobody, which it can read: the checkout and
-# the build tree may sit in a private home directory (/root/src) that no other uid can enter.
+# What uid 65534 runs and reads is copied where it can read it (tests/lib/other_uid.py): the
+# checkout and the build tree may sit in a private home directory (/root/src).
 if $can_be_nobody; then
-  mkdir -p "$tmp/nobody"
-  cp "$bin" "$daemon_bin" "$(dirname "$bin")/ckptscan-worker" "$fixtures/torch/tied.pt" "$tmp/nobody/"
-  chmod 0755 "$tmp" "$tmp/nobody"
-  chmod 0644 "$tmp/nobody/tied.pt"
-  nobody_bin="$tmp/nobody/$(basename "$bin")"
-  nobody_daemon="$tmp/nobody/$(basename "$daemon_bin")"
-  nobody_tied="$tmp/nobody/tied.pt"
+  nobody=$(/usr/bin/python3 "$here/../tests/lib/other_uid.py" --uid 65534 --prefix ckpt-nobody- \
+             "$bin" "$daemon_bin" "$(dirname "$bin")/ckptscan-worker" "$fixtures/torch/tied.pt") ||
+    exit 1
+  chmod 0755 "$tmp"  # its daemons' sockets
+  nobody_bin="$nobody/$(basename "$bin")"
+  nobody_daemon="$nobody/$(basename "$daemon_bin")"
+  nobody_tied="$nobody/tied.pt"
 fi
 
 # wait_for_worker PID: the pid of a jailed job's process under the daemon, once one runs.

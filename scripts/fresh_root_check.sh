@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Tries the README's two commands as a new user on a fresh Debian 12 machine would:
+# Tries the README's two commands as a new user on a fresh, up-to-date Debian 12 machine would:
 #   1. makes a fresh root with `debootstrap --variant=minbase bookworm` (nothing but Debian's
-#      minimal base: no compiler, no openssl, no python);
+#      minimal base: no compiler, no openssl, no python), gives it the package sources of a
+#      fresh install (bookworm, bookworm-updates, bookworm-security) and applies the point
+#      release's and the security updates (`apt-get dist-upgrade`), as the installer does, so
+#      that every package later installed is the newest one too (e.g. python3.11 with the
+#      CVE-2025-8291 zipfile);
 #   2. copies this checkout (the files git tracks or would track, as they are in the working tree)
 #      into /root/src there, a private home directory (mode 0700) as on a real machine;
 #   3. runs `scripts/run.sh scan tests/fixtures/torch/train_checkpoint.pt`, then
-#      `scripts/run.sh test`, inside it as root, and prints how long each took.
+#      `scripts/run.sh test` (the whole suite: every ctest test), inside it as root, and prints
+#      how long each took, ctest's summary, every test that skipped, and the tests' SKIP lines.
 # Exits non-zero if either command fails. Needs root and debootstrap (apt-get install debootstrap).
 #
 #   scripts/fresh_root_check.sh [--dir DIR] [--keep] [--mirror URL] [--test-args "ARGS"] [--scan-only]
 #   scripts/fresh_root_check.sh --package build/ckptscan_0.1.0_amd64.deb [--dir DIR] [--keep]
 #     --dir DIR       where the root is made (default /var/tmp/ckptscan-fresh-root); it must not
-#                     exist yet, so every run starts from nothing
+#                     exist yet, so every run starts from nothing. The test log is kept beside it
+#                     (DIR.test.log)
 #     --keep          leave the root in place afterwards (default: unmounted and removed)
 #     --mirror URL    the Debian mirror for debootstrap (default: the first one apt uses here)
-#     --test-args A   extra arguments for the test command, passed to ctest (e.g. "-R daemon" or
-#                     "-R cli_test|ls_test"), split on blanks, each passed as one argument
+#     --test-args A   extra arguments for the test command, passed to ctest, split on blanks, each
+#                     passed as one argument. A selection ("-R daemon") is a debugging aid: the
+#                     run then says that it did not run the whole suite
 #     --scan-only     the newcomer's first contact: only the scan command, and its time to the
 #                     first verdict (packages, configure, build, scan) against the 240 s target
 #     --package DEB   instead of the README's commands: install the Debian package (cpack -G DEB
@@ -37,7 +44,7 @@ while [[ $# -gt 0 ]]; do
     --test-args) test_args="$2"; shift 2 ;;
     --scan-only) scan_only=1; shift ;;
     --package) package="$(realpath "$2")"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "fresh_root_check: unknown argument: $1 (see --help)" >&2; exit 64 ;;
   esac
 done
@@ -90,7 +97,15 @@ mount_in devtmpfs udev /dev
 mount_in devpts devpts /dev/pts gid=5,mode=620
 mount_in tmpfs tmpfs /dev/shm
 mount_in tmpfs tmpfs /tmp mode=1777
-echo "=== fresh root: made in $((SECONDS - t0)) s"
+# A new machine has the point release's and the security updates applied: so does the root.
+echo "=== fresh root: apt-get update && apt-get dist-upgrade (bookworm, -updates, -security)"
+chroot "$dir" env -i HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  bash -c "apt-get update -q >/dev/null && apt-get dist-upgrade -y -q >/dev/null" ||
+  { echo "fresh_root_check: the upgrade in the root failed" >&2; exit 1; }
+echo "=== fresh root: python3.11 apt would install there: $(chroot "$dir" apt-cache policy python3.11 |
+  sed -n 's/^ *Candidate: //p')"
+echo "=== fresh root: made and updated in $((SECONDS - t0)) s"
 
 # The checkout, as git would hand it to a new user, in a home directory others cannot read.
 chmod 0700 "$dir/root"
@@ -150,10 +165,22 @@ t=$SECONDS
 read -r -a test_argv <<<"$test_args"
 quoted=""
 for a in "${test_argv[@]}"; do quoted+=" $(printf '%q' "$a")"; done
-echo "=== fresh root: scripts/run.sh test$quoted"
-in_root "scripts/run.sh test$quoted" || rc=$?
+scope="the whole suite"
+[[ -z "$test_args" ]] || scope="a SELECTION of the suite (--test-args$quoted), not the whole suite"
+echo "=== fresh root: scripts/run.sh test$quoted ($scope)"
+log="$dir.test.log"
+in_root "scripts/run.sh test$quoted" 2>&1 | tee "$log" || rc=$?
 test_s=$((SECONDS - t))
-echo "=== fresh root: the test command exited $rc after $test_s s"
+echo "=== fresh root: the test command exited $rc after $test_s s ($scope; log: $log)"
+# ctest's count, every test that skipped (exit 77), failed or did not run, and the SKIP lines
+# the tests printed (ctest keeps every test's output in LastTest.log).
+grep -E '^[0-9]+% tests passed|tests failed out of' "$log" | tail -1 || true
+grep -E '\*\*\*Skipped|Not Run|\*\*\*Failed|\*\*\*Timeout' "$log" | sed 's/^/    /' || true
+last="$dir/root/src/build/Testing/Temporary/LastTest.log"
+if [[ -f "$last" ]]; then
+  echo "=== fresh root: what the tests printed about skipping:"
+  grep -iE '^(SKIP|skip )' "$last" | sort | uniq -c | sed 's/^/    /' || true
+fi
 echo "=== fresh root: scan command $scan_s s (set-up, build, scan), test command $test_s s," \
-     "$((SECONDS - t0)) s in all"
+     "$((SECONDS - t0)) s in all, on $(nproc) cores"
 exit "$rc"

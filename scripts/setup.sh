@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ckptscan needs to build and test, from Debian 12 packages only.
-# Idempotent: packages already installed are not touched, and apt is not called at all
-# when nothing is missing. Runs apt-get as root, or through sudo otherwise.
+# Idempotent: packages already installed are not touched, and apt-get install is not called
+# when nothing is missing. Runs apt-get as root, or through sudo otherwise. Without --build-only
+# it also keeps the other Debian releases of python3's zipfile.py in ~/.cache/ckptscan/zipfile for
+# the zipfile differential (tests/differential/fetch_zipfiles.sh; downloads only what is new).
 #
 #   scripts/setup.sh          build + test dependencies
 #   scripts/setup.sh --build-only
@@ -107,8 +109,19 @@ k8s_tools() {
          "use kubectl >= 1.27 from upstream)"
 }
 
+# The tests' other releases of Python's zipfile: the zipfile differential checks our model
+# against every Debian package of python3's zipfile apt still has, not only the installed one
+# (tests/differential/fetch_zipfiles.sh: apt-get download into ~/.cache/ckptscan/zipfile,
+# nothing installed; skipped when cached, a note when there is no network).
+zipfile_releases() {
+  [[ $build_only -eq 0 ]] || return 0
+  "$(dirname "${BASH_SOURCE[0]}")/../tests/differential/fetch_zipfiles.sh" ||
+    echo "setup: note: could not fetch the other releases of zipfile (the differential says which it lacks)"
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all ${#packages[@]} packages present"
+  zipfile_releases
   if [[ $k8s -eq 1 ]]; then k8s_tools; fi
   exit 0
 fi
@@ -122,4 +135,5 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -q
 "${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+zipfile_releases
 if [[ $k8s -eq 1 ]]; then k8s_tools; fi

@@ -1,4 +1,4 @@
-// Byte encodings and SHA-256 for trusted/signing, all through OpenSSL 3 EVP: standard base64
+// Byte encodings and SHA-256 for signing/, all through OpenSSL 3 EVP: standard base64
 // (RFC 4648 §4, padded, no line breaks) via EVP_EncodeBlock / EVP_DecodeBlock, lowercase hex,
 // and SHA-256 one-shot or streaming (Sha256Hasher).
 //

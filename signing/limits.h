@@ -1,4 +1,4 @@
-// Named limits for everything trusted/signing reads from untrusted input (bundles, statements,
+// Named limits for everything signing/ reads from untrusted input (bundles, statements,
 // model directories). Each is checked before the allocation or the work it bounds; past one,
 // the call fails with ResourceExhausted naming the field ("Limits::max_bundle_bytes").
 // docs/signing.md tables them.

@@ -1,4 +1,4 @@
-// oms_tool: a test-only command line over trusted/signing (not installed).
+// oms_tool: a test-only command line over signing/ (not installed).
 //
 //   oms_tool keygen PRIVATE_PEM PUBLIC_PEM
 //   oms_tool sign MODEL_DIR PRIVATE_PEM OUT_BUNDLE [--shards N] [--ignore PATH]...

@@ -1,4 +1,4 @@
-// Test-only helpers for trusted/signing tests: a scratch directory removed at scope exit, file
+// Test-only helpers for signing/'s tests: a scratch directory removed at scope exit, file
 // I/O, and the fixture paths.
 #ifndef CKPTSCAN_SIGNING_TEST_UTIL_H_
 #define CKPTSCAN_SIGNING_TEST_UTIL_H_

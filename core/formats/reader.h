@@ -23,6 +23,7 @@
 #include "core/torch/file_facts.h"
 #include "core/torch/tensors.h"
 #include "core/zip/zip_reader.h"
+#include "core/zip/zipfile_view.h"
 
 namespace ckptscan::formats {
 
@@ -202,11 +203,16 @@ class Reader final {
                  uint64_t base, uint32_t depth, bool members_are_files);
 
   // numpy.load opens an .npz with Python's zipfile, as zipfile-based tools open any zip, and
-  // zipfile can list other members than miniz (zip/zipfile_view.h): every member it would
-  // open whose bytes were not read above (by `ar`, null when miniz opened nothing) is read and
-  // scanned as well, and flagged.
+  // zipfile can list other members than miniz (zip/zipfile_view.h). zipfile is versioned in the
+  // wild and its releases disagree, so this is the union: every member that ANY release
+  // would open whose bytes were not read above (by `ar`, null when miniz opened nothing) is
+  // read and scanned as well, and flagged. A release that refuses the archive hides nothing.
   void ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
                    uint64_t base, bool npz, uint32_t depth, bool classify);
+  // One member as zipfile `release` reads it: scanned like a member of the archive.
+  void ZipfileMember(std::string_view data, const zip::Entry& z, zip::ZipfileRelease release,
+                     std::string_view outer, uint64_t base, bool npz, uint32_t depth,
+                     bool classify);
 
   // Every storage data.pkl refers to must be a record of exactly its size.
   void Storages(const zip::Archive& ar, uint64_t archive_size, const torch::TensorExtraction& t,

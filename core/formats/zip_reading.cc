@@ -307,56 +307,71 @@ void Reader::ZipMember(const zip::Archive& ar, const zip::Entry& e, const ZipKin
 
 void Reader::ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
                          uint64_t base, bool npz, uint32_t depth, bool classify) {
-  absl::StatusOr<zip::ZipfileDirectory> dir = zip::ReadZipfileDirectory(data, options_.zip);
-  if (!dir.ok()) {
-    // zipfile refuses the archive, so numpy.load cannot open it; one of our limits is an
-    // error like any other.
-    if (dir.status().code() == absl::StatusCode::kResourceExhausted) {
-      Error(dir.status(), std::string(dir.status().message()), outer, base);
-    }
-    return;
-  }
   std::set<std::tuple<uint64_t, uint64_t, uint64_t, uint16_t>> read;
   if (ar != nullptr) {
     for (const zip::Entry& e : ar->entries()) {
       read.emplace(e.local_header_offset, e.compressed_size, e.uncompressed_size, e.method);
     }
   }
-  for (size_t i : dir->opened) {
-    const zip::Entry& z = dir->entries[i];
-    if (!z.local_header_ok) continue;  // ZipFile.open raises: nothing is loaded from it
-    // Bytes read once, whichever view (or name) reads them.
-    if (!read.emplace(z.local_header_offset, z.compressed_size, z.uncompressed_size, z.method)
-             .second) {
+  bool limit_reported = false;
+  for (zip::ZipfileRelease release : zip::kZipfileReleases) {
+    absl::StatusOr<zip::ZipfileDirectory> dir =
+        zip::ReadZipfileDirectory(data, release, options_.zip);
+    if (!dir.ok()) {
+      // This release refuses the archive (numpy.load under it cannot open it); another one
+      // may not. One of our limits is an error like any other, reported once.
+      if (dir.status().code() == absl::StatusCode::kResourceExhausted && !limit_reported) {
+        Error(dir.status(), std::string(dir.status().message()), outer, base);
+        limit_reported = true;
+      }
       continue;
     }
-    const std::string name = MemberName(outer, absl::StrCat("(as zipfile) ", z.name));
-    Anomaly("zipfile_view", name, base + z.local_header_offset,
-            "Python's zipfile (numpy.load, zipfile-based tools) reads this member where torch's "
-            "reader finds none: both readings are scanned");
-    absl::StatusOr<zip::Member> m = zip::Archive::ReadEntry(data, z, options_.zip);
-    if (!m.ok()) {
-      Error(m.status(), absl::StrCat(name, ": ", m.status().message()), name,
-            base + z.local_header_offset);
-      continue;
+    for (size_t i : dir->opened) {
+      const zip::Entry& z = dir->entries[i];
+      if (!z.local_header_ok) continue;  // ZipFile.open raises: nothing is loaded from it
+      // Bytes read once, whichever view, release or name reads them.
+      if (!read.emplace(z.local_header_offset, z.compressed_size, z.uncompressed_size, z.method)
+               .second) {
+        continue;
+      }
+      ZipfileMember(data, z, release, outer, base, npz, depth, classify);
     }
-    AddMemberAnomalies(*m, outer, base);
-    const std::string_view bytes = m->bytes();
-    if (npz && torch::IsNpy(bytes)) {
-      const std::string tensor = z.name.size() > 4 && z.name.substr(z.name.size() - 4) == ".npy"
-                                     ? z.name.substr(0, z.name.size() - 4)
-                                     : z.name;
-      torch::ReadNpy(bytes, name, absl::StrCat("(as zipfile) ", tensor), base + z.data_offset,
-                     z.method == 0, vm_, out_);
-      continue;
-    }
-    if (classify && bytes.substr(0, 4) != kZipMagic) {
-      MemberFile(bytes, name, depth + 1);
-      continue;
-    }
-    pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
-    if (MustKeep(s))
-      out_->members.push_back(torch::MemberFacts{name, std::move(s), /*alternative=*/true});
+  }
+}
+
+void Reader::ZipfileMember(std::string_view data, const zip::Entry& z,
+                           zip::ZipfileRelease release, std::string_view outer, uint64_t base,
+                           bool npz, uint32_t depth, bool classify) {
+  const std::string name = MemberName(outer, absl::StrCat("(as zipfile) ", z.name));
+  Anomaly("zipfile_view", name, base + z.local_header_offset,
+          absl::StrCat("Python's zipfile (numpy.load, zipfile-based tools; first found by "
+                       "its release ",
+                       base::AbslView(zip::ZipfileReleaseName(release)),
+                       ") reads this member where torch's reader finds none: both readings "
+                       "are scanned"));
+  absl::StatusOr<zip::Member> m = zip::Archive::ReadEntry(data, z, options_.zip);
+  if (!m.ok()) {
+    Error(m.status(), absl::StrCat(name, ": ", m.status().message()), name,
+          base + z.local_header_offset);
+    return;
+  }
+  AddMemberAnomalies(*m, outer, base);
+  const std::string_view bytes = m->bytes();
+  if (npz && torch::IsNpy(bytes)) {
+    const std::string tensor = z.name.size() > 4 && z.name.substr(z.name.size() - 4) == ".npy"
+                                   ? z.name.substr(0, z.name.size() - 4)
+                                   : z.name;
+    torch::ReadNpy(bytes, name, absl::StrCat("(as zipfile) ", tensor), base + z.data_offset,
+                   z.method == 0, vm_, out_);
+    return;
+  }
+  if (classify && bytes.substr(0, 4) != kZipMagic) {
+    MemberFile(bytes, name, depth + 1);
+    return;
+  }
+  pickle::StreamFacts s = vm_.ScanStream(bytes, 0);
+  if (MustKeep(s)) {
+    out_->members.push_back(torch::MemberFacts{name, std::move(s), /*alternative=*/true});
   }
 }
 

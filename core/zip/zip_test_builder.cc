@@ -60,22 +60,23 @@ std::string BuildZip(const std::vector<TestMember>& members, const BuildOptions&
     crcs.push_back(crc);
     offsets.push_back(out.size());
     // 'FB' padding so the data starts at a multiple of 64.
-    uint64_t start = out.size() + 30 + m.name.size() + 4;
+    const std::string& local_name = m.local_name.empty() ? m.name : m.local_name;
+    uint64_t start = out.size() + 30 + local_name.size() + 4;
     uint64_t pad = (64 - start % 64) % 64;
     std::string extra = "FB";
     Put16(extra, pad);
     extra.append(pad, 'Z');
     out += "PK\x03\x04";
     Put16(out, 0);
-    Put16(out, 0x0808);
+    Put16(out, m.local_flags);
     Put16(out, m.method);
     Put32(out, 0);  // time, date
     Put32(out, 0);  // crc
     Put32(out, 0);
     Put32(out, 0);
-    Put16(out, m.name.size());
+    Put16(out, local_name.size());
     Put16(out, extra.size());
-    out += m.name + extra + m.data;
+    out += local_name + extra + m.data;
     out += "PK\x07\x08";
     Put32(out, crc);
     Put32(out, m.data.size());
@@ -92,10 +93,11 @@ std::string BuildZip(const std::vector<TestMember>& members, const BuildOptions&
       Put64(extra, uncomp);
       Put64(extra, m.data.size());
     }
+    extra += m.cd_extra;
     out += "PK\x01\x02";
     Put16(out, 0);
     Put16(out, 0);
-    Put16(out, 0x0808);
+    Put16(out, m.cd_flags);
     Put16(out, m.method);
     Put32(out, 0);
     Put32(out, crcs[i]);

@@ -18,6 +18,10 @@ struct TestMember {
   int64_t uncompressed = -1;  // -1: data.size()
   bool zip64_extra = false;   // CD sizes 0xFFFFFFFF + a ZIP64 extended-information field
   uint32_t external_attributes = 0;
+  uint16_t cd_flags = 0x0808;     // general-purpose flags in the central directory
+  uint16_t local_flags = 0x0808;  // and in the local header
+  std::string cd_extra{};         // appended to the central directory's extra field
+  std::string local_name{};       // the local header's copy of the name; empty: `name`
 };
 
 struct BuildOptions {

@@ -1,7 +1,7 @@
 // without_namespaces: runs a command as in a container under the runtime's default seccomp
 // profile (Docker, containerd and CRI-O `RuntimeDefault`), which forbids creating namespaces to
 // a process without CAP_SYS_ADMIN. For the test that the jail holds without its namespace layer
-// (worker/testing/without_namespaces_test.sh; docs/operations.md, "The jail in a pod").
+// (sandbox/without_namespaces_test.sh; docs/operations.md, "The jail in a pod").
 //
 //   without_namespaces PROGRAM ARG...
 //

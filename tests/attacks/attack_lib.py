@@ -1,6 +1,11 @@
-"""What the attack tests in this directory share: PASS/FAIL lines, the failure list, and
-whether this process can act as another uid. Stdlib only."""
+"""What the attack tests in this directory share: PASS/FAIL lines and the failure list; and,
+from tests/lib/other_uid.py, acting as another uid with copies of what it runs in a folder it
+can read. Stdlib only."""
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from other_uid import ReadableCopy, as_uid, become, cannot_switch_to  # noqa: E402,F401
 
 failures = []
 
@@ -10,34 +15,6 @@ def check(ok, what, detail=""):
     print("%s: %s%s" % ("PASS" if ok else "FAIL", what, "" if ok else " -- " + detail), flush=True)
     if not ok:
         failures.append(what)
-
-
-def become(uid):
-    """Drops this process to `uid` (its own group, no supplementary groups). Root only."""
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-
-
-def as_uid(uid):
-    """A preexec_fn for subprocess that runs the child as `uid` (as root: unchanged)."""
-    return (lambda: become(uid)) if uid != 0 else None
-
-
-def cannot_switch_to(uid):
-    """None when this process can become `uid` (root, and a uid the kernel maps); otherwise the
-    reason, for the SKIPPED line."""
-    if os.geteuid() != 0:
-        return "not root: cannot act as another user"
-    pid = os.fork()
-    if pid == 0:
-        try:
-            become(uid)
-            os._exit(0)
-        except OSError:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return None if os.waitstatus_to_exitcode(status) == 0 else "setuid(%d) fails here" % uid
 
 
 def summary():

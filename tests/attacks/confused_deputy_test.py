@@ -27,10 +27,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from attack_lib import as_uid, cannot_switch_to, check, summary
+from attack_lib import ReadableCopy, as_uid, cannot_switch_to, check, summary
 
 CALLER, VICTIM = 65530, 65529  # ours alone (other attack tests use 65531, 65532, 65534)
 
@@ -95,19 +94,18 @@ def main():
         print("SKIPPED: %s" % reason)
         return a.skip_exit
 
-    tmp = tempfile.mkdtemp(prefix="deputy-")
+    # Everything happens in a folder the caller can enter, and the binaries are copied there
+    # (tests/lib/other_uid.py): the build tree may sit in a home directory no other uid can.
+    copy = ReadableCopy("deputy-")
+    tmp = copy.dir
     daemons = []
     try:
-        # The binaries are copied where the caller can run them: the build tree may sit in a
-        # home directory no other uid can enter.
-        bindir = os.path.join(tmp, "bin")
-        os.mkdir(bindir)
-        for b in (a.ckptscan, a.ckptscand,
-                  os.path.join(os.path.dirname(os.path.realpath(a.ckptscan)), "ckptscan-worker")):
-            shutil.copy(os.path.realpath(b), bindir)
-        ckptscan = os.path.join(bindir, os.path.basename(a.ckptscan))
-        ckptscand = os.path.join(bindir, os.path.basename(a.ckptscand))
-        os.chmod(tmp, 0o755)
+        worker = os.path.join(os.path.dirname(os.path.realpath(a.ckptscan)), "ckptscan-worker")
+        ckptscan = copy.add(a.ckptscan, "bin/" + os.path.basename(a.ckptscan))
+        ckptscand = copy.add(a.ckptscand, "bin/" + os.path.basename(a.ckptscand))
+        copy.add(worker, "bin/ckptscan-worker")
+        unreadable = copy.unreadable_by(CALLER)
+        check(unreadable is None, "the caller can run its copies of the binaries", str(unreadable))
         root = os.path.join(tmp, "root")
         models = os.path.join(root, "models")
         victim_dir = os.path.join(root, "victim")
@@ -246,7 +244,7 @@ def main():
     finally:
         for d in daemons:
             d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        copy.remove()
     return summary()
 
 

@@ -50,6 +50,7 @@ Every scenario prints the daemon's VmRSS, VmHWM, descriptors and threads before 
 Needs Debian's python3-grpcio and python3-protobuf; exits 77 with the reason without them.
 """
 import argparse
+import atexit
 import os
 import pickle
 import resource
@@ -62,7 +63,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from attack_lib import as_uid, become, cannot_switch_to  # noqa: E402
+from attack_lib import ReadableCopy, as_uid, become, cannot_switch_to  # noqa: E402
 from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
                             log_events, require_grpc, short_tmpdir)
 
@@ -381,11 +382,18 @@ def lockout(args, client, tmp, daemons):
     daemons.append(d)
     os.chmod(os.path.dirname(d.socket), 0o755)
     c = client.ScanClient("unix:" + d.socket, timeout=20)
-    c.scan_bytes("warm.pkl", NONE_PICKLE)  # also generates the stubs uid 65502 imports
+    c.scan_bytes("warm.pkl", NONE_PICKLE)
     c.close()
-    other_stubs = os.path.join(tmp, "stubs-65502")  # the client loads stubs from its own dir
-    os.mkdir(other_stubs, 0o700)
-    os.chown(other_stubs, 65502, 65502)
+    # uid 65502 imports the client and compiles its stubs from a copy of the package and the
+    # protos that it can read: the checkout may be private (tests/lib/other_uid.py).
+    copy = ReadableCopy("uid65502-")
+    atexit.register(copy.remove)  # not in the forked holders: they leave by os._exit
+    client_copy = copy.add(args.client_dir, "python")
+    proto_copy = copy.add(client._stubs.find_proto_dir(), "proto")
+    other_stubs = copy.mkdir("stubs", uid=65502, mode=0o700)  # its own stub cache
+    unreadable = copy.unreadable_by(65502)
+    check(unreadable is None, "uid 65502 can read its copy of the client and the protos",
+          str(unreadable))
     before = d.show("before")
     duration = 25
     pipes = [os.pipe() for _ in range(2)]
@@ -399,7 +407,7 @@ def lockout(args, client, tmp, daemons):
         "from ckptscan_client import _stubs\n"
         "c = ckptscan_client.ScanClient(%r, timeout=5)\n"
         "print(ckptscan_client.verdict_name(c.scan_bytes('other.pkl', %r).verdict))\n"
-        % (os.path.abspath(args.client_dir), "unix:" + d.socket, NONE_PICKLE))
+        % (client_copy, "unix:" + d.socket, NONE_PICKLE))
 
     answered = []
     for attempt in range(3):
@@ -412,8 +420,9 @@ def lockout(args, client, tmp, daemons):
             ok_admin = False
             print("root Admin Status: %s" % e)
         r = subprocess.run([sys.executable, "-c", other_scan], capture_output=True, text=True,
-                           timeout=30, preexec_fn=as_uid(65502), cwd="/",
-                           env=dict(os.environ, CKPTSCAN_STUBS_DIR=other_stubs))
+                           timeout=30, preexec_fn=as_uid(65502), cwd=copy.dir,
+                           env=dict(os.environ, CKPTSCAN_STUBS_DIR=other_stubs,
+                                    CKPTSCAN_PROTO_DIR=proto_copy))
         ok_scan = r.returncode == 0 and r.stdout.strip() == "SAFE"
         if not ok_scan:
             print("uid 65502's scan: rc %d %s" % (r.returncode, (r.stdout + r.stderr)[-300:]))

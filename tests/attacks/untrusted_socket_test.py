@@ -20,9 +20,8 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 
-from attack_lib import cannot_switch_to, check, summary
+from attack_lib import ReadableCopy, as_uid, cannot_switch_to, check, summary
 
 VICTIM, ATTACKER = 65532, 65531  # daemon_test uses 65534; these are ours alone
 SOCKET_DIR = "/tmp/ckptscan-%d" % VICTIM
@@ -80,12 +79,8 @@ def reset_dir(owner, mode):
 
 def scan_as_victim(cli, target):
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}  # no XDG_RUNTIME_DIR: the /tmp path
-
-    def demote():
-        os.setgid(VICTIM)
-        os.setuid(VICTIM)
-    p = subprocess.run([cli, "scan", "--server", "local", target], env=env, preexec_fn=demote,
-                       capture_output=True, timeout=60)
+    p = subprocess.run([cli, "scan", "--server", "local", target], env=env,
+                       preexec_fn=as_uid(VICTIM), capture_output=True, timeout=60)
     return p.returncode, p.stderr.decode(errors="replace") + p.stdout.decode(errors="replace")
 
 
@@ -100,16 +95,16 @@ def main():
         print("SKIPPED: untrusted_socket_test acts as uids %d and %d: %s" % (VICTIM, ATTACKER, why))
         return a.skip_exit
 
-    work = tempfile.mkdtemp(prefix="ckpt-sock-")
-    os.chmod(work, 0o755)
-    cli = os.path.join(work, "ckptscan")
-    shutil.copy(a.ckptscan, cli)
-    os.chmod(cli, 0o755)
-    target = os.path.join(work, "input.pkl")
-    shutil.copy(a.fixture, target)
-    os.chmod(target, 0o644)
+    # The victim runs a copy of the CLI on a copy of the fixture, in a folder it can read
+    # (tests/lib/other_uid.py): the checkout may be private.
+    work = ReadableCopy("ckpt-sock-")
+    cli = work.add(a.ckptscan, "ckptscan")
+    target = work.add(a.fixture, "input.pkl")
     server = None
     try:
+        unreadable = work.unreadable_by(VICTIM)
+        check(unreadable is None, "the victim can run its copy of the CLI and read the fixture",
+              str(unreadable))
         reset_dir(ATTACKER, 0o755)
         server = serve(ATTACKER)
         code, out = scan_as_victim(cli, target)
@@ -170,7 +165,7 @@ def main():
             os.unlink(SOCKET_DIR)
         shutil.rmtree(SOCKET_DIR, ignore_errors=True)
         shutil.rmtree(SOCKET_DIR + ".real", ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
+        work.remove()
     return summary()
 
 

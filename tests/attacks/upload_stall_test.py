@@ -49,6 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from other_uid import ReadableCopy  # noqa: E402
 from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
                             log_events, settle, short_tmpdir, slow_torch_zip)
 
@@ -298,24 +299,26 @@ def per_caller_cap(args, tmp, known, benign):
 
 def other_caller_scan(args, d, benign):
     """The CLI's `scan --server unix:SOCKET FILE` as uid 65534: (exit, output); None (printed)
-    where this cannot run as another uid."""
+    where this cannot run as another uid. The CLI and the file are copies in a folder that uid
+    can read (tests/lib/other_uid.py): the checkout and its build tree may be private."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         print("SKIP (this check only): another caller needs root and setpriv(1) to run the CLI "
               "as uid %d" % NOBODY, flush=True)
         return None
-    copy = os.path.join(os.path.dirname(d.socket), "other.pkl")
-    shutil.copy(benign, copy)
-    os.chmod(copy, 0o644)
-    run = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
-                          "--clear-groups", args.ckptscan, "scan", "--server",
-                          "unix:" + d.socket, copy],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
-                                                                          "HOME": "/nonexistent"})
-    if run.returncode != 0 and ("setresuid failed" in run.stderr or "setresgid failed" in run.stderr
-                                or ("Permission denied" in run.stderr
-                                    and "socket" not in run.stderr)):
-        print("SKIP (this check only): uid %d cannot run %s here: %s" % (
-            NOBODY, args.ckptscan, run.stderr.strip()[:200]), flush=True)
+    with ReadableCopy("stall-other-") as copy:
+        cli = copy.add(args.ckptscan, "ckptscan")
+        pkl = copy.add(benign, "other.pkl")
+        unreadable = copy.unreadable_by(NOBODY)
+        if unreadable:
+            return 2, "uid %d cannot read its copy: %s" % (NOBODY, unreadable)
+        run = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                              "--clear-groups", cli, "scan", "--server", "unix:" + d.socket, pkl],
+                             capture_output=True, text=True, timeout=60, cwd=copy.dir,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    if run.returncode != 0 and ("setresuid failed" in run.stderr or
+                                "setresgid failed" in run.stderr):
+        print("SKIP (this check only): uid %d cannot be taken here: %s" % (
+            NOBODY, run.stderr.strip()[:200]), flush=True)
         return None
     return run.returncode, (run.stdout + run.stderr).strip()[:400]
 

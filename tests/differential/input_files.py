@@ -4,7 +4,8 @@
         ... files.paths ...
         files.keep(failing_paths, keep_dir)   # moved out before the folder is removed
 
-The folder and every file left in it are removed on exit, unless `keep_all` is set.
+The folder and every file left in it are removed on exit, unless `keep_all` is set. `parent`:
+where the folder is made (default: the system's temporary folder).
 """
 import os
 import shutil
@@ -12,8 +13,8 @@ import tempfile
 
 
 class InputFiles:
-    def __init__(self, inputs, prefix, suffix, keep_all=False):
-        self.dir = tempfile.mkdtemp(prefix=prefix)
+    def __init__(self, inputs, prefix, suffix, keep_all=False, parent=None):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir=parent)
         self.keep_all = keep_all
         self.paths = []
         for i, data in enumerate(inputs):

@@ -1,10 +1,13 @@
-// zip_listing: prints the directory Python's zipfile would read from each file (our model of it,
-// core/zip/zipfile_view.h), one JSON object per line, for tests/differential/zipfile_diff.py.
+// zip_listing: prints the directory each release of Python's zipfile would read from each file
+// (our model of it, core/zip/zipfile_view.h), one JSON object per line, for
+// tests/differential/zipfile_diff.py and tests/fixtures/zipfile_releases/check_releases.py.
 //
 //   zip_listing --stdin   (one path per line)
 //
-// {"file": ..., "ok": true|false, "error": "...", "concat": N,
-//  "entries": [[name as hex, header_offset, compress_size, file_size, method, local_ok], ...],
+// {"file": ..., "releases": {"3.11": LISTING, "3.11+zip64check": LISTING, ...}}, where
+// LISTING is {"ok": true|false, "error": "...", "concat": N, "zip64": true|false,
+//  "entries": [[name (UTF-8) as hex, header_offset, compress_size, file_size, method,
+//               local_ok], ...],
 //  "opened": [index, ...]}
 #include <fstream>
 #include <iostream>
@@ -26,18 +29,17 @@ std::string Hex(const std::string& s) {
   return out;
 }
 
-nlohmann::json Describe(const std::string& path) {
+nlohmann::json Listing(const std::string& data, ckptscan::zip::ZipfileRelease release) {
   nlohmann::json out;
-  out["file"] = path;
-  std::ifstream in(path, std::ios::binary);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  absl::StatusOr<ckptscan::zip::ZipfileDirectory> d = ckptscan::zip::ReadZipfileDirectory(data);
+  absl::StatusOr<ckptscan::zip::ZipfileDirectory> d =
+      ckptscan::zip::ReadZipfileDirectory(data, release);
   out["ok"] = d.ok();
   if (!d.ok()) {
     out["error"] = std::string(d.status().message());
     return out;
   }
   out["concat"] = d->concat;
+  out["zip64"] = d->zip64;
   nlohmann::json entries = nlohmann::json::array();
   for (const ckptscan::zip::Entry& e : d->entries) {
     entries.push_back({Hex(e.name), e.local_header_offset, e.compressed_size, e.uncompressed_size,
@@ -45,6 +47,19 @@ nlohmann::json Describe(const std::string& path) {
   }
   out["entries"] = std::move(entries);
   out["opened"] = d->opened;
+  return out;
+}
+
+nlohmann::json Describe(const std::string& path) {
+  nlohmann::json out;
+  out["file"] = path;
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json releases = nlohmann::json::object();
+  for (ckptscan::zip::ZipfileRelease r : ckptscan::zip::kZipfileReleases) {
+    releases[std::string(ckptscan::zip::ZipfileReleaseName(r))] = Listing(data, r);
+  }
+  out["releases"] = std::move(releases);
   return out;
 }
 
