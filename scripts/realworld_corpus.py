@@ -251,7 +251,8 @@ def main(argv=None):
         for e in chosen:
             d = os.path.join(args.fixtures, e["package"])
             os.makedirs(d, exist_ok=True)
-            name = e["path"].replace("/", "__")
+            # No spaces: Bazel's runfiles trees cannot hold a file name with one.
+            name = e["path"].replace("/", "__").replace(" ", "_")
             shutil.copyfile(os.path.join(args.cache, "files", e["file"]), os.path.join(d, name))
             src_cp = os.path.join(args.cache, "extract", e["package"], e["copyright"])
             if os.path.isfile(src_cp) and not os.path.exists(os.path.join(d, "copyright")):
