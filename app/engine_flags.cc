@@ -1,6 +1,7 @@
 #include "app/engine_flags.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "app/limit_flags.h"
@@ -70,6 +71,23 @@ void AddJailFlags(CLI::App* cmd, EngineFlags* f, std::string_view spawn_default)
   cmd->add_option("--worker", f->worker,
                   "The ckptscan-worker binary (default: the one next to this binary)")
       ->type_name("PATH");
+}
+
+void OneValuePerOccurrence(CLI::App* app) {
+  // The command tree is the binary's own (a few levels), walked with a stack all the same.
+  std::vector<CLI::App*> pending = {app};
+  while (!pending.empty()) {
+    CLI::App* cmd = pending.back();
+    pending.pop_back();
+    for (CLI::Option* option : cmd->get_options()) {
+      // Flags take no value; positionals collect the rest by design.
+      if (option->get_expected_max() <= 0 || option->get_positional()) continue;
+      option->allow_extra_args(false);
+    }
+    for (CLI::App* sub : cmd->get_subcommands([](CLI::App*) { return true; })) {
+      pending.push_back(sub);
+    }
+  }
 }
 
 absl::StatusOr<EngineConfig> ToEngineConfig(const EngineFlags& flags) {

@@ -44,6 +44,11 @@ void AddLimitFlag(CLI::App* cmd, EngineFlags* f, std::string_view help);
 // --jail-spawn help with what this binary does by default.
 void AddJailFlags(CLI::App* cmd, EngineFlags* f, std::string_view spawn_default);
 
+// Every option of `app` and of its subcommands takes exactly one value per occurrence, so a
+// repeatable option never swallows the positional arguments after it (`--allow NAME FILE` is
+// one allowed name and one file). Call once, after every option is added, before parsing.
+void OneValuePerOccurrence(CLI::App* app);
+
 // The flags' values as an engine configuration: limits, sizes and the spawn mode parsed
 // (InvalidArgument naming the flag), the rules' source. The rest of `config.jail` (the timeout,
 // unjailed, frame caps) is left at its defaults for the binary to set.

@@ -308,4 +308,37 @@ else
 fi
 rm -f big.bin
 
+# A finding's hint is a command line: run as printed, with the file after it, it must clear the
+# finding. `--allow NAME FILE` once took FILE for a second name (exit 64, "give PATH").
+printf "cmymodule\nMyClass\n)R." >unlisted.pkl
+name=AllowHintRunAsPrintedClearsTheFinding
+if run "$name" 1 "$bin" scan unlisted.pkl; then
+  hint="$(grep -o -- '--allow [A-Za-z0-9_.:]*' out.txt | head -1)"
+  if [[ "$hint" != "--allow mymodule.MyClass" ]]; then
+    fail "$name" "no --allow hint: $(cat out.txt)"
+  else
+    ok=1
+    # shellcheck disable=SC2086  # the hint is two words, as a user pastes it
+    for line in "$hint unlisted.pkl" "${hint/ /=} unlisted.pkl" "$hint --allow other.Name unlisted.pkl safe.pkl"; do
+      "$bin" scan $line >out.txt 2>err.txt
+      rc=$?
+      if [[ $rc != 0 ]]; then
+        ok=0; fail "$name" "scan $line: exit $rc: $(cat out.txt err.txt)"; break
+      fi
+      if ! grep -q "unlisted.pkl: SAFE" out.txt; then
+        ok=0; fail "$name" "scan $line: $(cat out.txt)"; break
+      fi
+    done
+    [[ $ok == 1 ]] && pass "$name"
+  fi
+fi
+
+# Every repeatable option takes one value per occurrence: --limit and --exclude before the
+# paths leave the paths alone.
+name=RepeatableOptionsLeaveThePathsAlone
+mkdir -p tree && cp safe.pkl tree/a.pkl && cp evil.pkl tree/skip.pkl
+if run "$name" 0 "$bin" scan --limit max_opcodes=1000 --exclude skip.pkl tree safe.pkl; then
+  contains out.txt "2 files" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
 finish

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "app/engine_flags.h"
 #include "app/verdict.h"
 #include "clients/cli_common.h"
 
@@ -30,6 +31,7 @@ int Main(int argc, char** argv) {
   AddKeyCommands(&app, &commands);
   AddRulesCommands(&app, &commands);
   AddDaemonCommands(&app, &commands);
+  app::OneValuePerOccurrence(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version

@@ -299,6 +299,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   app.footer(
       "--rules, --rules-overlay and --allow are read again on SIGHUP and on `ckptscan admin\n"
       "reload-rules`; a bad file leaves the rules in force.");
+  app::OneValuePerOccurrence(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
