@@ -1,17 +1,18 @@
 #!/usr/bin/python3
 """`ckptscan scan --server local` trusts only a daemon socket that another local user cannot
-have planted.
+have planted, and neither does the Python client's ScanClient("local").
 
 A non-root user's default socket is /tmp/ckptscan-UID/ckptscand.sock when XDG_RUNTIME_DIR is
 unset, and /tmp is writable by everyone: another user can create that directory first and answer
 SAFE to every scan. Each case plants a socket the way such a user could, runs the CLI as the
-victim, and requires exit 2 with the reason; then a socket the victim really owns passes the
+victim, and requires exit 2 with the reason (and the Python client, run as the victim, to raise
+ScanClientError PERMISSION_DENIED with the same reason before it sends anything); then a socket the victim really owns passes the
 check (the call then fails for want of a real daemon, which is not a refusal).
 
 Needs root (to act as two other users); exits with --skip-exit (77 for ctest) and the reason
 otherwise. Stdlib only.
 
-Usage: untrusted_socket_test.py --ckptscan PATH --fixture FILE [--skip-exit N]
+Usage: untrusted_socket_test.py --ckptscan PATH --fixture FILE --client-dir DIR [--skip-exit N]
 """
 import argparse
 import os
@@ -84,10 +85,46 @@ def scan_as_victim(cli, target):
     return p.returncode, p.stderr.decode(errors="replace") + p.stdout.decode(errors="replace")
 
 
+CLIENT_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import ckptscan_client
+try:
+    ckptscan_client.ScanClient("local")
+except ckptscan_client.ScanClientError as e:
+    print("ScanClientError", e.code, e.details)
+    sys.exit(3)
+except Exception as e:  # past the socket check: stubs, channel (no real daemon here)
+    print("past the check:", type(e).__name__, e)
+    sys.exit(4)
+print("past the check: a client")
+sys.exit(4)
+"""
+
+
+def client_as_victim(client_dir):
+    """ScanClient("local") as the victim: (exit code, output); 3 when it raised ScanClientError."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+    p = subprocess.run(["/usr/bin/python3", "-c", CLIENT_PROBE, client_dir], env=env,
+                       preexec_fn=as_uid(VICTIM), capture_output=True, timeout=60, cwd="/")
+    return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+
+
+def both_refuse(cli, client, target, reason, scenario):
+    """The CLI exits 2 and the Python client raises PERMISSION_DENIED, each naming `reason`."""
+    code, out = scan_as_victim(cli, target)
+    check(code == 2 and "refusing" in out and reason in out, scenario + " (CLI: exit 2)",
+          "%d %s" % (code, out))
+    code, out = client_as_victim(client)
+    check(code == 3 and "PERMISSION_DENIED" in out and "refusing" in out and reason in out,
+          scenario + " (Python client: PERMISSION_DENIED)", "%d %s" % (code, out))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckptscan", required=True)
     ap.add_argument("--fixture", required=True)
+    ap.add_argument("--client-dir", required=True, help="clients/python")
     ap.add_argument("--skip-exit", type=int, default=77)
     a = ap.parse_args()
     why = cannot_switch_to(ATTACKER)
@@ -100,6 +137,7 @@ def main():
     work = ReadableCopy("ckpt-sock-")
     cli = work.add(a.ckptscan, "ckptscan")
     target = work.add(a.fixture, "input.pkl")
+    client = work.add(a.client_dir, "python")
     server = None
     try:
         unreadable = work.unreadable_by(VICTIM)
@@ -107,26 +145,23 @@ def main():
               str(unreadable))
         reset_dir(ATTACKER, 0o755)
         server = serve(ATTACKER)
-        code, out = scan_as_victim(cli, target)
-        check(code == 2 and "refusing" in out and "owned by uid %d" % ATTACKER in out,
-              "a socket directory another user made first is refused (exit 2)", "%d %s" % (code, out))
+        both_refuse(cli, client, target, "owned by uid %d" % ATTACKER,
+                    "a socket directory another user made first is refused")
         stop(server)
         server = None
 
         reset_dir(VICTIM, 0o777)
         server = serve(VICTIM)
-        code, out = scan_as_victim(cli, target)
-        check(code == 2 and "writable by its group or by others" in out,
-              "a socket directory others can write is refused (exit 2)", "%d %s" % (code, out))
+        both_refuse(cli, client, target, "writable by its group or by others",
+                    "a socket directory others can write is refused")
         stop(server)
         server = None
 
         reset_dir(VICTIM, 0o700)
         server = serve(ATTACKER, chown_socket_to=VICTIM)
-        code, out = scan_as_victim(cli, target)
-        check(code == 2 and "runs as uid %d" % ATTACKER in out,
-              "a socket the victim owns but another user listens on is refused (SO_PEERCRED)",
-              "%d %s" % (code, out))
+        both_refuse(cli, client, target, "runs as uid %d" % ATTACKER,
+                    "a socket the victim owns but another user listens on is refused "
+                    "(SO_PEERCRED)")
         stop(server)
         server = None
 
@@ -140,9 +175,8 @@ def main():
         os.symlink(real, SOCKET_DIR)
         os.lchown(SOCKET_DIR, ATTACKER, ATTACKER)
         server = serve(VICTIM)
-        code, out = scan_as_victim(cli, target)
-        check(code == 2 and "is a symlink" in out,
-              "a symlink at the socket directory's name is refused (exit 2)", "%d %s" % (code, out))
+        both_refuse(cli, client, target, "is a symlink",
+                    "a symlink at the socket directory's name is refused")
         stop(server)
         server = None
         os.unlink(SOCKET_DIR)
@@ -152,6 +186,9 @@ def main():
         code, out = scan_as_victim(cli, target)
         check(code == 2 and "is ckptscand running?" in out and "refusing" not in out,
               "no socket at all: exit 2, 'is ckptscand running?'", "%d %s" % (code, out))
+        code, out = client_as_victim(client)
+        check(code == 3 and "UNAVAILABLE" in out and "is ckptscand running?" in out,
+              "no socket at all: the Python client raises UNAVAILABLE", "%d %s" % (code, out))
 
         reset_dir(VICTIM, 0o700)
         server = serve(VICTIM)
@@ -159,6 +196,9 @@ def main():
         check(code == 2 and "refusing" not in out,
               "the victim's own socket passes the check (the fake daemon then fails the call)",
               "%d %s" % (code, out))
+        code, out = client_as_victim(client)
+        check(code == 4 and "refusing" not in out,
+              "the victim's own socket passes the Python client's check", "%d %s" % (code, out))
     finally:
         stop(server)
         if os.path.islink(SOCKET_DIR):

@@ -12,7 +12,7 @@ The gRPC stubs are generated from proto/ckptscan/v1 on first use (_stubs.py).
 """
 
 from .client import (CHUNK_BYTES, ConvertResult, ScanClient, ScanClientError,
-                     default_socket_path)
+                     check_local_socket, default_socket_path)
 from .report import error_code_name, report_to_dict, severity_name, verdict_name
 from ._stubs import StubError, generate
 from .load import (CheckpointScanError, DigestMismatchError, ScanUnavailableError,
@@ -20,5 +20,6 @@ from .load import (CheckpointScanError, DigestMismatchError, ScanUnavailableErro
 
 __all__ = ["CHUNK_BYTES", "CheckpointScanError", "ConvertResult", "DigestMismatchError",
            "ScanClient", "ScanClientError", "ScanUnavailableError", "StubError",
-           "UnsafeCheckpointError", "default_socket_path", "error_code_name", "generate",
-           "report_to_dict", "scan_then_load", "severity_name", "verdict_name"]
+           "UnsafeCheckpointError", "check_local_socket", "default_socket_path",
+           "error_code_name", "generate", "report_to_dict", "scan_then_load", "severity_name",
+           "verdict_name"]

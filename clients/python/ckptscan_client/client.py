@@ -8,7 +8,9 @@ verdict ERROR, as from `ckptscan scan`.
 
 import collections
 import os
+import socket
 import stat
+import struct
 
 import grpc
 
@@ -51,6 +53,70 @@ def default_socket_path():
     return "/tmp/ckptscan-%d/ckptscand.sock" % os.geteuid()
 
 
+def _check_owned(path, no_other_writers):
+    """None when `path` (a directory or socket on the way to the default socket) is no symlink,
+    is owned by this user or root, and (with `no_other_writers`) is writable by nobody else;
+    else why not. FileNotFoundError when it does not exist."""
+    st = os.lstat(path)
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        return "%s is a symlink" % path
+    if st.st_uid not in (me, 0):
+        return "%s is owned by uid %d, not by you (uid %d) or root" % (path, st.st_uid, me)
+    if no_other_writers and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "%s is writable by its group or by others (mode %04o)" % (
+            path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def check_local_socket(path):
+    """The checks `ckptscan --server local` makes before it trusts a non-root user's default
+    socket (clients/remote.cc, docs/security.md): its directory is no symlink, is owned by this
+    user or root and writable by nobody else (so no other user can replace the socket after the
+    check); the socket is no symlink and owned by this user or root; and the process listening
+    on it (SO_PEERCRED) runs as this user or root. Raises ScanClientError: UNAVAILABLE when no
+    socket is there, PERMISSION_DENIED with the reason when it is not to be trusted."""
+    target = "unix:" + path
+    directory = os.path.dirname(path)
+    if not directory or directory == "/":
+        raise ScanClientError("INVALID_ARGUMENT", "socket path %s has no directory" % path,
+                              target)
+
+    def refused(why):
+        return ScanClientError(
+            "PERMISSION_DENIED",
+            "refusing the daemon socket %s: %s. Another local user may have put it there to "
+            "answer in ckptscand's place; remove it and start your own ckptscand, or name a "
+            "trusted daemon with ScanClient(\"unix:PATH\")" % (path, why), target)
+
+    def absent():
+        return ScanClientError("UNAVAILABLE",
+                               "no ckptscand socket at %s (is ckptscand running?)" % path, target)
+
+    for where, no_other_writers in ((directory, True), (path, False)):
+        try:
+            why = _check_owned(where, no_other_writers)
+        except FileNotFoundError:
+            raise absent() from None
+        if why:
+            raise refused(why)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            probe.connect(path)
+        except OSError as e:
+            raise ScanClientError("UNAVAILABLE", "connect %s: %s (is ckptscand running?)" % (
+                path, e.strerror or e), target) from None
+        creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        me = os.geteuid()
+        if uid not in (me, 0):
+            raise refused("the process listening on it runs as uid %d, not as you (uid %d) or "
+                          "root" % (uid, me))
+    finally:
+        probe.close()
+
+
 def _pem(value, what):
     if value is None or isinstance(value, bytes):
         return value
@@ -74,9 +140,15 @@ class ScanClient:
 
     def __init__(self, address=None, *, tls_ca=None, tls_cert=None, tls_key=None,
                  timeout=DEFAULT_TIMEOUT, proto_dir=None, stubs_dir=None):
-        self._pb = _stubs.load(proto_dir, stubs_dir)
         if not address or address == "local":
             address = "unix:" + default_socket_path()
+            # A non-root user's default socket lives where another user may create it first
+            # (/tmp/ckptscan-UID without XDG_RUNTIME_DIR): checked as the CLI checks it, before
+            # anything is sent. Its directory then admits no other user, so the socket the
+            # channel connects to is the one checked. Root's default is beneath /run.
+            if os.geteuid() != 0:
+                check_local_socket(address[len("unix:"):])
+        self._pb = _stubs.load(proto_dir, stubs_dir)
         options = [("grpc.max_receive_message_length", _MAX_RECEIVE_BYTES)]
         if address.startswith("unix:"):
             if tls_ca is not None or tls_cert is not None or tls_key is not None:
