@@ -341,4 +341,22 @@ if run "$name" 0 "$bin" scan --limit max_opcodes=1000 --exclude skip.pkl tree sa
   contains out.txt "2 files" && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# An overlay file's entry naming only the global clears what --allow clears, and `rules check`
+# validates an overlay (no version) by merging it as --rules-overlay does.
+printf 'allow { module: "mymodule" name: "MyClass" }\n' >site.textproto
+printf 'allow { module: "posix" name: "system" }\n' >bad_site.textproto
+name=OverlayAllowEntryClearsWhatAllowClears
+if run "$name" 0 "$bin" scan --rules-overlay site.textproto unlisted.pkl; then
+  contains out.txt "unlisted.pkl: SAFE" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=RulesCheckValidatesAnOverlay
+if run "$name" 0 "$bin" rules check site.textproto; then
+  if contains out.txt "ok as an overlay" && ! "$bin" rules check bad_site.textproto >out.txt 2>&1 &&
+     contains out.txt "DANGEROUS"; then
+    pass "$name"
+  else
+    fail "$name" "$(cat out.txt)"
+  fi
+fi
+
 finish

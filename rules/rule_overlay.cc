@@ -45,6 +45,27 @@ bool ValidNamePart(absl::string_view part) {
 
 }  // namespace
 
+void internal::TrustAsAddSafeGlobals(v1::AllowedGlobal* a) {
+  a->clear_calls();
+  constexpr uint32_t kAnyCount = std::numeric_limits<uint32_t>::max();
+  for (v1::CallOp op :
+       {v1::CALL_REDUCE, v1::CALL_NEWOBJ, v1::CALL_NEWOBJ_EX, v1::CALL_OBJ, v1::CALL_INST}) {
+    v1::CallShape* shape = a->add_calls();
+    shape->set_op(op);
+    shape->set_min_args(0);
+    shape->set_max_args(kAnyCount);
+    if (op == v1::CALL_NEWOBJ_EX) shape->set_kwargs(true);
+  }
+  a->set_build_target(true);
+  a->set_setitem_target(true);
+  a->set_append_target(true);
+}
+
+bool internal::IsBareAllowEntry(const v1::AllowedGlobal& a) {
+  return a.calls().empty() && !a.build_target() && !a.setitem_target() && !a.append_target() &&
+         !a.tensor() && !a.dict_like() && a.build_states().empty();
+}
+
 absl::StatusOr<v1::AllowedGlobal> RuleSet::TrustedName(std::string_view spec_in) {
   const absl::string_view spec = AbslView(spec_in);
   absl::string_view module, name;
@@ -68,18 +89,7 @@ absl::StatusOr<v1::AllowedGlobal> RuleSet::TrustedName(std::string_view spec_in)
   v1::AllowedGlobal a;
   a.set_module(std::string(module));
   a.set_name(std::string(name));
-  constexpr uint32_t kAnyCount = std::numeric_limits<uint32_t>::max();
-  for (v1::CallOp op :
-       {v1::CALL_REDUCE, v1::CALL_NEWOBJ, v1::CALL_NEWOBJ_EX, v1::CALL_OBJ, v1::CALL_INST}) {
-    v1::CallShape* shape = a.add_calls();
-    shape->set_op(op);
-    shape->set_min_args(0);
-    shape->set_max_args(kAnyCount);
-    if (op == v1::CALL_NEWOBJ_EX) shape->set_kwargs(true);
-  }
-  a.set_build_target(true);
-  a.set_setitem_target(true);
-  a.set_append_target(true);
+  internal::TrustAsAddSafeGlobals(&a);
   a.set_note("Allowed by the user (--allow): trusted as torch's add_safe_globals trusts a name.");
   return a;
 }

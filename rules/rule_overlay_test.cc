@@ -107,6 +107,35 @@ TEST(OverlayTest, AllowedClassStillHasItsArgumentsAndStateJudged) {
   EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS) << Ids(e);
 }
 
+// An overlay file's entry that names only the global means what `--allow` means: the class
+// may be called and given state (its arguments still judged). An entry that pins a shape keeps
+// exactly that shape.
+TEST(OverlayTest, BareOverlayEntryMeansWhatAllowMeans) {
+  absl::StatusOr<v1::RuleSet> overlay = RuleSet::ParseOverlayText(
+      R"pb(allow { module: "train" name: "RunConfig" })pb", "site.textproto");
+  ASSERT_TRUE(overlay.ok()) << overlay.status();
+  absl::StatusOr<v1::AllowedGlobal> flag = RuleSet::TrustedName("train.RunConfig");
+  ASSERT_TRUE(flag.ok());
+  const v1::AllowedGlobal& entry = overlay->allow(0);
+  EXPECT_EQ(entry.calls_size(), flag->calls_size());
+  EXPECT_TRUE(entry.build_target() && entry.setitem_target() && entry.append_target());
+  absl::StatusOr<std::shared_ptr<const RuleSet>> rules =
+      RuleSet::WithOverlay(*RuleSet::Default(), *overlay, kDigest, "site.textproto");
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  Evaluation called = (*rules)->Evaluate(UserObject("train", "RunConfig"), "");
+  EXPECT_EQ(called.verdict, v1::VERDICT_SAFE) << Ids(called) << "\n" << Messages(called);
+  Evaluation payload = (*rules)->Evaluate(UserObject("train", "RunConfig", true), "");
+  EXPECT_EQ(payload.verdict, v1::VERDICT_DANGEROUS) << Ids(payload);
+
+  overlay = RuleSet::ParseOverlayText(
+      R"pb(allow { module: "train" name: "RunConfig" tensor: true })pb", "site.textproto");
+  ASSERT_TRUE(overlay.ok()) << overlay.status();
+  EXPECT_EQ(overlay->allow(0).calls_size(), 0);
+  rules = RuleSet::WithOverlay(*RuleSet::Default(), *overlay, kDigest, "site.textproto");
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  EXPECT_NE((*rules)->Evaluate(UserObject("train", "RunConfig"), "").verdict, v1::VERDICT_SAFE);
+}
+
 TEST(OverlayTest, VersionNamesTheBaseRulesAndTheOverlayDigest) {
   absl::StatusOr<std::shared_ptr<const RuleSet>> rules = WithAllowed({"train.RunConfig"});
   ASSERT_TRUE(rules.ok()) << rules.status();

@@ -132,6 +132,17 @@ absl::StatusOr<v1::RuleSet> RuleSet::ParseOverlayText(std::string_view text,
                                                       std::string_view origin) {
   v1::RuleSet overlay;
   CKPT_RETURN_IF_ERROR(ParseText(text, origin, &overlay));
+  // A bare allow entry (a name, nothing else) means what `--allow NAME` means; an entry with
+  // any shape, target flag or build state keeps exactly what it pins.
+  for (v1::AllowedGlobal& a : *overlay.mutable_allow()) {
+    if (!internal::IsBareAllowEntry(a)) continue;
+    internal::TrustAsAddSafeGlobals(&a);
+    if (a.note().empty()) {
+      a.set_note(
+          "Allowed by the user (an overlay entry naming only the global): trusted as torch's "
+          "add_safe_globals trusts a name.");
+    }
+  }
   return overlay;
 }
 

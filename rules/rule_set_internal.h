@@ -112,6 +112,13 @@ absl::Status ValidateDenyEntry(std::string_view origin, const std::string& label
 
 // A qualname component of the form __x__; IsDangerousDunder: one of the dunders that reach
 // interpreter internals or call/patch things (kDangerousDunders in rule_evaluate.cc).
+// Trusts `a`'s name as torch's add_safe_globals does (what `--allow NAME` means): every call
+// opcode with any arguments, BUILD with any state, SETITEM(S) and APPEND(S) on its objects.
+void TrustAsAddSafeGlobals(v1::AllowedGlobal* a);
+// Whether an overlay's allow entry names only a global (no call shape, target flag or build
+// state): such an entry means what `--allow` means.
+bool IsBareAllowEntry(const v1::AllowedGlobal& a);
+
 bool IsDunder(absl::string_view c);
 bool IsDangerousDunder(absl::string_view c);
 

@@ -52,7 +52,31 @@ CommandResult RunRulesShow(const app::EngineFlags& flags) {
   return 0;
 }
 
-CommandResult RunRulesCheck(const std::string& path) {
+// A file with a `version` is a whole rule set; one without is an overlay (as --rules-overlay
+// takes it), checked by merging it onto the rules it would extend: the built-in ones, or
+// `base_rules` (--rules).
+CommandResult RunRulesCheck(const std::string& path, const std::string& base_rules) {
+  absl::StatusOr<v1::RuleSet> parsed = rules::RuleSet::ReadOverlayFile(path);
+  if (!parsed.ok()) return UsageError(absl::StrCat("rules check: ", parsed.status().message()));
+  if (parsed->version().empty()) {
+    absl::StatusOr<std::shared_ptr<const rules::RuleSet>> merged =
+        rules::LoadRules({base_rules, path, {}});
+    if (!merged.ok()) {
+      return UsageError(absl::StrCat("rules check: ", merged.status().message()));
+    }
+    (void)WriteAll(STDOUT_FILENO,
+                   absl::StrCat(path, ": ok as an overlay (no version) onto ",
+                                base_rules.empty() ? "the built-in rules" : base_rules,
+                                " (effective version ", (*merged)->version(), ", ",
+                                parsed->allow_size(), " allow entries, ", parsed->deny_size(),
+                                " deny entries added)\n"));
+    return 0;
+  }
+  if (!base_rules.empty()) {
+    return UsageError(absl::StrCat("rules check: ", path,
+                                   " has a version, so it is a whole rule set, not an overlay "
+                                   "onto --rules; check it without --rules"));
+  }
   absl::StatusOr<std::shared_ptr<const rules::RuleSet>> ruleset = rules::RuleSet::FromFile(path);
   if (!ruleset.ok()) {
     return UsageError(absl::StrCat("rules check: ", ruleset.status().message()));
@@ -84,9 +108,16 @@ void AddRulesCommands(CLI::App* app, Commands* out) {
       "merged on) as text-format proto");
   app::AddRulesFlags(show, show_rules.get());
   auto check_file = std::make_shared<std::string>();
+  auto check_base = std::make_shared<std::string>();
   CLI::App* check = rules_cmd->add_subcommand(
-      "check", "Validate a rules file: exit 0 if valid, 64 with the error otherwise");
-  check->add_option("FILE", *check_file, "The rules file")->required();
+      "check",
+      "Validate a rules file (with a version) or an overlay (without one: merged onto the "
+      "built-in rules, or onto --rules, exactly as --rules-overlay merges it): exit 0 if valid, "
+      "64 with the error otherwise");
+  check->add_option("FILE", *check_file, "The rules file or overlay")->required();
+  check->add_option("--rules", *check_base,
+                    "With an overlay: the rules file it extends (default: the built-in rules)")
+      ->type_name("FILE");
 
   show->footer(
       "Exit codes: 0 printed; 2 the rules could not be printed or written; 64 the rules, an\n"
@@ -97,7 +128,8 @@ void AddRulesCommands(CLI::App* app, Commands* out) {
   CLI::App* version = app->add_subcommand("version", "Print the scanner and rules versions");
   version->footer("Exit code: 0.");
   out->push_back({show, [show_rules] { return RunRulesShow(*show_rules); }});
-  out->push_back({check, [check_file] { return RunRulesCheck(*check_file); }});
+  out->push_back(
+      {check, [check_file, check_base] { return RunRulesCheck(*check_file, *check_base); }});
   out->push_back({version, [] { return RunVersion(); }});
 }
 
