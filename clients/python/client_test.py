@@ -430,8 +430,17 @@ class TlsTest(unittest.TestCase):
                 if "XDG_RUNTIME_DIR" not in env:
                     os.environ.pop("XDG_RUNTIME_DIR", None)
                 self.assertEqual(ckptscan_client.default_socket_path(), want)
-                with ScanClient() as c, ScanClient("local") as local:
-                    self.assertEqual((c.target, local.target), ("unix:" + want,) * 2)
+                if uid == 0:
+                    with ScanClient() as c, ScanClient("local") as local:
+                        self.assertEqual((c.target, local.target), ("unix:" + want,) * 2)
+                    continue
+                # Another user's default socket is checked before the client exists
+                # (untrusted_socket_test plants one of each kind); here none is there.
+                for address in (None, "local"):
+                    with self.assertRaises(ckptscan_client.ScanClientError) as caught:
+                        ScanClient(address)
+                    self.assertEqual((caught.exception.code, caught.exception.target),
+                                     ("UNAVAILABLE", "unix:" + want))
 
     def test_tls_arguments_are_for_tcp_only(self):
         with self.assertRaises(ValueError):

@@ -49,7 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from other_uid import ReadableCopy  # noqa: E402
+from other_uid import ReadableCopy, cannot_switch_to  # noqa: E402
 from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
                             log_events, settle, short_tmpdir, slow_torch_zip)
 
@@ -304,6 +304,11 @@ def other_caller_scan(args, d, benign):
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         print("SKIP (this check only): another caller needs root and setpriv(1) to run the CLI "
               "as uid %d" % NOBODY, flush=True)
+        return None
+    why = cannot_switch_to(NOBODY)
+    if why:  # e.g. Bazel's sandbox, which runs tests as root without CAP_SETUID
+        print("SKIP (this check only): uid %d cannot be taken here: %s" % (NOBODY, why),
+              flush=True)
         return None
     with ReadableCopy("stall-other-") as copy:
         cli = copy.add(args.ckptscan, "ckptscan")

@@ -18,6 +18,22 @@ make_slow() {
   /usr/bin/python3 -c "import sys; sys.stdout.buffer.write(b'\x80\x04N' + b'\x94' * 4000000 + b'.')" >"$1"
 }
 
+# Waits (up to 20 s) until process PID holds FILE open, so a change made after it is a change
+# under the scan, however loaded the machine is (a fixed sleep alone once let the write land
+# before the scan opened the file, which then rightly read the new bytes as SAFE).
+wait_open() {
+  local pid="$1" file i
+  file="$(realpath "$2")"
+  for ((i = 0; i < 2000; i++)); do
+    for fd in /proc/"$pid"/fd/*; do
+      [[ "$(readlink "$fd" 2>/dev/null)" == "$file" ]] && return 0
+    done
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.01
+  done
+  return 1
+}
+
 # --- a file that shrinks under the scan -----------------------------------------------------
 for delay in 0.05 0.2 0.5; do
   make_slow shrink.pkl
@@ -41,11 +57,13 @@ done
 for delay in 0.1 0.4; do
   make_slow rewrite.pkl
   # The byte written is the one already there: only the write itself can be noticed.
-  (sleep "$delay"; printf '\x94' | dd of=rewrite.pkl bs=1 seek=1000 conv=notrunc status=none) &
-  writer=$!
-  "$bin" scan rewrite.pkl >out.txt 2>err.txt
+  "$bin" scan rewrite.pkl >out.txt 2>err.txt &
+  scan=$!
+  wait_open "$scan" rewrite.pkl || echo "note: the scan never held rewrite.pkl open"
+  sleep "$delay"
+  printf '\x94' | dd of=rewrite.pkl bs=1 seek=1000 conv=notrunc status=none
+  wait "$scan"
   rc=$?
-  wait "$writer"
   if [[ $rc -eq 2 ]] && grep -q 'changed while it was being scanned' out.txt &&
      ! grep -q ': SAFE' out.txt; then
     pass "rewritten in place after ${delay}s: ERROR, exit 2 (the file changed while it was being scanned)"
@@ -76,11 +94,13 @@ PY
 rc=$?
 [[ $rc -eq 0 && -s untouched.safetensors ]] && pass "the slow archive converts when left alone" ||
   fail "slow archive convert" "rc=$rc $(head -c 300 out.txt) $(head -c 200 err.txt)"
-(sleep 0.3; printf '\x94' | dd of=slow.pt bs=1 seek=2000 conv=notrunc status=none) &
-writer=$!
-"$bin" convert slow.pt -o changed.safetensors >out.txt 2>err.txt
+"$bin" convert slow.pt -o changed.safetensors >out.txt 2>err.txt &
+convert=$!
+wait_open "$convert" slow.pt || echo "note: the conversion never held slow.pt open"
+sleep 0.3
+printf '\x94' | dd of=slow.pt bs=1 seek=2000 conv=notrunc status=none
+wait "$convert"
 rc=$?
-wait "$writer"
 leftovers=$(find . -maxdepth 1 -name 'changed.safetensors*' | wc -l)
 if [[ $rc -eq 2 ]] && grep -q 'changed while it was being scanned' out.txt && ((leftovers == 0)); then
   pass "input rewritten during convert: ERROR, exit 2, no output published"
