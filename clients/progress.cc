@@ -1,5 +1,6 @@
 #include "clients/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +26,21 @@ std::string Bytes(uint64_t n) {
   return unit == 0 ? absl::StrCat(n, " B") : absl::StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
+// "42 s", "3 min 5 s", "2 h 10 min".
+std::string Eta(double seconds) {
+  const uint64_t s = seconds < 1 ? 1 : seconds > 1e7 ? 10000000 : static_cast<uint64_t>(seconds);
+  if (s < 60) return absl::StrCat(s, " s");
+  if (s < 3600) return absl::StrCat(s / 60, " min ", s % 60, " s");
+  return absl::StrCat(s / 3600, " h ", s % 3600 / 60, " min");
+}
+
+// The terminal's width on stderr, 0 when unknown.
+size_t TerminalColumns() {
+  struct winsize ws = {};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) != 0) return 0;
+  return ws.ws_col;
+}
+
 }  // namespace
 
 std::string ProgressText(const std::string& label, uint64_t files_done, uint64_t files_total,
@@ -40,11 +56,21 @@ std::string ProgressText(const std::string& label, uint64_t files_done, uint64_t
     if (bytes_total > 0) absl::StrAppend(&out, " of ", Bytes(bytes_total));
     out += " read";
     if (seconds > 0) {
-      absl::StrAppend(
-          &out, absl::StrFormat(", %.1f MB/s", static_cast<double>(bytes_done) / seconds / 1e6));
+      const double rate = static_cast<double>(bytes_done) / seconds;
+      absl::StrAppend(&out, absl::StrFormat(", %.1f MB/s", rate / 1e6));
+      if (seconds >= 1 && bytes_done > 0 && bytes_total > bytes_done) {
+        absl::StrAppend(&out, ", ",
+                        Eta(static_cast<double>(bytes_total - bytes_done) / rate), " left");
+      }
     }
   }
   return out;
+}
+
+std::string FitToWidth(std::string line, size_t columns) {
+  if (columns == 0 || line.size() < columns) return line;
+  line.resize(columns > 1 ? columns - 1 : 0);  // the text is ASCII: one byte, one column
+  return line;
 }
 
 bool ProgressMeter::ShouldDraw(bool quiet) { return !quiet && ::isatty(STDERR_FILENO) == 1; }
@@ -77,10 +103,12 @@ void ProgressMeter::Run() {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     // \r and "erase to the end of the line": one line, redrawn in place.
     const std::string line = absl::StrCat(
-        "\r\033[K", ProgressText(label_, files_done_.load(std::memory_order_relaxed),
-                                 files_total_.load(std::memory_order_relaxed),
-                                 bytes_done_.load(std::memory_order_relaxed),
-                                 bytes_total_.load(std::memory_order_relaxed), seconds));
+        "\r\033[K",
+        FitToWidth(ProgressText(label_, files_done_.load(std::memory_order_relaxed),
+                                files_total_.load(std::memory_order_relaxed),
+                                bytes_done_.load(std::memory_order_relaxed),
+                                bytes_total_.load(std::memory_order_relaxed), seconds),
+                   TerminalColumns()));
     (void)base::WriteAll(STDERR_FILENO, line);
     drawn_ = true;
   }

@@ -29,10 +29,15 @@ namespace ckptscan::clients {
 inline constexpr absl::Duration kProgressInterval = absl::Milliseconds(250);
 
 // One line of progress, without the terminal's control characters: e.g.
-// "scan: 3/120 files, 512.0 MiB of 1.2 GiB read, 1.1 GB/s". Parts with a zero total are left
-// out; `seconds` <= 0 leaves the rate out.
+// "scan: 3/120 files, 512.0 MiB of 1.2 GiB read, 1.1 GB/s, 1 s left". Parts with a zero total
+// are left out; `seconds` <= 0 leaves the rate out; the time left is given once a second has
+// passed and some bytes of a known total are read.
 std::string ProgressText(const std::string& label, uint64_t files_done, uint64_t files_total,
                          uint64_t bytes_done, uint64_t bytes_total, double seconds);
+
+// `line` cut to fit a terminal of `columns` columns (one column kept free, so the cursor never
+// wraps to a second line that "\r" could not erase); 0 columns (unknown) leaves it whole.
+std::string FitToWidth(std::string line, size_t columns);
 
 class ProgressMeter final {
  public:
