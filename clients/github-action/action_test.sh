@@ -101,6 +101,56 @@ else
   echo "skip ActionWithAServerScansThroughTheDaemon: no ckptscand next to $bin"
 fi
 
+# The suggested --allow works through the action's inputs, and so does an overlay entry.
+name=ActionAllowInputClearsTheSuspiciousName
+if action "$name" 0 CKPTSCAN_PATHS="odd/odd.pkl" CKPTSCAN_ALLOW="mymodule.MyClass other.Name"; then
+  contains out.txt "verdict SAFE" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+printf 'allow { module: "mymodule" name: "MyClass" }\n' >overlay.textproto
+name=ActionRulesOverlayInputClearsTheSuspiciousName
+if action "$name" 0 CKPTSCAN_PATHS="odd/odd.pkl" CKPTSCAN_RULES_OVERLAY="overlay.textproto"; then
+  contains out.txt "verdict SAFE" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=ActionArgsInputReachesTheScan
+if action "$name" 0 CKPTSCAN_PATHS="clean/safe.pkl" CKPTSCAN_FORMAT=json CKPTSCAN_ARGS="--digest sha256"; then
+  contains out.txt '"sha256": "' && pass "$name" || fail "$name" "$(head -c 400 out.txt)"
+fi
+
+# A warm cache (binaries with the stamp of these sources) is used without installing anything;
+# a stale stamp is not trusted (the install is attempted: here it cannot be, so exit 2 quickly
+# is not asserted; only that the stale binaries were not run).
+name=ActionUsesCachedBinariesOfTheseSourcesOnly
+mkdir -p cache
+cp "$bin" cache/ckptscan && cp "$(dirname "$bin")/ckptscan-worker" cache/ckptscan-worker
+bash "$root/clients/github-action/run.sh" --stamp >cache/stamp
+if run "$name" 0 env -i PATH="$PATH" HOME="$tmp" RUNNER_TEMP="$tmp" GITHUB_OUTPUT="$tmp/gh_output" \
+     CKPTSCAN_CACHE_DIR="$tmp/cache" CKPTSCAN_PATHS="clean/safe.pkl" \
+     bash "$root/clients/github-action/run.sh"; then
+  if contains out.txt "the binaries built from these sources" && contains out.txt "verdict SAFE" &&
+     ! contains out.txt "Install ckptscan"; then
+    pass "$name"
+  else
+    fail "$name" "$(head -c 400 out.txt)"
+  fi
+fi
+
+# The example workflow installs git and git-lfs in its debian:12 container before checking out
+# with lfs: true (actions/checkout cannot fetch LFS files without git).
+name=ExampleWorkflowInstallsGitBeforeTheCheckout
+if "$py" -c '
+import sys
+t = open(sys.argv[1]).read()
+install = t.find("git-lfs")
+checkout = t.find("uses: actions/checkout")
+assert 0 <= install < checkout, (install, checkout)
+assert "apt-get install" in t[:checkout]
+assert "lfs: true" in t[checkout:]
+' "$root/clients/github-action/example-workflow.yml"; then
+  pass "$name"
+else
+  fail "$name" "git and git-lfs are not installed before actions/checkout"
+fi
+
 name=ActionWithoutABinaryFailsWithTwo
 run "$name" 2 env -i PATH="$PATH" RUNNER_TEMP="$tmp" CKPTSCAN_SKIP_INSTALL=1 CKPTSCAN_BIN=/nonexistent \
   bash "$root/clients/github-action/run.sh" && pass "$name"
@@ -109,7 +159,7 @@ name=ActionYamlRunsTheScriptAndUploadsSarif
 y="$root/clients/github-action/action.yml"
 if contains "$y" 'using: composite' && contains "$y" 'run.sh' &&
    contains "$y" 'github/codeql-action/upload-sarif@' && contains "$y" 'continue-on-error: true'; then
-  for input in paths fail-on format server include exclude unknown; do
+  for input in paths fail-on format server include exclude unknown allow rules-overlay args; do
     "$py" -c 'import re,sys; t=open(sys.argv[1]).read(); i=t.index("\ninputs:"); o=t.index("\noutputs:"); assert re.search(r"\n  "+re.escape(sys.argv[2])+r":\n", t[i:o]), sys.argv[2]' "$y" "$input" \
       || fail "$name" "input $input missing"
   done
