@@ -37,6 +37,9 @@ void Reader::Onnx(std::string_view data) {
       Anomaly(f.kind, "", 0, absl::StrCat(base::AbslView(f.where), ": ", base::AbslView(f.message)),
               /*must_flag=*/f.kind != "external_data", "onnx");
     }
+    if (!model->unverified.ok()) {
+      Error(model->unverified, absl::StrCat("onnx: ", model->unverified.message()), "", 0);
+    }
   } else {
     Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
   }

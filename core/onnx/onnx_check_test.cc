@@ -1,6 +1,7 @@
 #include "core/onnx/onnx_check.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/limit_status.h"
@@ -62,9 +63,14 @@ std::vector<std::string> Kinds(const onnx::ModelProto& m) {
   return out;
 }
 
+// The error a model is refused with, or the reason it is not verified, or "ok".
+std::string ErrorOf(std::string_view bytes, Limits limits = {}) {
+  absl::StatusOr<Model> r = Read(bytes, limits);
+  if (!r.ok()) return std::string(r.status().message());
+  return r->unverified.ok() ? "ok" : std::string(r->unverified.message());
+}
 std::string ErrorOf(const onnx::ModelProto& m, Limits limits = {}) {
-  absl::StatusOr<Model> r = Read(m.SerializeAsString(), limits);
-  return r.ok() ? "ok" : std::string(r.status().message());
+  return ErrorOf(m.SerializeAsString(), limits);
 }
 
 TEST(OnnxCheckTest, PlainModelHasNoFindings) {
@@ -167,6 +173,54 @@ TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
   l = Limits{};
   l.max_nodes = 5;
   EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_nodes"));
+}
+
+TEST(OnnxCheckTest, FunctionDefaultAttributesAreWalked) {
+  // FunctionProto.attribute_proto (onnx 1.13+): a default value whose tensor, sparse tensor or
+  // graph names external data is read by the runtime like any initializer.
+  onnx::ModelProto m = Relu();
+  onnx::FunctionProto* f = m.add_functions();
+  f->set_domain("local");
+  f->set_name("F");
+  onnx::AttributeProto* a = f->add_attribute_proto();
+  a->set_name("alpha");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  External(a->mutable_t(), "../../etc/passwd");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data_path"));
+
+  onnx::ModelProto sparse = Relu();
+  onnx::AttributeProto* s = sparse.add_functions()->add_attribute_proto();
+  s->set_type(onnx::AttributeProto::SPARSE_TENSOR);
+  External(s->mutable_sparse_tensor()->mutable_values(), "/etc/shadow");
+  EXPECT_THAT(Kinds(sparse), ElementsAre("external_data_path"));
+
+  onnx::ModelProto graph = Relu();
+  onnx::AttributeProto* g = graph.add_functions()->add_attribute_proto();
+  g->set_type(onnx::AttributeProto::GRAPH);
+  External(g->mutable_g()->add_initializer(), "/proc/self/environ");
+  EXPECT_THAT(Kinds(graph), ElementsAre("external_data_path"));
+}
+
+TEST(OnnxCheckTest, UnknownFieldsAnywhereAreNotVerified) {
+  // A field onnx 1.17 does not know, deep in the tree: kept by protobuf as an unknown field,
+  // which a later runtime may read. Not verified, whatever the findings.
+  onnx::ModelProto m = Relu();
+  m.mutable_graph()->mutable_initializer(0)->GetReflection()->MutableUnknownFields(
+      m.mutable_graph()->mutable_initializer(0))->AddLengthDelimited(99, "x");
+  EXPECT_THAT(ErrorOf(m), HasSubstr("does not know"));
+  EXPECT_THAT(ErrorOf(m), HasSubstr("initializer[0]"));
+  // An enum value the schema lacks is an unknown field too (proto2).
+  onnx::ModelProto e = Relu();
+  std::string bytes = e.SerializeAsString();
+  onnx::AttributeProto odd;
+  odd.set_name("k");
+  odd.GetReflection()->MutableUnknownFields(&odd)->AddVarint(20, 99);  // type 99
+  onnx::GraphProto g;
+  *g.add_node() = e.graph().node(0);
+  *g.mutable_node(0)->add_attribute() = odd;
+  *e.mutable_graph() = g;
+  EXPECT_THAT(ErrorOf(e), HasSubstr("does not know"));
+  EXPECT_EQ(ErrorOf(Relu()), "ok");
 }
 
 TEST(OnnxCheckTest, NotAModel) {
