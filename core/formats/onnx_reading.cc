@@ -43,6 +43,9 @@ void Reader::Onnx(std::string_view data) {
   } else {
     Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
   }
+  // A model whose first field is not ir_version may also be a pickle (an unknown field's tag
+  // and length are opcodes to pickle.load): that reading is judged too.
+  PickleReading(data, "(as pickle)", true);
   ZipInTail(data, "(after the model)");
 }
 

@@ -62,6 +62,26 @@ std::string_view EscapingLocation(std::string_view loc) {
   return "";
 }
 
+// Protobuf's default recursion limit: the deepest nesting of messages and groups its decoder
+// accepts (io::CodedInputStream, ParseContext).
+constexpr size_t kMaxProtobufNesting = 100;
+
+// Reads a varint of at most `max_bytes` bytes at *pos, as protobuf's decoder does (a varint
+// whose last allowed byte still has the continuation bit is malformed).
+bool Varint(std::string_view d, size_t* pos, uint64_t* out, size_t max_bytes = 10) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < max_bytes; ++i) {
+    if (*pos >= d.size()) return false;
+    const uint8_t b = static_cast<uint8_t>(d[(*pos)++]);
+    if (i < 10) v |= static_cast<uint64_t>(b & 0x7F) << (7 * i);
+    if (b < 0x80) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Walks the whole model, every message in it, on an explicit stack (one frame per nesting
 // level: protobuf bounded the nesting while decoding).
 class Walker {
@@ -305,12 +325,59 @@ class Walker {
 
 bool LooksLikeModel(std::string_view data) {
   // Field 1 (ir_version), wire type 0 (varint): tag byte 0x08, then a varint of at most 10
-  // bytes (onnx decodes any value; the differential found a large one).
-  if (data.size() < 2 || data[0] != '\x08') return false;
-  for (size_t i = 1; i < data.size() && i <= 10; ++i) {
-    if (static_cast<uint8_t>(data[i]) < 0x80) return true;
+  // bytes (onnx decodes any value; the differential found a large one). What protobuf writes.
+  if (data.size() >= 2 && data[0] == '\x08') {
+    for (size_t i = 1; i < data.size() && i <= 10; ++i) {
+      if (static_cast<uint8_t>(data[i]) < 0x80) return true;
+    }
   }
-  return false;
+  // Any other field order: the whole top level must be protobuf fields, as the decoder reads
+  // them (tags of at most 5 bytes, field numbers from 1, wire types 0 to 5, lengths within the
+  // bytes and below 2^31, groups closed by their own end tag), and one of them must carry a
+  // graph or a function, the parts a runtime reads other files for.
+  size_t pos = 0;
+  std::vector<uint64_t> groups;
+  bool carrier = false;
+  while (pos < data.size()) {
+    uint64_t tag = 0;
+    if (!Varint(data, &pos, &tag, /*max_bytes=*/5) || tag > UINT32_MAX) return false;
+    const uint64_t field = tag >> 3;
+    if (field == 0) return false;
+    uint64_t v = 0;
+    switch (tag & 7) {
+      case 0:
+        if (!Varint(data, &pos, &v)) return false;
+        break;
+      case 1:
+        if (data.size() - pos < 8) return false;
+        pos += 8;
+        break;
+      case 2:
+        if (!Varint(data, &pos, &v, 5) || v > INT32_MAX || v > data.size() - pos) return false;
+        pos += v;
+        if (groups.empty() && (field == onnx::ModelProto::kGraphFieldNumber ||
+                               field == onnx::ModelProto::kTrainingInfoFieldNumber ||
+                               field == onnx::ModelProto::kFunctionsFieldNumber)) {
+          carrier = true;
+        }
+        break;
+      case 3:
+        if (groups.size() >= kMaxProtobufNesting) return false;
+        groups.push_back(field);
+        break;
+      case 4:
+        if (groups.empty() || groups.back() != field) return false;
+        groups.pop_back();
+        break;
+      case 5:
+        if (data.size() - pos < 4) return false;
+        pos += 4;
+        break;
+      default:
+        return false;
+    }
+  }
+  return groups.empty() && carrier;
 }
 
 absl::StatusOr<Model> Read(std::string_view data, const Limits& limits) {

@@ -59,8 +59,12 @@ struct Model {
   absl::Status unverified;
 };
 
-// Whether `data` starts as a ModelProto serialized by protobuf does (field 1, ir_version, a
-// varint of any value): the cue to try this reading.
+// Whether `data` is to be read as a ModelProto: it starts with field 1 (ir_version) as
+// protobuf writes it (0x08 and a varint), or its top level is protobuf fields from the first
+// byte to the last (any order, unknown fields and groups included, as the runtimes' decoder
+// accepts them) among which a graph, a training_info or a function (fields 7, 20, 25, length
+// delimited). Reads the top level only: linear in the size, no allocation past the group
+// nesting (at most protobuf's recursion limit).
 bool LooksLikeModel(std::string_view data);
 
 // Decodes and walks a whole model. InvalidArgument for what is no model or is malformed,

@@ -220,7 +220,44 @@ TEST(OnnxCheckTest, UnknownFieldsAnywhereAreNotVerified) {
   *g.mutable_node(0)->add_attribute() = odd;
   *e.mutable_graph() = g;
   EXPECT_THAT(ErrorOf(e), HasSubstr("does not know"));
+  // A known field with another wire type is unknown to the decoder (ir_version as bytes).
+  const std::string wrong = std::string("\x0a\x01x", 3) + Relu().SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(wrong));
+  EXPECT_THAT(ErrorOf(wrong), HasSubstr("does not know"));
   EXPECT_EQ(ErrorOf(Relu()), "ok");
+}
+
+TEST(OnnxCheckTest, ModelsInAnyFieldOrderAreRecognised) {
+  onnx::ModelProto m = Relu();
+  onnx::ModelProto graph_only;
+  *graph_only.mutable_graph() = m.graph();
+  onnx::ModelProto rest = m;
+  rest.clear_graph();
+  // The graph first (0x3a), then the rest: the same model to protobuf.
+  const std::string graph_first = graph_only.SerializeAsString() + rest.SerializeAsString();
+  EXPECT_NE(graph_first[0], '\x08');
+  EXPECT_TRUE(LooksLikeModel(graph_first));
+  EXPECT_EQ(ErrorOf(graph_first), "ok");
+  // A 10-byte unknown field first (what pickle.load reads as opcodes): recognised, not verified.
+  const std::string unknown_first = std::string("\xfa\x01\x07JUNKJUN", 10) + m.SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(unknown_first));
+  EXPECT_THAT(ErrorOf(unknown_first), HasSubstr("does not know"));
+  // A group, closed: skipped by the decoder like any unknown field.
+  const std::string group = std::string("\x7b\x08\x01\x7c", 4) + m.SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(group));
+  // Not models: no graph, training_info or function at the top level; an unclosed group; a
+  // length past the end; field number 0; wire types 6 and 7; a tag of six bytes.
+  EXPECT_FALSE(LooksLikeModel(std::string("\x12\x01x", 3)));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x7b", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3a\x7f\x00", 3)));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x02\x00", 2) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3e", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3f", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(
+      LooksLikeModel(std::string("\xba\x80\x80\x80\x80\x00", 6) + graph_only.SerializeAsString()));
+  // JSON and text are never models (a JSON object's '{' opens a group its '}' cannot close).
+  EXPECT_FALSE(LooksLikeModel("{\"weight_map\": {}}"));
+  EXPECT_FALSE(LooksLikeModel("hello world\n"));
 }
 
 TEST(OnnxCheckTest, NotAModel) {
