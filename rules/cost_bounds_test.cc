@@ -204,9 +204,10 @@ TEST(CostBoundsTest, ANumpyScalarComesWithItsBytes) {
 }
 
 Evaluation Qtensor(int64_t numel, std::initializer_list<int64_t> size,
-                   std::initializer_list<int64_t> stride) {
+                   std::initializer_list<int64_t> stride,
+                   const std::string& storage_class = "QInt8Storage") {
   FactsBuilder b;
-  const NodeId storage = b.Storage("QInt8Storage", "0", numel);
+  const NodeId storage = b.Storage(storage_class, "0", numel);
   const NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
   b.Reduce(b.Global("torch._utils", "_rebuild_qtensor"),
            b.Tuple({storage, b.Int(0), b.IntTuple(size), b.IntTuple(stride),
@@ -223,6 +224,16 @@ TEST(CostBoundsTest, AQuantizedTensorLargerThanItsStorageIsError) {
   EXPECT_THAT(e.findings[0].message(), HasSubstr("68719476736 elements over a storage of 1"));
   ExpectSafe(Qtensor(12, {3, 4}, {4, 1}));
   ExpectSafe(Qtensor(12, {0}, {1}));
+}
+
+// The sub-byte dtypes' storages count bytes, each holding two (quint4x2) or four (quint2x4)
+// elements: torch 2.6 writes a 0-d view of such a tensor over its whole storage.
+TEST(CostBoundsTest, ASubByteQuantizedTensorFillsItsStorageBytes) {
+  ExpectSafe(Qtensor(3, {6}, {1}, "QUInt4x2Storage"));
+  ExpectSafe(Qtensor(3, {12}, {1}, "QUInt2x4Storage"));
+  ExpectCost(Qtensor(3, {7}, {1}, "QUInt4x2Storage"), "check CALL_CHECK_QTENSOR_ALLOCATION");
+  ExpectCost(Qtensor(3, {13}, {1}, "QUInt2x4Storage"), "check CALL_CHECK_QTENSOR_ALLOCATION");
+  ExpectCost(Qtensor(3, {6}, {1}, "QUInt8Storage"), "check CALL_CHECK_QTENSOR_ALLOCATION");
 }
 
 TEST(CostBoundsTest, AQuantizedTensorWhoseStorageStatesNoSizeIsError) {

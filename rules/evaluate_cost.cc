@@ -205,8 +205,17 @@ void RuleSet::Impl::Run::CallCheckCost(v1::CallCheck check, const std::vector<No
     hit("a quantized tensor whose storage does not state its element count");
     return;
   }
+  // The storage's element count is in bytes for the sub-byte dtypes, each byte holding two
+  // (quint4x2) or four (quint2x4) of the tensor's elements.
+  absl::int128 capacity = numel->i;
+  const Node* cls = internal::NodeAt(*g_, pid->items[1]);
+  if (cls != nullptr && cls->kind == Kind::kGlobal) {
+    const std::string name = internal::GlobalName(*g_, *cls);
+    if (absl::EndsWith(name, "QUInt4x2Storage")) capacity *= 2;
+    if (absl::EndsWith(name, "QUInt2x4Storage")) capacity *= 4;
+  }
   const std::optional<uint64_t> elements = Elements(*g_, *size);
-  if (elements.has_value() && absl::int128(*elements) > numel->i) {
+  if (elements.has_value() && absl::int128(*elements) > capacity) {
     hit(absl::StrCat(
         "a quantized tensor of ",
         *elements == UINT64_MAX ? std::string("2^64 or more") : absl::StrCat(*elements),
