@@ -44,8 +44,17 @@ bool ParseCount(std::string_view s, uint64_t* out) {
   return true;
 }
 
+// onnxruntime's marker for initializers already in its memory
+// (core/framework/tensorprotoutils.h): a tensor whose location is exactly this has its
+// `offset` taken as an address in the runtime's own process, read `length` bytes from.
+constexpr std::string_view kOrtMemoryAddressLocation = "*/_ORT_MEM_ADDR_/*";
+
 // Why a location may leave the model's folder, or "".
 std::string_view EscapingLocation(std::string_view loc) {
+  if (loc == kOrtMemoryAddressLocation) {
+    return "is onnxruntime's in-memory marker, whose offset the runtime reads as an address in "
+           "its own memory";
+  }
   if (loc.find('\0') != std::string_view::npos) return "holds a NUL";
   if (loc.find('\\') != std::string_view::npos) return "holds a backslash";
   if (!loc.empty() && loc[0] == '/') return "is absolute";

@@ -5,7 +5,8 @@
 // Judged (findings, by kind):
 //   - "external_data_path": a tensor's external data `location` that is absolute, holds "..",
 //     a NUL, a backslash or a drive letter, i.e. may leave the model's folder (CVE-2022-25882,
-//     CVE-2024-27318): onnx.load and onnxruntime read the file it names;
+//     CVE-2024-27318): onnx.load and onnxruntime read the file it names; or onnxruntime's
+//     in-memory marker "*/_ORT_MEM_ADDR_/*", whose offset it reads as an address;
 //   - "custom_domain": nodes of an operator domain outside ONNX's own ("", "ai.onnx",
 //     "ai.onnx.ml", "ai.onnx.preview.training") and not a function the model defines (domain,
 //     name and overload): a runtime runs them with operators registered by native libraries

@@ -175,6 +175,16 @@ TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
   EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_nodes"));
 }
 
+TEST(OnnxCheckTest, TheRuntimesMemoryAddressMarkerIsFlagged) {
+  // onnxruntime reads `offset` as a pointer when the location is its in-memory marker.
+  onnx::ModelProto m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), "*/_ORT_MEM_ADDR_/*", "4096", "8");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data_path"));
+  onnx::ModelProto near = Relu();
+  External(near.mutable_graph()->mutable_initializer(0), "_ORT_MEM_ADDR_.bin", "0", "8");
+  EXPECT_THAT(Kinds(near), ElementsAre("external_data"));
+}
+
 TEST(OnnxCheckTest, FunctionDefaultAttributesAreWalked) {
   // FunctionProto.attribute_proto (onnx 1.13+): a default value whose tensor, sparse tensor or
   // graph names external data is read by the runtime like any initializer.
