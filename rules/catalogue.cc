@@ -134,6 +134,15 @@ std::vector<RuleInfo> Build() {
                "an OrderedDict's or an object's attributes. Each allowlisted build target lists "
                "the states it accepts (`rules show`).",
                kSuspicious, v1::SEVERITY_HIGH},
+      RuleInfo{"call.cost", "Allowed call too costly to load",
+               "A call (or BUILD) of an allowlisted global has the shape its entry allows, but "
+               "an argument passes one of the entry's cost bounds (rules fields max_bytes, "
+               "max_int_bits, max_elements, max_sized_bytes, number_text, a call check, or the "
+               "rule set's cost_budget): loading it would take hours of CPU or gigabytes of "
+               "memory (Fraction('1e999999999'), a numpy array allocated from its shape alone), "
+               "or wrap numpy's item size around. The file is not verified (ERROR). If a stock "
+               "tool wrote it, report it with the value the message names.",
+               kError, v1::SEVERITY_MEDIUM},
       RuleInfo{"call.setitem", "SETITEM(S) on an object that is not an allowed mapping",
                "SETITEM/SETITEMS stores items into something that is neither a plain dict nor "
                "an object of an allowlisted setitem target (OrderedDict, defaultdict). On a "

@@ -51,7 +51,14 @@ bool RuleSet::Impl::Run::IsEmptyCall(const Node& n) const {
 bool RuleSet::Impl::Run::SpecMatches(NodeId id, const v1::ArgSpec& spec, int depth) {
   if (depth > kMaxSpecDepth) return false;
   for (int kind : spec.any_of()) {
-    if (ArgMatches(id, kind, spec, depth)) return true;
+    // Cost bounds passed inside an attempt that fails belong to no match.
+    const size_t hits = cost_hits_.size();
+    if (ArgMatches(id, kind, spec, depth)) {
+      const Node* n = internal::NodeAt(*g_, id);
+      if (n != nullptr) CheckCost(*n, kind, spec);
+      return true;
+    }
+    cost_hits_.resize(hits);
   }
   return false;
 }
@@ -207,6 +214,7 @@ bool RuleSet::Impl::Run::ShapeMatches(const v1::CallShape& s, v1::CallOp op,
   if (args.size() < s.min_args() || args.size() > s.max_args()) return false;
   if (has_kwargs && !s.kwargs()) return false;
   for (size_t i = 0; i < args.size(); ++i) {
+    arg_index_ = static_cast<int>(i);
     if (i < static_cast<size_t>(s.args_size())) {
       if (!SpecMatches(args[i], s.args(static_cast<int>(i)), 0)) return false;
     } else if (s.has_rest()) {

@@ -146,7 +146,11 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
   if (items != nullptr && !kwargs_broken) {
     for (const v1::CallShape& s : allowed->calls()) {
+      cost_hits_.clear();
       if (ShapeMatches(s, op, *items, has_kwargs)) {
+        CallCheckCost(s.check(), *items);
+        CostFinding(c, internal::GlobalName(ref));
+        CountArguments(c);
         if (s.has_applies()) Applied(c, s, *items, 0);
         return;
       }
@@ -194,7 +198,10 @@ void RuleSet::Impl::Run::Applied(const CallSite& c, const v1::CallShape& shape,
   if (allowed == nullptr) return;  // the global's own finding carries it
   if (depth < kMaxSpecDepth) {
     for (const v1::CallShape& s : allowed->calls()) {
+      cost_hits_.clear();
       if (ShapeMatches(s, v1::CALL_REDUCE, args->items, false)) {
+        CallCheckCost(s.check(), args->items);
+        CostFinding(c, internal::GlobalName(ref));
         if (s.has_applies()) Applied(c, s, args->items, depth + 1);
         return;
       }

@@ -213,7 +213,10 @@ bool RuleSet::Impl::Run::NumpyDtypeState(const std::vector<NodeId>& made_args, N
 
 void RuleSet::Impl::Run::BuildState(const CallSite& c, const Node& target,
                                     const v1::AllowedGlobal& allowed, const GlobalRef& ref) {
-  if (allowed.build_states().empty()) return;
+  if (allowed.build_states().empty()) {
+    CountArguments(c);
+    return;
+  }
   const CallSite& producer = g_->calls[target.ref];
   const Node* made = internal::NodeAt(*g_, producer.args);
   static const std::vector<NodeId> kNoArgs;
@@ -227,7 +230,11 @@ void RuleSet::Impl::Run::BuildState(const CallSite& c, const Node& target,
                 SpecMatches(made_args[static_cast<size_t>(i)], b.made_with(i), 1);
     }
     if (!made_ok) continue;
+    cost_hits_.clear();
+    arg_index_ = -1;
     if (SpecMatches(c.args, b.state(), 0) && Checked(b.check(), made_args, c.args, c.callee)) {
+      CostFinding(c, internal::GlobalName(ref));
+      CountArguments(c);
       return;
     }
     expected.push_back(SpecText(b.state()));

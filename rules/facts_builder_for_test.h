@@ -156,6 +156,22 @@ class FactsBuilder {
     return PersistentLoad(Tuple({Str("storage"), g, Str(key), Str("cpu"), Int(numel)}));
   }
 
+  // An int wider than 128 bits, as the VM keeps one read by LONG1/LONG4 ("<N-byte integer>").
+  NodeId WideInt(uint64_t bytes) {
+    pickle::Node n;
+    n.kind = pickle::Kind::kInt;
+    n.fits = false;
+    n.text = "<" + std::to_string(bytes) + "-byte integer>";
+    return Add(std::move(n));
+  }
+  // A str of `len` bytes of which the VM kept only `kept` (Limits::max_kept_string).
+  NodeId LongStr(std::string kept, uint64_t len) {
+    const NodeId id = Str(std::move(kept));
+    facts_.graph.nodes[id].len = len;
+    facts_.graph.nodes[id].truncated = true;
+    return id;
+  }
+
   pickle::PickleFacts& facts() { return facts_; }
   uint64_t offset() const { return offset_; }
 

@@ -154,6 +154,8 @@ void RuleSet::Impl::Run::Pickle(const PickleFacts& p, uint32_t index) {
   pickle_index_ = index;
   int_tuple_cache_.clear();
   grades_.clear();
+  argument_units_ = 0;
+  budget_reported_ = false;
   const Graph& g = *g_;
 
   // Facts come from another process: check every id once. An inconsistent graph is one

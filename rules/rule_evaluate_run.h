@@ -199,6 +199,31 @@ class RuleSet::Impl::Run {
 
   void Persistent(const CallSite& c);
 
+  // ---- cost bounds (evaluate_cost.cc)
+
+  // A bound a matched value passes: reported as call.cost when its call or BUILD matches.
+  struct CostHit {
+    int arg = -1;       // the argument's position; -1 for a BUILD state
+    std::string what;   // "an int of up to 1048584 bits"
+    std::string field;  // the rules field: "max_int_bits"
+    std::string bound;  // its value
+    std::string why;    // what the loader would do with it
+  };
+
+  // Records in cost_hits_ the bounds of `spec` that `n`, matched as `kind`, passes.
+  void CheckCost(const Node& n, int kind, const v1::ArgSpec& spec);
+  void NumberTextCost(const Node& n, const v1::NumberText& bounds);
+  // CallShape.check over a matched call's arguments.
+  void CallCheckCost(v1::CallCheck check, const std::vector<NodeId>& args);
+  // call.cost for the first of cost_hits_, if any.
+  void CostFinding(const CallSite& c, const std::string& name);
+  // Bytes of str/bytes and items of containers in a value and, one level down, in its items.
+  uint64_t ArgumentUnits(NodeId id, int depth) const;
+  // Adds a matched call's (or BUILD's) argument units to the pickle's count, and reports once
+  // per pickle when the count passes RuleSet.cost_budget.
+  void CountArguments(const CallSite& c);
+  static uint64_t SaturatingAdd(uint64_t a, uint64_t b);
+
   static constexpr size_t kMaxMemberBytes = 4096;
 
   const Impl& rules_;
@@ -211,6 +236,10 @@ class RuleSet::Impl::Run {
   uint32_t pickle_index_ = 0;
   std::vector<GlobalInfo> infos_;
   absl::flat_hash_map<NodeId, bool> int_tuple_cache_;
+  std::vector<CostHit> cost_hits_;  // of the shape or state being matched
+  int arg_index_ = -1;              // the argument being matched (-1: a BUILD state)
+  uint64_t argument_units_ = 0;     // CountArguments, per pickle
+  bool budget_reported_ = false;
   absl::flat_hash_map<std::string, Grade> grades_;
 
   Evaluation out_;

@@ -114,6 +114,11 @@ absl::StatusOr<std::shared_ptr<const RuleSet>> RuleSet::WithOverlay(const RuleSe
     }
     return "";
   };
+  if (overlay.has_cost_budget()) {
+    return Invalid(origin,
+                   "cost_budget: an overlay only adds entries; it cannot change the "
+                   "rules' cost budget");
+  }
   auto impl = std::make_unique<Impl>();
   impl->proto = base.proto();
   absl::flat_hash_set<std::pair<std::string, std::string>> seen;

@@ -1547,6 +1547,11 @@ std::vector<pickle::StreamFacts> EveryRuleScenario() {
     out.push_back(b.Stream());
   }
   {
+    FactsBuilder b;  // call.cost
+    b.Reduce(b.Global("fractions", "Fraction"), b.Tuple({b.Str("1e999999999")}));
+    out.push_back(b.Stream());
+  }
+  {
     FactsBuilder b;  // call.build_state
     NodeId od = b.Reduce(b.Global("collections", "OrderedDict"), b.Tuple({}));
     b.Build(od, b.Dict({b.Str("keys"), b.Int(1)}));
@@ -1611,6 +1616,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "call.shape",
                                        "call.build",
                                        "call.build_state",
+                                       "call.cost",
                                        "call.setitem",
                                        "call.append",
                                        "persid.shape",

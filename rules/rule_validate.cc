@@ -91,6 +91,30 @@ absl::Status ValidateSpec(std::string_view origin, const std::string& where,
     CKPT_RETURN_IF_ERROR(
         ValidateSpec(origin, absl::StrCat(where, " values"), spec.values(), depth + 1));
   }
+  // Cost bounds: each on the kind it measures, and never beside ARG_ANY, which would match the
+  // same value unbounded.
+  if (spec.has_max_bytes() && !Takes(spec, v1::ARG_STR) && !Takes(spec, v1::ARG_BYTES)) {
+    return Invalid(origin, absl::StrCat(where, ": max_bytes without ARG_STR or ARG_BYTES"));
+  }
+  if (spec.has_max_int_bits() && !Takes(spec, v1::ARG_INT)) {
+    return Invalid(origin, absl::StrCat(where, ": max_int_bits without ARG_INT"));
+  }
+  if (spec.has_max_elements() && !Takes(spec, v1::ARG_INT_TUPLE)) {
+    return Invalid(origin, absl::StrCat(where, ": max_elements without ARG_INT_TUPLE"));
+  }
+  if (spec.has_max_sized_bytes() && spec.str_sized_prefixes().empty()) {
+    return Invalid(origin, absl::StrCat(where, ": max_sized_bytes without str_sized_prefixes"));
+  }
+  if (spec.has_number_text() && !Takes(spec, v1::ARG_STR)) {
+    return Invalid(origin, absl::StrCat(where, ": number_text without ARG_STR"));
+  }
+  const bool bounded = spec.has_max_bytes() || spec.has_max_int_bits() || spec.has_max_elements() ||
+                       spec.has_max_sized_bytes() || spec.has_number_text();
+  if (bounded && Takes(spec, v1::ARG_ANY)) {
+    return Invalid(origin, absl::StrCat(where,
+                                        ": a cost bound beside ARG_ANY (which takes the same value "
+                                        "unbounded)"));
+  }
   const int dict_forms = static_cast<int>(!spec.keys().empty()) + static_cast<int>(spec.empty()) +
                          static_cast<int>(spec.str_keys());
   if (dict_forms > 1) {
@@ -168,6 +192,9 @@ absl::Status ValidateShape(std::string_view origin, const std::string& label, in
                                           " argument specs"));
     }
     CKPT_RETURN_IF_ERROR(ValidateSpec(origin, absl::StrCat(where, " rest"), s.rest(), 0));
+  }
+  if (!v1::CallCheck_IsValid(s.check())) {
+    return Invalid(origin, absl::StrCat(where, ": unknown check ", s.check()));
   }
   if (s.has_applies()) {
     const v1::Apply& a = s.applies();

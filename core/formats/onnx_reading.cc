@@ -37,9 +37,15 @@ void Reader::Onnx(std::string_view data) {
       Anomaly(f.kind, "", 0, absl::StrCat(base::AbslView(f.where), ": ", base::AbslView(f.message)),
               /*must_flag=*/f.kind != "external_data", "onnx");
     }
+    if (!model->unverified.ok()) {
+      Error(model->unverified, absl::StrCat("onnx: ", model->unverified.message()), "", 0);
+    }
   } else {
     Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
   }
+  // A model whose first field is not ir_version may also be a pickle (an unknown field's tag
+  // and length are opcodes to pickle.load): that reading is judged too.
+  PickleReading(data, "(as pickle)", true);
   ZipInTail(data, "(after the model)");
 }
 

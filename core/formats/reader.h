@@ -127,8 +127,9 @@ class Reader final {
   static const torch::DTypeInfo* GgmlDtype(std::string_view ggml);
 
   // An ONNX model (core/onnx/onnx_check.h): decoded with protobuf, its graphs walked for
-  // external data paths and operator domains. A zip in its tail (a length-delimited unknown
-  // field can carry any bytes) is read as for any file.
+  // external data paths and operator domains. The same bytes as pickle.load reads them, and a
+  // zip in its tail (a length-delimited unknown field can carry any bytes), are read as for
+  // any file.
   void Onnx(std::string_view data);
 
   // A safetensors file, validated strictly (core/safetensors/validator.h): only the header is

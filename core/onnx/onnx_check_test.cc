@@ -1,6 +1,7 @@
 #include "core/onnx/onnx_check.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/limit_status.h"
@@ -62,9 +63,14 @@ std::vector<std::string> Kinds(const onnx::ModelProto& m) {
   return out;
 }
 
+// The error a model is refused with, or the reason it is not verified, or "ok".
+std::string ErrorOf(std::string_view bytes, Limits limits = {}) {
+  absl::StatusOr<Model> r = Read(bytes, limits);
+  if (!r.ok()) return std::string(r.status().message());
+  return r->unverified.ok() ? "ok" : std::string(r->unverified.message());
+}
 std::string ErrorOf(const onnx::ModelProto& m, Limits limits = {}) {
-  absl::StatusOr<Model> r = Read(m.SerializeAsString(), limits);
-  return r.ok() ? "ok" : std::string(r.status().message());
+  return ErrorOf(m.SerializeAsString(), limits);
 }
 
 TEST(OnnxCheckTest, PlainModelHasNoFindings) {
@@ -167,6 +173,101 @@ TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
   l = Limits{};
   l.max_nodes = 5;
   EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_nodes"));
+}
+
+TEST(OnnxCheckTest, TheRuntimesMemoryAddressMarkerIsFlagged) {
+  // onnxruntime reads `offset` as a pointer when the location is its in-memory marker.
+  onnx::ModelProto m = Relu();
+  External(m.mutable_graph()->mutable_initializer(0), "*/_ORT_MEM_ADDR_/*", "4096", "8");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data_path"));
+  onnx::ModelProto near = Relu();
+  External(near.mutable_graph()->mutable_initializer(0), "_ORT_MEM_ADDR_.bin", "0", "8");
+  EXPECT_THAT(Kinds(near), ElementsAre("external_data"));
+}
+
+TEST(OnnxCheckTest, FunctionDefaultAttributesAreWalked) {
+  // FunctionProto.attribute_proto (onnx 1.13+): a default value whose tensor, sparse tensor or
+  // graph names external data is read by the runtime like any initializer.
+  onnx::ModelProto m = Relu();
+  onnx::FunctionProto* f = m.add_functions();
+  f->set_domain("local");
+  f->set_name("F");
+  onnx::AttributeProto* a = f->add_attribute_proto();
+  a->set_name("alpha");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  External(a->mutable_t(), "../../etc/passwd");
+  EXPECT_THAT(Kinds(m), ElementsAre("external_data_path"));
+
+  onnx::ModelProto sparse = Relu();
+  onnx::AttributeProto* s = sparse.add_functions()->add_attribute_proto();
+  s->set_type(onnx::AttributeProto::SPARSE_TENSOR);
+  External(s->mutable_sparse_tensor()->mutable_values(), "/etc/shadow");
+  EXPECT_THAT(Kinds(sparse), ElementsAre("external_data_path"));
+
+  onnx::ModelProto graph = Relu();
+  onnx::AttributeProto* g = graph.add_functions()->add_attribute_proto();
+  g->set_type(onnx::AttributeProto::GRAPH);
+  External(g->mutable_g()->add_initializer(), "/proc/self/environ");
+  EXPECT_THAT(Kinds(graph), ElementsAre("external_data_path"));
+}
+
+TEST(OnnxCheckTest, UnknownFieldsAnywhereAreNotVerified) {
+  // A field onnx 1.17 does not know, deep in the tree: kept by protobuf as an unknown field,
+  // which a later runtime may read. Not verified, whatever the findings.
+  onnx::ModelProto m = Relu();
+  m.mutable_graph()->mutable_initializer(0)->GetReflection()->MutableUnknownFields(
+      m.mutable_graph()->mutable_initializer(0))->AddLengthDelimited(99, "x");
+  EXPECT_THAT(ErrorOf(m), HasSubstr("does not know"));
+  EXPECT_THAT(ErrorOf(m), HasSubstr("initializer[0]"));
+  // An enum value the schema lacks is an unknown field too (proto2).
+  onnx::ModelProto e = Relu();
+  std::string bytes = e.SerializeAsString();
+  onnx::AttributeProto odd;
+  odd.set_name("k");
+  odd.GetReflection()->MutableUnknownFields(&odd)->AddVarint(20, 99);  // type 99
+  onnx::GraphProto g;
+  *g.add_node() = e.graph().node(0);
+  *g.mutable_node(0)->add_attribute() = odd;
+  *e.mutable_graph() = g;
+  EXPECT_THAT(ErrorOf(e), HasSubstr("does not know"));
+  // A known field with another wire type is unknown to the decoder (ir_version as bytes).
+  const std::string wrong = std::string("\x0a\x01x", 3) + Relu().SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(wrong));
+  EXPECT_THAT(ErrorOf(wrong), HasSubstr("does not know"));
+  EXPECT_EQ(ErrorOf(Relu()), "ok");
+}
+
+TEST(OnnxCheckTest, ModelsInAnyFieldOrderAreRecognised) {
+  onnx::ModelProto m = Relu();
+  onnx::ModelProto graph_only;
+  *graph_only.mutable_graph() = m.graph();
+  onnx::ModelProto rest = m;
+  rest.clear_graph();
+  // The graph first (0x3a), then the rest: the same model to protobuf.
+  const std::string graph_first = graph_only.SerializeAsString() + rest.SerializeAsString();
+  EXPECT_NE(graph_first[0], '\x08');
+  EXPECT_TRUE(LooksLikeModel(graph_first));
+  EXPECT_EQ(ErrorOf(graph_first), "ok");
+  // A 10-byte unknown field first (what pickle.load reads as opcodes): recognised, not verified.
+  const std::string unknown_first = std::string("\xfa\x01\x07JUNKJUN", 10) + m.SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(unknown_first));
+  EXPECT_THAT(ErrorOf(unknown_first), HasSubstr("does not know"));
+  // A group, closed: skipped by the decoder like any unknown field.
+  const std::string group = std::string("\x7b\x08\x01\x7c", 4) + m.SerializeAsString();
+  EXPECT_TRUE(LooksLikeModel(group));
+  // Not models: no graph, training_info or function at the top level; an unclosed group; a
+  // length past the end; field number 0; wire types 6 and 7; a tag of six bytes.
+  EXPECT_FALSE(LooksLikeModel(std::string("\x12\x01x", 3)));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x7b", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3a\x7f\x00", 3)));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x02\x00", 2) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3e", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(LooksLikeModel(std::string("\x3f", 1) + graph_only.SerializeAsString()));
+  EXPECT_FALSE(
+      LooksLikeModel(std::string("\xba\x80\x80\x80\x80\x00", 6) + graph_only.SerializeAsString()));
+  // JSON and text are never models (a JSON object's '{' opens a group its '}' cannot close).
+  EXPECT_FALSE(LooksLikeModel("{\"weight_map\": {}}"));
+  EXPECT_FALSE(LooksLikeModel("hello world\n"));
 }
 
 TEST(OnnxCheckTest, NotAModel) {

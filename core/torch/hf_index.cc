@@ -1,178 +1,168 @@
 #include "core/torch/hf_index.h"
 
-#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/escape.h"
-#include "base/json_cursor.h"
+#include "base/json_python.h"
 #include "base/limit_status.h"
 #include "base/strings.h"
-#include "nlohmann/json.hpp"
+#include "core/onnx/onnx_check.h"
 
 namespace ckptscan::torch {
 namespace {
 
-using Json = nlohmann::json;
 using base::AbslView;
-
-bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::string Esc(std::string_view s) {
   return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
 }
 
-// A state machine over SAX events. Nesting is bounded: the known members have fixed depth and
-// skipped values are tracked on an explicit stack of at most IndexLimits::max_depth levels.
-class IndexHandler final : public nlohmann::json_sax<Json> {
+// A state machine over the document's values, read as Python's json.loads reads them
+// (base/json_python.h): a repeated key is no error, the last value wins, as in the dict
+// transformers gets. Nesting is bounded by the parser (IndexLimits::max_depth).
+class IndexHandler final : public base::JsonSink {
  public:
-  IndexHandler(const IndexLimits& limits, const char* base, const char* const* cursor,
-               ShardIndex* index, std::string* quant_method)
-      : limits_(limits), base_(base), cursor_(cursor), index_(index), quant_method_(quant_method) {}
+  IndexHandler(const IndexLimits& limits, ShardIndex* index, std::string* quant_method)
+      : limits_(limits), index_(index), quant_method_(quant_method) {}
 
-  const absl::Status& status() const { return status_; }
   bool saw_weight_map() const { return saw_weight_map_; }
-  uint64_t error_offset() const { return error_offset_; }
 
-  bool null() override { return Scalar("null"); }
-  bool boolean(bool) override { return Scalar("a boolean"); }
-  bool number_integer(number_integer_t) override { return Scalar("a number"); }
-  bool number_unsigned(number_unsigned_t v) override {
+  absl::Status Null(uint64_t) override { return Scalar("null"); }
+  absl::Status Bool(bool, uint64_t) override { return Scalar("a boolean"); }
+  absl::Status Number(const base::JsonNumber& n, uint64_t) override {
     if (state_ == State::kTotalSize) {
-      index_->has_total_size = true;
-      index_->total_size = v;
+      // A count: a non-negative integer; anything else is kept as metadata, not read.
+      index_->has_total_size = n.unsigned_value.has_value();
+      index_->total_size = n.unsigned_value.value_or(0);
       state_ = State::kMetaKey;
-      return true;
+      return absl::OkStatus();
     }
     return Scalar("a number");
   }
-  bool number_float(number_float_t, const string_t&) override { return Scalar("a number"); }
-  bool binary(binary_t&) override { return Scalar("binary data"); }
 
-  bool string(string_t& s) override {
+  absl::Status String(std::string s, uint64_t) override {
     if (state_ == State::kQuantMethod) {
       *quant_method_ = IsPlainQuantMethod(s) ? s : std::string();
       state_ = State::kQuantKey;
-      return true;
+      return absl::OkStatus();
     }
     if (state_ != State::kMapValue) return Scalar("a string");
     if (absl::Status ok = CheckShardFileName(s); !ok.ok()) {
-      return Fail(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)), "\"]: ", ok.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight_map[\"", AbslView(Esc(pending_)), "\"]: ", ok.message()));
     }
-    index_->weight_map.emplace_back(std::move(pending_), s);
+    // A name given again keeps its place and takes the later file (a dict's assignment).
+    const auto [it, inserted] = names_.emplace(pending_, index_->weight_map.size());
+    if (inserted) {
+      index_->weight_map.emplace_back(std::move(pending_), std::move(s));
+    } else {
+      index_->weight_map[it->second].second = std::move(s);
+    }
     state_ = State::kMapKey;
-    return true;
+    return absl::OkStatus();
   }
 
-  bool start_object(std::size_t) override {
+  absl::Status StartObject(uint64_t) override {
     switch (state_) {
       case State::kTop:
         state_ = State::kTopKey;
-        keys_.emplace_back();
-        return true;
+        return absl::OkStatus();
       case State::kMapStart:
+        // weight_map given again: the later object replaces the earlier one.
+        index_->weight_map.clear();
+        names_.clear();
         state_ = State::kMapKey;
-        return true;
+        return absl::OkStatus();
       case State::kMetaStart:
+        index_->has_total_size = false;
+        index_->total_size = 0;
         state_ = State::kMetaKey;
-        keys_.emplace_back();
-        return true;
+        return absl::OkStatus();
       case State::kQuantStart:
         state_ = State::kQuantKey;
-        keys_.emplace_back();
-        return true;
+        return absl::OkStatus();
       default:
-        return Open(/*object=*/true, "an object");
+        return Open("an object");
     }
   }
-  bool start_array(std::size_t) override { return Open(/*object=*/false, "an array"); }
+  absl::Status StartArray(uint64_t) override { return Open("an array"); }
 
-  bool key(string_t& k) override {
+  absl::Status Key(std::string k, uint64_t) override {
     switch (state_) {
       case State::kTopKey:
-        if (!keys_.back().insert(k).second) return Fail(Dup("", k));
         if (k == "weight_map") {
           saw_weight_map_ = true;
           state_ = State::kMapStart;
         } else if (k == "metadata") {
           state_ = State::kMetaStart;
         } else if (k == "quantization_config") {
+          quant_method_->clear();  // a later quantization_config replaces an earlier one
           state_ = State::kQuantStart;
         } else {
           Skip(State::kTopKey);
         }
-        return true;
+        return absl::OkStatus();
       case State::kMetaKey:
-        if (!keys_.back().insert(k).second) return Fail(Dup("metadata", k));
         if (k == "total_size") {
           state_ = State::kTotalSize;
         } else {
           Skip(State::kMetaKey);
         }
-        return true;
+        return absl::OkStatus();
       case State::kQuantKey:
-        if (!keys_.back().insert(k).second) return Fail(Dup("quantization_config", k));
         if (k == "quant_method") {
+          quant_method_->clear();
           state_ = State::kQuantMethod;
         } else {
           Skip(State::kQuantKey);
         }
-        return true;
+        return absl::OkStatus();
       case State::kMapKey:
-        if (!names_.insert(k).second) return Fail(Dup("weight_map", k));
-        if (names_.size() > limits_.max_entries) {
-          return Limit(absl::StrCat("weight_map has more than ", limits_.max_entries,
-                                    " entries (IndexLimits::max_entries)"),
-                       "max_entries", limits_.max_entries);
+        if (!names_.contains(k) && names_.size() >= limits_.max_entries) {
+          return base::LimitError(absl::StrCat("weight_map has more than ", limits_.max_entries,
+                                               " entries (IndexLimits::max_entries)"),
+                                  "max_entries", limits_.max_entries);
         }
         if (k.size() > limits_.max_name_bytes) {
-          return Limit(absl::StrCat("a weight_map name of ", k.size(), " bytes is over ",
-                                    limits_.max_name_bytes, " (IndexLimits::max_name_bytes)"),
-                       "max_name_bytes", limits_.max_name_bytes);
+          return base::LimitError(
+              absl::StrCat("a weight_map name of ", k.size(), " bytes is over ",
+                           limits_.max_name_bytes, " (IndexLimits::max_name_bytes)"),
+              "max_name_bytes", limits_.max_name_bytes);
         }
         pending_ = std::move(k);
         state_ = State::kMapValue;
-        return true;
+        return absl::OkStatus();
       case State::kSkip:
-        if (!skip_.back().object) return Fail("unexpected key");
-        if (!skip_.back().keys.insert(k).second) return Fail(Dup("a nested object", k));
-        return true;
+        return absl::OkStatus();
       default:
-        return Fail("unexpected key");
+        return absl::InvalidArgumentError("unexpected key");
     }
   }
 
-  bool end_object() override {
+  absl::Status EndObject(uint64_t) override {
     switch (state_) {
       case State::kTopKey:
-        keys_.pop_back();
         state_ = State::kDone;
-        return true;
+        return absl::OkStatus();
       case State::kMapKey:
-        state_ = State::kTopKey;
-        return true;
       case State::kMetaKey:
       case State::kQuantKey:
-        keys_.pop_back();
         state_ = State::kTopKey;
-        return true;
+        return absl::OkStatus();
       case State::kSkip:
         return Close();
       default:
-        return Fail("unexpected end of object");
+        return absl::InvalidArgumentError("unexpected end of object");
     }
   }
-  bool end_array() override {
+  absl::Status EndArray(uint64_t) override {
     if (state_ == State::kSkip) return Close();
-    return Fail("unexpected end of array");
-  }
-
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    status_ = base::JsonSyntaxError(position, ex.what(), &error_offset_);
-    return false;
+    return absl::InvalidArgumentError("unexpected end of array");
   }
 
  private:
@@ -191,27 +181,6 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
     kSkip,
     kDone,
   };
-  struct Skipped {
-    bool object;
-    std::set<std::string> keys;
-  };
-
-  uint64_t Pos() const { return static_cast<uint64_t>(*cursor_ - base_); }
-
-  bool Fail(std::string_view what) {
-    error_offset_ = Pos();
-    status_ = absl::InvalidArgumentError(std::string(what));
-    return false;
-  }
-  bool Limit(std::string_view what, std::string_view limit, uint64_t value) {
-    error_offset_ = Pos();
-    status_ = base::LimitError(what, limit, value);
-    return false;
-  }
-  static std::string Dup(std::string_view where, std::string_view k) {
-    return absl::StrCat("duplicate key \"", AbslView(Esc(k)), "\"", where.empty() ? "" : " in ",
-                        AbslView(where));
-  }
 
   void Skip(State back) {
     back_ = back;
@@ -219,74 +188,73 @@ class IndexHandler final : public nlohmann::json_sax<Json> {
   }
 
   // A scalar: the value of a skipped member, or out of place.
-  bool Scalar(std::string_view what) {
+  absl::Status Scalar(std::string_view what) {
     switch (state_) {
       case State::kSkip:
-        if (skip_.empty()) state_ = back_;
-        return true;
+        if (skipped_ == 0) state_ = back_;
+        return absl::OkStatus();
       case State::kTotalSize:  // another type: kept as metadata, not read
+        index_->has_total_size = false;
+        index_->total_size = 0;
         state_ = State::kMetaKey;
-        return true;
+        return absl::OkStatus();
       case State::kQuantStart:  // not an object (null, say): nothing declared
         state_ = State::kTopKey;
-        return true;
+        return absl::OkStatus();
       case State::kQuantMethod:  // not a string: nothing declared
         state_ = State::kQuantKey;
-        return true;
+        return absl::OkStatus();
       case State::kMapStart:
-        return Fail(absl::StrCat("weight_map must be an object, not ", AbslView(what)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("weight_map must be an object, not ", AbslView(what)));
       case State::kMetaStart:
-        return Fail(absl::StrCat("metadata must be an object, not ", AbslView(what)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("metadata must be an object, not ", AbslView(what)));
       case State::kMapValue:
-        return Fail(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)),
-                                 "\"] must be a file name (a string), not ", AbslView(what)));
+        return absl::InvalidArgumentError(absl::StrCat("weight_map[\"", AbslView(Esc(pending_)),
+                                                       "\"] must be a file name (a string), not ",
+                                                       AbslView(what)));
       default:
-        return Fail(absl::StrCat("unexpected ", AbslView(what)));
+        return absl::InvalidArgumentError(absl::StrCat("unexpected ", AbslView(what)));
     }
   }
 
-  bool Open(bool object, std::string_view what) {
-    if (state_ == State::kTotalSize) Skip(State::kMetaKey);
+  absl::Status Open(std::string_view what) {
+    if (state_ == State::kTotalSize) {
+      index_->has_total_size = false;
+      index_->total_size = 0;
+      Skip(State::kMetaKey);
+    }
     if (state_ == State::kQuantStart) Skip(State::kTopKey);
     if (state_ == State::kQuantMethod) Skip(State::kQuantKey);
     if (state_ != State::kSkip) return Scalar(what);
-    if (skip_.size() >= limits_.max_depth) {
-      return Limit(absl::StrCat("values nested deeper than ", limits_.max_depth,
-                                " (IndexLimits::max_depth)"),
-                   "max_depth", limits_.max_depth);
-    }
-    skip_.push_back(Skipped{object, {}});
-    return true;
+    ++skipped_;  // the parser bounds the depth
+    return absl::OkStatus();
   }
 
-  bool Close() {
-    skip_.pop_back();
-    if (skip_.empty()) state_ = back_;
-    return true;
+  absl::Status Close() {
+    --skipped_;
+    if (skipped_ == 0) state_ = back_;
+    return absl::OkStatus();
   }
 
   const IndexLimits& limits_;
-  const char* base_;
-  const char* const* cursor_;
   ShardIndex* index_;
   std::string* quant_method_;
   State state_ = State::kTop;
   State back_ = State::kTop;
-  std::vector<std::set<std::string>> keys_;  // keys seen at the top level and in metadata
-  std::vector<Skipped> skip_;
-  std::set<std::string> names_;
+  uint32_t skipped_ = 0;                            // open containers of the skipped value
+  absl::flat_hash_map<std::string, size_t> names_;  // weight_map name -> its entry
   std::string pending_;
   bool saw_weight_map_ = false;
-  absl::Status status_;
-  uint64_t error_offset_ = 0;
 };
 
 }  // namespace
 
 bool LooksLikeJson(std::string_view data) {
-  size_t i = 0;
-  while (i < data.size() && IsJsonSpace(data[i])) ++i;
-  return i < data.size() && data[i] == '{';
+  // Bytes whose top level is also a ModelProto (UTF-16 text can hold any byte pairs) are read
+  // as the model: onnxruntime loads them, and that reading never passes a file it cannot verify.
+  return base::StartsWithJsonObject(data) && !onnx_check::LooksLikeModel(data);
 }
 
 void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts* out) {
@@ -299,18 +267,12 @@ void ReadShardIndex(std::string_view data, const IndexLimits& limits, FileFacts*
     return;
   }
   ShardIndex index;
-  const char* cursor = data.data();
-  IndexHandler handler(limits, data.data(), &cursor, &index, &out->quant_method);
-  const bool ok = Json::sax_parse(base::JsonCursor(data.data(), &cursor),
-                                  base::JsonCursor(data.data() + data.size(), &cursor), &handler,
-                                  nlohmann::detail::input_format_t::json, /*strict=*/true,
-                                  /*ignore_comments=*/false);
-  if (!ok) {
+  IndexHandler handler(limits, &index, &out->quant_method);
+  uint64_t offset = 0;
+  const absl::Status s = base::ParsePythonJson(data, limits.max_depth, &handler, &offset);
+  if (!s.ok()) {
     out->quant_method.clear();  // not JSON that transformers would read
-    const absl::Status& s = handler.status();
-    out->errors.push_back(StatusError(
-        s, absl::StrCat("JSON: ", s.ok() ? absl::string_view("the parser stopped") : s.message()),
-        "", handler.error_offset()));
+    out->errors.push_back(StatusError(s, absl::StrCat("JSON: ", s.message()), "", offset));
     return;
   }
   // Valid JSON without a weight_map: a JSON document (data; its auto_map and chat_template are

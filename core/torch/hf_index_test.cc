@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -80,10 +82,16 @@ TEST(HfIndexTest, AConfigsQuantizationMethodIsReadAsAPlainNameOnly) {
                               std::string(kMaxQuantMethodBytes + 1, 'a'), R"("}})"))
                 .quant_method,
             "");
-  // A duplicate key inside it is an error like anywhere else, and invalid JSON keeps nothing.
+  // A repeated key: the last value wins (Python's dict), and invalid JSON keeps nothing.
   f = Read(R"({"quantization_config": {"quant_method": "awq", "quant_method": "gptq"}})");
-  ExpectError(f, v1::ERROR_CODE_MALFORMED, "duplicate key");
-  EXPECT_EQ(f.quant_method, "");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.quant_method, "gptq");
+  EXPECT_EQ(
+      Read(R"({"quantization_config": {"quant_method": "awq", "quant_method": 4}})").quant_method,
+      "");
+  EXPECT_EQ(Read(R"({"quantization_config": {"quant_method": "awq"}, "quantization_config": {}})")
+                .quant_method,
+            "");
   EXPECT_EQ(Read(R"({"quantization_config": {"quant_method": "awq"}, )").quant_method, "");
 }
 
@@ -93,15 +101,49 @@ TEST(HfIndexTest, ATotalSizeThatIsNotACountIsNotRead) {
   EXPECT_FALSE(f.shard_index.has_total_size);
 }
 
-TEST(HfIndexTest, DuplicateKeysAreErrorsAtEveryLevel) {
-  ExpectError(Read(R"({"weight_map": {}, "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
-              "duplicate key");
-  ExpectError(Read(R"({"weight_map": {"a": "s.bin", "a": "t.bin"}})"), v1::ERROR_CODE_MALFORMED,
-              "duplicate key \"a\" in weight_map");
-  ExpectError(Read(R"({"metadata": {"k": 1, "k": 2}, "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
-              "in metadata");
-  ExpectError(Read(R"({"x": [{"k": 1, "k": 2}], "weight_map": {}})"), v1::ERROR_CODE_MALFORMED,
-              "in a nested object");
+// transformers reads the index with json.load: a repeated key is no error, its last value
+// wins and keeps the first one's place.
+TEST(HfIndexTest, RepeatedKeysTakeTheLastValueAsPythonDoes) {
+  FileFacts f = Read(R"({"weight_map": {"a": "s.bin"}, "weight_map": {"b": "t.bin"}})");
+  ASSERT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.shard_index.weight_map,
+            (std::vector<std::pair<std::string, std::string>>{{"b", "t.bin"}}));
+  f = Read(R"({"weight_map": {"a": "s.bin", "b": "u.bin", "a": "t.bin"}})");
+  ASSERT_TRUE(f.errors.empty());
+  EXPECT_EQ(f.shard_index.weight_map,
+            (std::vector<std::pair<std::string, std::string>>{{"a", "t.bin"}, {"b", "u.bin"}}));
+  f = Read(R"({"metadata": {"total_size": 8, "total_size": "x"}, "weight_map": {}})");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_FALSE(f.shard_index.has_total_size);
+  f = Read(R"({"metadata": {"total_size": 8}, "metadata": {}, "weight_map": {}})");
+  EXPECT_FALSE(f.shard_index.has_total_size);
+  EXPECT_TRUE(Read(R"({"x": [{"k": 1, "k": 2}], "weight_map": {}})").errors.empty());
+  // A repeated name counts once towards max_entries.
+  IndexLimits small;
+  small.max_entries = 1;
+  EXPECT_TRUE(Read(R"({"weight_map": {"a": "s", "a": "t"}})", small).errors.empty());
+}
+
+// json.loads(bytes): a UTF-8 BOM, UTF-16 and UTF-32 are decoded; NaN and Infinity are numbers.
+TEST(HfIndexTest, TheIndexIsReadAsPythonsJsonReadsBytes) {
+  const std::string utf8 = R"({"metadata": {"total_size": 4}, "weight_map": {"w": "s.bin"}})";
+  std::string utf16;
+  for (char c : utf8) {
+    utf16.push_back(c);
+    utf16.push_back('\0');
+  }
+  for (const std::string& json : {"\xEF\xBB\xBF" + utf8, utf16, "\xFF\xFE" + utf16}) {
+    ASSERT_TRUE(LooksLikeJson(json));
+    const FileFacts f = Read(json);
+    ASSERT_TRUE(f.errors.empty()) << f.errors[0].message();
+    EXPECT_EQ(f.format, "hf-index");
+    EXPECT_EQ(f.shard_index.total_size, 4u);
+    EXPECT_EQ(f.shard_index.weight_map.size(), 1u);
+  }
+  const FileFacts f =
+      Read(R"({"metadata": {"total_size": NaN, "x": -Infinity}, "weight_map": {}})");
+  EXPECT_TRUE(f.errors.empty());
+  EXPECT_FALSE(f.shard_index.has_total_size);
 }
 
 TEST(HfIndexTest, ShardFileNamesMustStayInTheIndexDirectory) {
@@ -123,7 +165,7 @@ TEST(HfIndexTest, WrongTypesAreErrors) {
               "metadata must be an object");
 }
 
-TEST(HfIndexTest, OnlyStrictJsonIsAccepted) {
+TEST(HfIndexTest, OnlyWhatPythonReadsIsAccepted) {
   const FileFacts trailing = Read(R"({"weight_map": {}} x)");
   ExpectError(trailing, v1::ERROR_CODE_MALFORMED, "not valid JSON");
   EXPECT_EQ(trailing.errors[0].location().offset(), 19u);
@@ -180,6 +222,8 @@ TEST(HfIndexTest, OnlyAnObjectLooksLikeJson) {
   EXPECT_FALSE(LooksLikeJson("[1]"));
   EXPECT_FALSE(LooksLikeJson("\x80\x02}q\x00."));
   EXPECT_FALSE(LooksLikeJson("   "));
+  EXPECT_TRUE(LooksLikeJson("\xEF\xBB\xBF\n{"));
+  EXPECT_TRUE(LooksLikeJson(std::string("\0\0\0{", 4)));
 }
 
 }  // namespace

@@ -75,5 +75,55 @@ TEST(KerasConfigTest, FindingsPointAtTheObject) {
   EXPECT_EQ(f[0].offset, json.find("{\"module\""));
 }
 
+// Keras reads config.json with json.loads(bytes): what Python accepts is judged, never refused.
+TEST(KerasConfigTest, AConfigPythonReadsIsJudgedWhateverItsEncoding) {
+  const std::string lambda = R"({"class_name": "Lambda", "config": {"x": NaN}})";
+  EXPECT_THAT(Kinds("\xEF\xBB\xBF" + lambda), ElementsAre("lambda"));
+  std::string utf16be;
+  for (char c : lambda) {
+    utf16be.push_back('\0');
+    utf16be.push_back(c);
+  }
+  EXPECT_THAT(Kinds(utf16be), ElementsAre("lambda"));
+  // An escaped name is the name; a lone surrogate elsewhere is no error.
+  EXPECT_THAT(Kinds(R"({"class_name": "\u004cambda", "config": {"n": "\ud800"}})"),
+              ElementsAre("lambda"));
+}
+
+// A repeated key: Keras gets the last value (a dict), so the object is judged by it.
+TEST(KerasConfigTest, ARepeatedKeyIsJudgedByItsLastValue) {
+  EXPECT_THAT(Kinds(R"({"class_name": "Dense", "class_name": "Lambda", "config": {}})"),
+              ElementsAre("lambda"));
+  EXPECT_THAT(Kinds(R"({"class_name": "Lambda", "class_name": "Dense", "config": {}})"), IsEmpty());
+  EXPECT_THAT(
+      Kinds(R"({"module": "keras.layers", "class_name": "Dense", "module": "os", "config": {}})"),
+      ElementsAre("dangerous_object"));
+  EXPECT_THAT(
+      Kinds(R"({"module": "os", "class_name": "Dense", "module": "keras.layers", "config": {}})"),
+      IsEmpty());
+  // A class_name that ends up no string names nothing Keras builds by name.
+  EXPECT_THAT(Kinds(R"({"class_name": "Lambda", "class_name": null, "config": {}})"), IsEmpty());
+}
+
+TEST(KerasConfigTest, RepeatedAutoMapAndTemplatesKeepTheLastValue) {
+  RepoJson repo;
+  uint64_t offset = 0;
+  ASSERT_TRUE(ReadRepoJson(R"({"auto_map": {"AutoModel": "a.B", "AutoModel": "c.D"},)"
+                           R"( "chat_template": "x", "chat_template": "{{ y }}"})",
+                           IndexLimits{}, &repo, &offset)
+                  .ok());
+  ASSERT_EQ(repo.auto_map.size(), 1u);
+  EXPECT_EQ(repo.auto_map[0].second, "c.D");
+  EXPECT_EQ(repo.auto_map_total, 1u);
+  ASSERT_EQ(repo.templates.size(), 1u);
+  EXPECT_EQ(repo.templates[0].text, "{{ y }}");
+  EXPECT_EQ(repo.templates[0].offset, 94u);
+  repo = RepoJson{};
+  ASSERT_TRUE(ReadRepoJson(R"({"auto_map": {"AutoModel": "a.B"}, "auto_map": null})", IndexLimits{},
+                           &repo, &offset)
+                  .ok());
+  EXPECT_TRUE(repo.auto_map.empty());
+}
+
 }  // namespace
 }  // namespace ckptscan::torch

@@ -1,47 +1,30 @@
 #include "core/torch/repo_json.h"
 
-#include <set>
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/escape.h"
-#include "base/json_cursor.h"
+#include "base/json_python.h"
 #include "base/limit_status.h"
-#include "base/strings.h"
 #include "core/torch/file_facts.h"
-#include "nlohmann/json.hpp"
 
 namespace ckptscan::torch {
 namespace {
 
-using Json = nlohmann::json;
-using base::AbslView;
-
-std::string Esc(std::string_view s) {
-  return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
-}
-
-// Every value is tracked by its path of frames (an explicit stack, at most max_depth deep);
-// only the few paths that matter are looked at.
-class RepoJsonHandler final : public nlohmann::json_sax<Json> {
+// Every value is tracked by its path of frames (an explicit stack, bounded by the parser at
+// max_depth); only the few paths that matter are looked at. A repeated key is read as Python's
+// dict keeps it: the last value wins, so a key's earlier value is dropped when it comes again.
+class RepoJsonHandler final : public base::JsonSink {
  public:
-  RepoJsonHandler(const IndexLimits& limits, std::string_view data, const char* const* cursor,
-                  RepoJson* out, bool objects)
-      : limits_(limits), data_(data), cursor_(cursor), out_(out), objects_(objects) {}
+  RepoJsonHandler(RepoJson* out, bool objects) : out_(out), objects_(objects) {}
 
-  const absl::Status& status() const { return status_; }
-  uint64_t error_offset() const { return error_offset_; }
+  absl::Status Null(uint64_t) override { return absl::OkStatus(); }
+  absl::Status Bool(bool, uint64_t) override { return absl::OkStatus(); }
+  absl::Status Number(const base::JsonNumber&, uint64_t) override { return absl::OkStatus(); }
 
-  bool null() override { return Value(); }
-  bool boolean(bool) override { return Value(); }
-  bool number_integer(number_integer_t) override { return Value(); }
-  bool number_unsigned(number_unsigned_t) override { return Value(); }
-  bool number_float(number_float_t, const string_t&) override { return Value(); }
-  bool binary(binary_t&) override { return Value(); }
-
-  bool string(string_t& s) override {
+  absl::Status String(std::string s, uint64_t offset) override {
     const size_t n = frames_.size();
     if (objects_ && n > 0 && frames_.back().object) {
       Frame& f = frames_.back();
@@ -60,95 +43,82 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
         (n == 2 || (n == 3 && !frames_[2].object))) {
       ++out_->auto_map_total;
       if (out_->auto_map.size() < kMaxAutoMapEntries) {
-        out_->auto_map.emplace_back(frames_[1].key, s);
+        out_->auto_map.emplace_back(frames_[1].key, std::move(s));
       }
     } else if (n == 1 && frames_[0].key == "chat_template") {
-      out_->templates.push_back(JsonTemplate{"default", s, StringStart()});
+      out_->templates.push_back(JsonTemplate{"default", std::move(s), offset});
     } else if (n == 3 && frames_[0].key == "chat_template" && !frames_[1].object &&
                frames_[2].object) {
       if (frames_[2].key == "template") {
-        item_template_ = JsonTemplate{"", s, StringStart()};
+        item_template_ = JsonTemplate{"", std::move(s), offset};
         has_item_template_ = true;
       } else if (frames_[2].key == "name") {
-        item_name_ = s;
+        item_name_ = std::move(s);
       }
     }
-    return Value();
+    return absl::OkStatus();
   }
 
-  bool start_object(std::size_t) override { return Open(true); }
-  bool start_array(std::size_t) override { return Open(false); }
-  bool key(string_t& k) override {
-    if (frames_.empty() || !frames_.back().object) return Fail("unexpected key");
-    Frame& f = frames_.back();
-    if (!f.keys.insert(k).second) {
-      return Fail(absl::StrCat("duplicate key \"", AbslView(Esc(k)), "\""));
+  absl::Status StartObject(uint64_t offset) override { return Open(true, offset); }
+  absl::Status StartArray(uint64_t offset) override { return Open(false, offset); }
+
+  absl::Status Key(std::string k, uint64_t offset) override {
+    if (frames_.empty() || !frames_.back().object) {
+      return absl::InvalidArgumentError("unexpected key");
     }
-    if (frames_.size() == 1 && k == "auto_map") out_->auto_map_offset = Pos();
+    const size_t n = frames_.size();
+    Frame& f = frames_.back();
+    // The value this key had before is replaced: forget what it gave.
+    if (k == "class_name") {
+      f.has_class = false;
+      f.ref.class_name.clear();
+    } else if (k == "module") {
+      f.ref.module.clear();
+    } else if (k == "registered_name") {
+      f.ref.registered_name.clear();
+    } else if (k == "config") {
+      f.ref.config.clear();
+    }
+    if (n == 1 && k == "auto_map") {
+      out_->auto_map.clear();
+      out_->auto_map_total = 0;
+      out_->auto_map_offset = offset;
+    } else if (n == 1 && k == "chat_template") {
+      out_->templates.clear();
+    } else if (n == 2 && frames_[0].key == "auto_map") {
+      const uint64_t dropped = static_cast<uint64_t>(
+          std::erase_if(out_->auto_map, [&](const auto& e) { return e.first == k; }));
+      out_->auto_map_total -= std::min(dropped, out_->auto_map_total);
+    } else if (n == 3 && frames_[0].key == "chat_template" && !frames_[1].object) {
+      if (k == "template") has_item_template_ = false;
+      if (k == "name") item_name_.clear();
+    }
     f.key = std::move(k);
-    return true;
+    return absl::OkStatus();
   }
-  bool end_object() override { return Close(); }
-  bool end_array() override { return Close(); }
-
-  bool parse_error(std::size_t position, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    status_ = base::JsonSyntaxError(position, ex.what(), &error_offset_);
-    return false;
-  }
+  absl::Status EndObject(uint64_t) override { return Close(); }
+  absl::Status EndArray(uint64_t) override { return Close(); }
 
  private:
   struct Frame {
     bool object = false;
-    std::string key;  // objects: the member being read
-    std::set<std::string> keys;
+    std::string key;         // objects: the member being read
     bool has_class = false;  // objects: a "class_name" string was read
     JsonObjectRef ref;
   };
 
-  uint64_t Pos() const { return static_cast<uint64_t>(*cursor_ - data_.data()); }
-
-  // The opening quote of the string token that ends just before Pos(): the nearest '"' before
-  // the closing one that is not escaped (inside a valid string every '"' is escaped).
-  uint64_t StringStart() const {
-    uint64_t end = Pos();
-    if (end < 2 || end > data_.size()) return 0;
-    for (uint64_t i = end - 1; i-- > 0;) {
-      if (data_[i] != '"') continue;
-      uint64_t slashes = 0;
-      while (slashes < i && data_[i - 1 - slashes] == '\\') ++slashes;
-      if (slashes % 2 == 0) return i;
-    }
-    return 0;
-  }
-
-  bool Fail(std::string_view what) {
-    error_offset_ = Pos();
-    status_ = absl::InvalidArgumentError(std::string(what));
-    return false;
-  }
-
-  bool Value() { return true; }
-
-  bool Open(bool object) {
-    if (frames_.size() >= limits_.max_depth) {
-      error_offset_ = Pos();
-      status_ = base::LimitError(absl::StrCat("values nested deeper than ", limits_.max_depth,
-                                              " (IndexLimits::max_depth)"),
-                                 "max_depth", limits_.max_depth);
-      return false;
-    }
+  absl::Status Open(bool object, uint64_t offset) {
     if (object && frames_.size() == 2 && frames_[0].key == "chat_template" && !frames_[1].object) {
       has_item_template_ = false;
       item_name_.clear();
     }
-    frames_.push_back(Frame{object, {}, {}, false, {}});
-    frames_.back().ref.offset = Pos() > 0 ? Pos() - 1 : 0;
-    return true;
+    frames_.push_back(Frame{object, {}, false, {}});
+    frames_.back().ref.offset = offset;
+    return absl::OkStatus();
   }
 
-  bool Close() {
-    if (frames_.empty()) return Fail("unexpected end");
+  absl::Status Close() {
+    if (frames_.empty()) return absl::InvalidArgumentError("unexpected end");
     if (frames_.back().has_class) {
       ++out_->objects_total;
       if (out_->objects.size() < kMaxJsonObjectRefs) {
@@ -162,20 +132,15 @@ class RepoJsonHandler final : public nlohmann::json_sax<Json> {
       out_->templates.push_back(std::move(item_template_));
       has_item_template_ = false;
     }
-    return true;
+    return absl::OkStatus();
   }
 
-  const IndexLimits& limits_;
-  std::string_view data_;
-  const char* const* cursor_;
   RepoJson* out_;
   bool objects_;
   std::vector<Frame> frames_;
   JsonTemplate item_template_;
   bool has_item_template_ = false;
   std::string item_name_;
-  absl::Status status_;
-  uint64_t error_offset_ = 0;
 };
 
 }  // namespace
@@ -188,16 +153,8 @@ absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, Repo
                                          limits.max_bytes, " (IndexLimits::max_bytes)"),
                             "max_index_bytes", limits.max_bytes);
   }
-  const char* cursor = data.data();
-  RepoJsonHandler handler(limits, data, &cursor, out, objects);
-  const bool ok = Json::sax_parse(base::JsonCursor(data.data(), &cursor),
-                                  base::JsonCursor(data.data() + data.size(), &cursor), &handler,
-                                  nlohmann::detail::input_format_t::json, /*strict=*/true,
-                                  /*ignore_comments=*/false);
-  if (ok) return absl::OkStatus();
-  *error_offset = handler.error_offset();
-  return handler.status().ok() ? absl::InvalidArgumentError("not valid JSON: the parser stopped")
-                               : handler.status();
+  RepoJsonHandler handler(out, objects);
+  return base::ParsePythonJson(data, limits.max_depth, &handler, error_offset);
 }
 
 }  // namespace ckptscan::torch

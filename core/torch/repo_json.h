@@ -4,9 +4,11 @@
 // (tokenizer_config.json: Jinja source that apply_chat_template renders), read from any JSON
 // document, whatever its name.
 //
-// ReadRepoJson reads the document strictly with nlohmann-json's SAX parser, as ReadShardIndex
-// does: valid JSON only, duplicate keys at any level are errors, nesting bounded by
-// IndexLimits::max_depth on an explicit stack. The error names what and where (byte offset).
+// ReadRepoJson reads the document as transformers and Keras do, with Python's json.loads of
+// the bytes (base/json_python.h, as ReadShardIndex does): a BOM, UTF-16 and UTF-32, NaN and
+// Infinity, lone surrogates, and a repeated key whose last value wins, as in the dict they
+// get; nesting bounded by IndexLimits::max_depth on an explicit stack. The error names what
+// and where (byte offset).
 //
 // Thread-safe: pure functions.
 #ifndef CKPTSCAN_CORE_TORCH_REPO_JSON_H_

@@ -1,7 +1,8 @@
 // libFuzzer target: the ONNX model reader (core/onnx/onnx_check.h).
 //
 // Invariants: a failure is InvalidArgument or ResourceExhausted (a named limit); an accepted
-// model decodes as a ModelProto with a graph, walked at least one graph, counts no more nodes
+// model decodes as a ModelProto, is not verified (InvalidArgument) without a graph, walked its
+// graph when it has one, counts no more nodes
 // and tensors than the limits, and every finding has a known kind and a terminal-safe message.
 #include <cstddef>
 #include <cstdint>
@@ -42,9 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   onnx::ModelProto proto;
-  CKPT_FUZZ_CHECK(proto.ParseFromArray(data, static_cast<int>(size)) && proto.has_graph(),
-                  "accepted bytes that are no ModelProto with a graph");
-  CKPT_FUZZ_CHECK(m->graphs >= 1, "no graph walked");
+  CKPT_FUZZ_CHECK(proto.ParseFromArray(data, static_cast<int>(size)),
+                  "accepted bytes that are no ModelProto");
+  CKPT_FUZZ_CHECK(m->unverified.ok() || m->unverified.code() == absl::StatusCode::kInvalidArgument,
+                  "%s", m->unverified.ToString().c_str());
+  // A model without a graph is walked (its functions may name external data) but never
+  // verified.
+  CKPT_FUZZ_CHECK(proto.has_graph() || !m->unverified.ok(), "verified a model without a graph");
+  CKPT_FUZZ_CHECK(!proto.has_graph() || m->graphs >= 1, "no graph walked");
   CKPT_FUZZ_CHECK(m->nodes <= limits.max_nodes && m->tensors <= limits.max_tensors,
                   "%llu nodes, %llu tensors", (unsigned long long)m->nodes,
                   (unsigned long long)m->tensors);
