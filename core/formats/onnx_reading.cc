@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/checked.h"
 #include "base/escape.h"
+#include "base/json_python.h"
 #include "base/limit_status.h"
 #include "base/strings.h"
 #include "core/compress/decompress.h"
@@ -46,6 +47,9 @@ void Reader::Onnx(std::string_view data) {
   // A model whose first field is not ir_version may also be a pickle (an unknown field's tag
   // and length are opcodes to pickle.load): that reading is judged too.
   PickleReading(data, "(as pickle)", true);
+  // Nor are such bytes kept from being JSON (a model's skipped fields can hold any text): when
+  // they begin as a JSON object, json.loads's reading (a config.json's auto_map) is judged too.
+  if (base::StartsWithJsonObject(data)) JsonDocument(data);
   ZipInTail(data, "(after the model)");
 }
 

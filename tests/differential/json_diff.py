@@ -43,6 +43,15 @@ def python_reads(data):
         return False
 
 
+def starts_as_object(data):
+    """Whether the text json.loads decodes begins, after white space, with '{'."""
+    try:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return text.lstrip(" \t\n\r").startswith("{")
+
+
 def inputs(rng, count):
     docs = []
     for t in TEXTS:
@@ -105,9 +114,14 @@ def main():
                 failures.append("%s: no report" % os.path.basename(p))
                 continue
             # An index's shard name refused (a judgement of what was read) is a reading.
-            we = r["format"] in ("json", "hf-index") and not any(
-                e["code"] in ("malformed", "unsupported") and "shard file name" not in e["message"]
-                for e in r["errors"])
+            # A document that is also an ONNX model is read as both; its JSON errors say "JSON:".
+            if r["format"] == "onnx":
+                we = starts_as_object(d) and not any(
+                    e["message"].startswith("JSON:") for e in r["errors"])
+            else:
+                we = r["format"] in ("json", "hf-index") and not any(
+                    e["code"] in ("malformed", "unsupported")
+                    and "shard file name" not in e["message"] for e in r["errors"])
             they = python_reads(d)
             if we != they:
                 failures.append("%s (%d bytes, %r...): json.loads %s, we %s (%s, %s)" % (
