@@ -40,7 +40,6 @@ void Reader::Onnx(std::string_view data) {
   } else {
     Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
   }
-  ZipInTail(data, "(after the model)");
 }
 
 }  // namespace ckptscan::formats
