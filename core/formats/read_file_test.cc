@@ -649,7 +649,8 @@ TEST(RouterTest, ATorchDataPklIsNotFlaggedForThePurePythonReadingsPersistentIdSt
 TEST(RouterTest, EveryZipMemberStartingWithNumpysMagicIsReadAsAnNpy) {
   for (const char* file : {"malicious/npy_in_torchzip_storage.pt",
                            "malicious/npy_in_torchzip_extra.pt",
-                           "malicious/npy_in_torchzip_no_suffix.pt"}) {
+                           "malicious/npy_in_torchzip_no_suffix.pt",
+                           "malicious/npy_in_torchzip_deflated.pt"}) {
     const FileFacts f = ReadFile(Read(kRouter / file), pickle::Vm());
     EXPECT_EQ(f.format, "torch-zip") << file;
     EXPECT_TRUE(Imports(f, "", "os", "getcwd")) << file;
