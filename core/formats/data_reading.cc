@@ -53,8 +53,6 @@ void Reader::Image(std::string_view data, content::Image image) {
   if (!c.valid()) {
     Error(c.status, absl::StrCat(out_->format, ": ", c.status.message()), "", c.offset);
   }
-  PickleReading(data, "(as pickle)", true);
-  ZipInTail(data, "(in the image)");
 }
 
 void Reader::JsonDocument(std::string_view data) {

@@ -44,8 +44,6 @@ void Reader::Gguf(std::string_view data) {
   } else {
     Error(file.status(), absl::StrCat("gguf: ", file.status().message()), "", at);
   }
-  PickleReading(data, "(as pickle)", true);
-  ZipInTail(data, "(in the tensor data)");
 }
 
 void Reader::GgufTensors(const gguf::File& file) {

@@ -44,13 +44,10 @@ void Reader::Onnx(std::string_view data) {
   } else {
     Error(model.status(), absl::StrCat("onnx: ", model.status().message()), "", 0);
   }
-  // A model whose first field is not ir_version may also be a pickle (an unknown field's tag
-  // and length are opcodes to pickle.load): that reading is judged too.
-  PickleReading(data, "(as pickle)", true);
-  // Nor are such bytes kept from being JSON (a model's skipped fields can hold any text): when
-  // they begin as a JSON object, json.loads's reading (a config.json's auto_map) is judged too.
+  // A model's skipped fields can hold any text, so such bytes may also be JSON: when they begin
+  // as a JSON object, json.loads's reading (a config.json's auto_map) is judged too. (The
+  // pickle and zipfile readings run on every file: read_file.cc's loaders.)
   if (base::StartsWithJsonObject(data)) JsonDocument(data);
-  ZipInTail(data, "(after the model)");
 }
 
 }  // namespace ckptscan::formats

@@ -27,8 +27,69 @@
 
 namespace ckptscan::formats {
 
+namespace {
+
+// The first pickle's globals as text: offset, how, module and name of each, in order (each
+// entry ends in ';', so a prefix of entries is a prefix of the text).
+std::string GlobalsText(const pickle::PickleFacts& p) {
+  std::string out;
+  for (const pickle::GlobalRef& g : p.graph.globals) {
+    absl::StrAppend(&out, g.offset, "/", static_cast<int>(g.via), "/", g.module.size(), ":",
+                    g.module, "/", g.name.size(), ":", g.name, ";");
+  }
+  return out;
+}
+
+// Pickles joblib read inline (object arrays) follow the first one at depth 0 and lie inside
+// it; the stream's next pickle starts at or after its end.
+size_t InlinePickles(const pickle::StreamFacts& s) {
+  size_t n = 0;
+  for (size_t i = 1; i < s.pickles.size() && s.pickles[i].depth == 0 &&
+                     s.pickles[i].start < s.pickles[0].end;
+       ++i) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string FirstPickleKey(const pickle::StreamFacts& s) {
+  if (s.pickles.empty()) return s.stream_error.has_value() ? "stream error" : "";
+  const pickle::PickleFacts& p = s.pickles[0];
+  std::string key = absl::StrCat(p.start, "-", p.end, ":", GlobalsText(p));
+  if (p.error.has_value()) {
+    absl::StrAppend(&key, "error ", static_cast<int>(p.error->code), "@", p.error->offset);
+  }
+  for (size_t i = 1; i <= InlinePickles(s); ++i) absl::StrAppend(&key, "+", s.pickles[i].start);
+  return key;
+}
+
+FirstPickle FirstPickle::Of(const pickle::StreamFacts& s) {
+  FirstPickle f;
+  f.key = FirstPickleKey(s);
+  if (s.pickles.empty()) return f;
+  f.present = true;
+  f.globals = GlobalsText(s.pickles[0]);
+  f.end = s.pickles[0].end;
+  return f;
+}
+
+bool FirstPickle::Covers(const pickle::StreamFacts& other) const {
+  if (FirstPickleKey(other) == key) return true;
+  // Another unpickler that stopped (raised) no further into the bytes than this reading got,
+  // having imported a prefix of its globals at the same offsets, found nothing this reading
+  // does not hold (a torch data.pkl read by pickle._Unpickler, which has no persistent_load).
+  if (!present || other.pickles.empty() || InlinePickles(other) != 0) return false;
+  const pickle::PickleFacts& p = other.pickles[0];
+  if (!p.error.has_value() || p.error->code != pickle::VmError::Code::kMalformed) return false;
+  const std::string mine = GlobalsText(p);
+  return p.end <= end && globals.compare(0, mine.size(), mine) == 0;
+}
+
 void Reader::PickleReading(std::string_view data, std::string_view label, bool anomaly) {
   pickle::StreamFacts s = vm_.ScanStream(data, 0);
+  c_first_ = FirstPickle::Of(s);
   if (!MustKeep(s)) return;
   if (anomaly && HasContent(s)) {
     Anomaly("polyglot", std::string(label), 0,
@@ -36,6 +97,35 @@ void Reader::PickleReading(std::string_view data, std::string_view label, bool a
   }
   out_->members.push_back(
       torch::MemberFacts{std::string(label), std::move(s), /*alternative=*/true});
+}
+
+void Reader::PurePythonReading(std::string_view data) {
+  // joblib.load reads the first pickle (one Unpickler.load) with its NumpyUnpickler, a
+  // pickle._Unpickler; where the C unpickler's reading of these bytes (or joblib's own, for a
+  // joblib file) covers it (FirstPickle::Covers), that reading holds its findings already.
+  pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
+  pickle::StreamFacts s = joblib.ScanStream(data, 0, nullptr, pickle::Pickles::kFirst);
+  const std::string key = FirstPickleKey(s);
+  const bool names_arrays = NamesJoblibArrays(s);
+  if (!c_first_.Covers(s) && !joblib_first_.Covers(s) && MustKeep(s)) {
+    if (HasContent(s)) {
+      Anomaly("polyglot", "(as joblib.load)", 0,
+              "joblib.load's pure-Python unpickler reads these bytes on where pickle.load "
+              "stops, or otherwise, and imports or calls something");
+    }
+    out_->members.push_back(torch::MemberFacts{"(as joblib.load)", std::move(s),
+                                               /*alternative=*/true});
+  }
+  if (!names_arrays) return;
+  // joblib.load read an array placeholder's bytes as data: pickle._Unpickler itself (dill and
+  // others build on it) reads them as opcodes.
+  pickle::Vm python(vm_.limits(), pickle::Loader::kPython);
+  pickle::StreamFacts p = python.ScanStream(data, 0, nullptr, pickle::Pickles::kFirst);
+  if (!c_first_.Covers(p) && FirstPickleKey(p) != key && !joblib_first_.Covers(p) &&
+      MustKeep(p)) {
+    out_->members.push_back(torch::MemberFacts{"(as pickle._Unpickler)", std::move(p),
+                                               /*alternative=*/true});
+  }
 }
 
 void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own) {

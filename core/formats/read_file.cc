@@ -141,108 +141,218 @@ torch::FileFacts ReadFile(std::string_view data, const pickle::Vm& vm, const Rea
   return out;
 }
 
+Sniff::Sniff(std::string_view data, const content::Limits& content) {
+  zip = data.substr(0, 4) == kZipMagic;
+  npy = torch::IsNpy(data);
+  joblib_compat = compress::IsJoblibCompat(data);
+  gguf = data.substr(0, gguf::kMagic.size()) == gguf::kMagic;
+  for (const Magic& m : kMagics) {
+    if (data.substr(0, m.bytes.size()) == m.bytes) {
+      unsupported_format = m.format;
+      unsupported_message = m.message;
+      break;
+    }
+  }
+  codec = compress::DetectJoblibCodec(data);
+  // Python's tarfile (torch.load's tar branch, tried on every file that is no zip) takes any
+  // file whose first block is a valid header, whatever its magic.
+  tar = torch::IsTarHeader(data);
+  safetensors = IsSafetensors(data);
+  image = content::SniffImage(data);
+  json = torch::LooksLikeJson(data) && !StartsLikeJinja(data);
+  if (!data.empty() && data[0] == '\x0a') {
+    // A SentencePiece model starts with its first piece (field 1, length-delimited); 0x0a is
+    // no pickle opcode.
+    sentencepiece = content::CheckSentencePiece(data, content);
+  }
+  onnx = onnx_check::LooksLikeModel(data);
+}
+
+namespace {
+
+// What each loader that opens a file by path does with its bytes: its own dispatch on the
+// first bytes, as its source does it. Every reading picked here is run (once, whichever
+// loaders share it), and the worst verdict of them all is the file's.
+struct LoaderDispatch {
+  std::string_view loader;
+  Reading (*pick)(const Sniff& b);
+};
+
+constexpr LoaderDispatch kLoaders[] = {
+    // torch/serialization.py load: _is_zipfile (the first four bytes), else _legacy_load,
+    // which tries tarfile.open first and falls back to pickle.load from offset 0.
+    {"torch.load", [](const Sniff& b) { return b.zip ? Reading::kZip
+                                               : b.tar ? Reading::kTar
+                                                       : Reading::kPickle; }},
+    // numpy/lib/npyio.py load: "PK\3\4" is an .npz (NpzFile over zipfile), "\x93NUMPY" an
+    // .npy (format.read_array), anything else pickle.load (allow_pickle=True).
+    {"numpy.load", [](const Sniff& b) { return b.zip ? Reading::kZip
+                                               : b.npy ? Reading::kNpy
+                                                       : Reading::kPickle; }},
+    // joblib/numpy_pickle.py load: "ZF" is joblib < 0.10's format, a compressor's magic is
+    // decompressed; anything else, whatever it is, is read by its NumpyUnpickler, a
+    // pickle._Unpickler (the pure-Python one).
+    {"joblib.load", [](const Sniff& b) { return b.joblib_compat ? Reading::kJoblibCompat
+                                                : b.codec.has_value() ? Reading::kJoblibCompressed
+                                                                      : Reading::kPurePython; }},
+    {"pickle.load", [](const Sniff&) { return Reading::kPickle; }},
+    // zipfile.ZipFile (zipfile-based tools, picklescan, unzip): the end record, anywhere in
+    // the last 64 KiB.
+    {"zipfile", [](const Sniff& b) { return b.zip ? Reading::kZip : Reading::kZipInTail; }},
+};
+
+// The file's format: the first of these that takes the bytes, in torch.load's order and then
+// by each format's own signature. Its reading is the file's own (its errors are the file's);
+// the other loaders' readings are alternative ones.
+Reading FormatReading(const Sniff& b) {
+  if (b.zip) return Reading::kZip;
+  if (b.npy) return Reading::kNpy;
+  if (b.joblib_compat) return Reading::kJoblibCompat;
+  if (b.gguf) return Reading::kGguf;
+  if (!b.unsupported_format.empty()) return Reading::kUnsupported;
+  if (b.codec.has_value() && !b.tar && !b.safetensors) return Reading::kJoblibCompressed;
+  if (b.tar) return Reading::kTar;
+  if (b.safetensors) return Reading::kSafetensors;
+  if (b.image.has_value()) return Reading::kImage;
+  if (b.json) return Reading::kJson;
+  if (b.sentencepiece.outcome != content::Check::Outcome::kNotClass) {
+    return Reading::kSentencePiece;
+  }
+  if (b.onnx) return Reading::kOnnx;
+  return Reading::kPickle;
+}
+
+// The order readings run in (and their findings are listed in), after the file's own one.
+constexpr Reading kAlternativeOrder[] = {Reading::kTar, Reading::kJoblibCompressed,
+                                         Reading::kPickle, Reading::kPurePython,
+                                         Reading::kZipInTail};
+
+}  // namespace
+
 void Reader::File(std::string_view data) {
   if (data.empty()) {
     // Nothing for any loader to read, and nothing to run: data.
     out_->format = "empty";
     return;
   }
-  if (data.substr(0, 4) == kZipMagic) {
-    Zip(data, "", 0, depth_, /*top=*/true, /*classify=*/true);
-    // pickle.load on the same bytes: "PK" is PERSID, so a zip can also be a pickle.
-    PickleReading(data, "(as pickle)", true);
-    return;
+  const Sniff b(data, options_.content);
+  const Reading own = FormatReading(b);
+  Run(own, data, b, /*own=*/true);
+  for (Reading r : kAlternativeOrder) {
+    if (r == own) continue;
+    for (const LoaderDispatch& l : kLoaders) {
+      if (l.pick(b) == r) {
+        Run(r, data, b, /*own=*/false);
+        break;
+      }
+    }
   }
-  if (torch::IsNpy(data)) {
-    out_->format = "npy";
-    torch::ReadNpy(data, "", "", 0, true, vm_, out_);
-    return;
-  }
-  if (compress::IsJoblibCompat(data)) {
-    // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
-    out_->format = "joblib-compat";
-    Error(v1::ERROR_CODE_UNSUPPORTED,
-          "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
-          "compatibility loader, is not scanned",
-          "", 0);
-    PickleReading(data, "(as pickle)", true);
-    return;
-  }
-  if (data.substr(0, gguf::kMagic.size()) == gguf::kMagic) {
-    Gguf(data);
-    return;
-  }
-  for (const Magic& m : kMagics) {
-    if (data.substr(0, m.bytes.size()) == m.bytes) {
-      out_->format = std::string(m.format);
+}
+
+void Reader::Run(Reading r, std::string_view data, const Sniff& b, bool own) {
+  switch (r) {
+    case Reading::kZip:
+      Zip(data, "", 0, depth_, /*top=*/true, /*classify=*/true);
+      return;
+    case Reading::kNpy:
+      out_->format = "npy";
+      torch::ReadNpy(data, "", "", 0, true, vm_, out_);
+      return;
+    case Reading::kJoblibCompat:
+      // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
+      out_->format = "joblib-compat";
       Error(v1::ERROR_CODE_UNSUPPORTED,
-            absl::StrCat(base::AbslView(m.format), ": ", base::AbslView(m.message)), "", 0);
-      // pickle.load on the same bytes ("GGUF" starts with BINFLOAT, whose operand ends
-      // inside the header: what follows is read as opcodes), and a zip in the tail.
-      PickleReading(data, "(as pickle)", true);
-      ZipInTail(data, "(after the header)");
+            "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
+            "compatibility loader, is not scanned",
+            "", 0);
       return;
-    }
-  }
-  if (const std::optional<compress::Codec> codec = compress::DetectJoblibCodec(data)) {
-    // joblib.load decompresses it; torch.load, pickle.load and numpy.load read the same
-    // bytes as they read any file (tarfile first, then a pickle from offset 0).
-    const bool other_format = torch::IsTarHeader(data) || IsSafetensors(data);
-    ReadJoblibCompressed(data, *codec, /*own=*/!other_format);
-    if (torch::IsTarHeader(data)) {
-      Tar(data);
-    } else if (IsSafetensors(data)) {
+    case Reading::kGguf:
+      Gguf(data);
+      return;
+    case Reading::kUnsupported:
+      out_->format = std::string(b.unsupported_format);
+      Error(v1::ERROR_CODE_UNSUPPORTED,
+            absl::StrCat(base::AbslView(b.unsupported_format), ": ",
+                         base::AbslView(b.unsupported_message)),
+            "", 0);
+      return;
+    case Reading::kJoblibCompressed:
+      ReadJoblibCompressed(data, *b.codec, own);
+      return;
+    case Reading::kTar:
+      if (own) {
+        Tar(data);
+      } else {
+        TarAlternative(data);
+      }
+      return;
+    case Reading::kSafetensors:
       Safetensors(data);
-    } else {
-      PickleReading(data, "(as pickle)", true);
-      ZipInTail(data, "(after the compressed stream)");
-    }
-    return;
-  }
-  // Python's tarfile (which torch.load tries before the legacy pickle format) takes any file
-  // whose first block is a valid header, whatever its magic.
-  if (torch::IsTarHeader(data)) {
-    Tar(data);
-    return;
-  }
-  if (IsSafetensors(data)) {
-    Safetensors(data);
-    return;
-  }
-  if (const std::optional<content::Image> image = content::SniffImage(data)) {
-    Image(data, *image);
-    return;
-  }
-  if (torch::LooksLikeJson(data) && !StartsLikeJinja(data)) {
-    torch::ReadShardIndex(data, options_.index, out_);
-    if (out_->format == "json" && out_->errors.empty()) JsonDocument(data);
-    ZipInTail(data, "(after the JSON)");
-    return;
-  }
-  if (data[0] == '\x0a') {
-    // A SentencePiece model starts with its first piece (field 1, length-delimited); 0x0a is
-    // no pickle opcode.
-    const content::Check c = content::CheckSentencePiece(data, options_.content);
-    if (c.outcome != content::Check::Outcome::kNotClass) {
-      out_->format = "sentencepiece";
-      if (!c.valid())
-        Error(c.status, absl::StrCat("sentencepiece: ", c.status.message()), "", c.offset);
-      PickleReading(data, "(as pickle)", true);
-      ZipInTail(data, "(after the model)");
       return;
-    }
+    case Reading::kImage:
+      Image(data, *b.image);
+      return;
+    case Reading::kJson:
+      torch::ReadShardIndex(data, options_.index, out_);
+      if (out_->format == "json" && out_->errors.empty()) JsonDocument(data);
+      return;
+    case Reading::kSentencePiece:
+      out_->format = "sentencepiece";
+      if (!b.sentencepiece.valid()) {
+        Error(b.sentencepiece.status,
+              absl::StrCat("sentencepiece: ", b.sentencepiece.status.message()), "",
+              b.sentencepiece.offset);
+      }
+      return;
+    case Reading::kOnnx:
+      // A protobuf ModelProto starts with its ir_version (field 1, a varint: 0x08), which is
+      // no pickle opcode: pickle.load rejects the first byte.
+      Onnx(data);
+      return;
+    case Reading::kPickle:
+      if (own) {
+        PickleFile(data);
+      } else {
+        PickleReading(data, "(as pickle)", true);
+      }
+      return;
+    case Reading::kPurePython:
+      PurePythonReading(data);
+      return;
+    case Reading::kZipInTail:
+      ZipInTail(data, TailPlace(out_->format));
+      return;
   }
-  if (onnx_check::LooksLikeModel(data)) {
-    // A protobuf ModelProto starts with its ir_version (field 1, a varint: 0x08), which is no
-    // pickle opcode: pickle.load rejects the first byte.
-    Onnx(data);
-    return;
+}
+
+std::string_view Reader::TailPlace(std::string_view format) {
+  if (format == "gguf") return "(in the tensor data)";
+  if (format == "safetensors") return "(in the tensor data)";
+  if (format == "json" || format == "hf-index") return "(after the JSON)";
+  if (format == "sentencepiece") return "(after the model)";
+  if (format == "onnx") return "(after the model)";
+  if (format == "npy") return "(after the array)";
+  if (format == "png" || format == "jpeg" || format == "gif" || format == "webp") {
+    return "(in the image)";
   }
+  if (format == "zlib" || format == "gzip" || format == "bzip2" || format == "lzma" ||
+      format == "xz" || format == "lz4") {
+    return "(after the compressed stream)";
+  }
+  if (format == "pickle" || format == "joblib" || format == "torch-legacy" || format == "text" ||
+      format == "unknown") {
+    return "(after the pickle)";
+  }
+  return "(after the header)";
+}
+
+void Reader::PickleFile(std::string_view data) {
   // One reading of the stream serves both questions (a legacy file's first pickle is its
   // magic number): reading the first pickle on its own as well would hold two graphs of it
   // at once, twice the memory and time of a large pickle.
   torch::MemberFacts m;
   m.stream = vm_.ScanStream(data, 0);
+  c_first_ = FirstPickle::Of(m.stream);
   if (!m.stream.pickles.empty() && torch::IsLegacyMagic(m.stream.pickles[0])) {
     m.stream = {};
     torch::ReadLegacy(data, vm_, out_);
@@ -267,6 +377,7 @@ void Reader::File(std::string_view data) {
       torch::MemberFacts plain{"(as pickle.load)", std::move(m.stream), /*alternative=*/true};
       pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
       m.stream = joblib.ScanStream(data, 0, options_.trace);
+      joblib_first_ = FirstPickle::Of(m.stream);
       out_->members.push_back(std::move(m));
       out_->members.push_back(std::move(plain));
     } else {
@@ -276,7 +387,6 @@ void Reader::File(std::string_view data) {
       out_->members.push_back(std::move(m));
     }
   }
-  ZipInTail(data, "(after the pickle)");
 }
 
 void Reader::MemberFile(std::string_view bytes, const std::string& name, uint32_t depth,
@@ -298,6 +408,25 @@ void Reader::MemberFile(std::string_view bytes, const std::string& name, uint32_
   }
   for (torch::MemberFacts& m : sub.members) {
     m.member = inner(m.member);
+    out_->members.push_back(std::move(m));
+  }
+  for (torch::ContainerAnomaly& a : sub.anomalies) {
+    a.member = inner(a.member);
+    out_->anomalies.push_back(std::move(a));
+  }
+}
+
+void Reader::MergeAlternative(torch::FileFacts sub, std::string_view label) {
+  const auto inner = [&](const std::string& member) {
+    return member.empty() ? std::string(label) : MemberName(label, member);
+  };
+  for (v1::ScanError& e : sub.errors) {
+    e.mutable_location()->set_member(inner(e.location().member()));
+    out_->errors.push_back(std::move(e));
+  }
+  for (torch::MemberFacts& m : sub.members) {
+    m.member = inner(m.member);
+    m.alternative = true;
     out_->members.push_back(std::move(m));
   }
   for (torch::ContainerAnomaly& a : sub.anomalies) {

@@ -594,5 +594,87 @@ TEST(SafetensorsDetectTest, ZipInTheTensorDataIsAPolyglot) {
   EXPECT_TRUE(payload_read);
 }
 
+// --- Each loader's own dispatch (issue 39; tests/fixtures/router/gen_router.py) ---------------
+
+const std::filesystem::path kRouter =
+    std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/router";
+
+// Whether any member whose name starts with `prefix` (any, when empty) imports module.name.
+bool Imports(const FileFacts& f, std::string_view prefix, std::string_view module,
+             std::string_view name) {
+  for (const MemberFacts& m : f.members) {
+    if (m.member.rfind(prefix, 0) != 0) continue;
+    for (const pickle::PickleFacts& p : m.stream.pickles) {
+      for (const pickle::GlobalRef& g : p.graph.globals) {
+        if (g.module == module && g.name == name) return true;
+      }
+    }
+  }
+  return false;
+}
+
+TEST(RouterTest, AnNpyOrGgufWhoseFirstBlockIsATarGetsTorchLoadsTarReading) {
+  for (const char* file : {"malicious/tar_in_npy_plain_header.npy", "malicious/tar_in_gguf.gguf",
+                           "malicious/tar_in_npy_comment.npy"}) {
+    const FileFacts f = ReadFile(Read(kRouter / file), pickle::Vm());
+    EXPECT_TRUE(f.format == "npy" || f.format == "gguf") << file << ": " << f.format;
+    EXPECT_TRUE(Imports(f, "(as torch.load: tar)", "os", "getcwd")) << file;
+  }
+  // The npy reading itself is whole: the array is still the file's tensor.
+  const FileFacts npy = ReadFile(Read(kRouter / "malicious/tar_in_npy_plain_header.npy"),
+                                 pickle::Vm());
+  EXPECT_EQ(npy.tensors.size(), 1u);
+}
+
+TEST(RouterTest, TextJoblibLoadReadsOnIsReadByThePurePythonUnpickler) {
+  for (const char* file : {"malicious/text_inst_without_mark.pkl", "malicious/text_float_space.pkl",
+                           "malicious/text_float_underscore.pkl",
+                           "malicious/text_last_line_unterminated.pkl",
+                           "malicious/text_short_frame.pkl"}) {
+    const FileFacts f = ReadFile(Read(kRouter / file), pickle::Vm());
+    EXPECT_TRUE(Imports(f, "(as joblib.load)", "os", "getcwd")) << file << ": " << f.format;
+  }
+}
+
+TEST(RouterTest, ATorchDataPklIsNotFlaggedForThePurePythonReadingsPersistentIdStop) {
+  // pickle._Unpickler raises at the first persistent id, having imported a prefix of what the
+  // C unpickler imports: nothing to add.
+  const std::filesystem::path pkl = std::filesystem::path(CKPT_SOURCE_DIR) /
+                                    "tests/fixtures/pickles/benign/torch_sequential_p2.pkl";
+  const FileFacts f = ReadFile(Read(pkl), pickle::Vm());
+  for (const MemberFacts& m : f.members) EXPECT_NE(m.member, "(as joblib.load)");
+  for (const ContainerAnomaly& a : f.anomalies) EXPECT_NE(a.kind, "polyglot") << a.message;
+}
+
+TEST(RouterTest, EveryZipMemberStartingWithNumpysMagicIsReadAsAnNpy) {
+  for (const char* file : {"malicious/npy_in_torchzip_storage.pt",
+                           "malicious/npy_in_torchzip_extra.pt",
+                           "malicious/npy_in_torchzip_no_suffix.pt",
+                           "malicious/npy_in_torchzip_deflated.pt"}) {
+    const FileFacts f = ReadFile(Read(kRouter / file), pickle::Vm());
+    EXPECT_EQ(f.format, "torch-zip") << file;
+    EXPECT_TRUE(Imports(f, "", "os", "getcwd")) << file;
+  }
+}
+
+TEST(RouterTest, NpyHeadersNumpyAcceptsAreRead) {
+  for (const char* file : {"benign/npy_header_comment.npy", "benign/npy_header_python2_long.npy",
+                           "benign/npy_header_duplicate_key.npy"}) {
+    const FileFacts f = ReadFile(Read(kRouter / file), pickle::Vm());
+    EXPECT_TRUE(f.errors.empty()) << file << ": " << f.errors[0].message();
+    ASSERT_EQ(f.tensors.size(), 1u) << file;
+    EXPECT_EQ(f.tensors[0].dtype, DTypeFromName("float32")) << file;
+    EXPECT_EQ(f.tensors[0].shape, (std::vector<int64_t>{2})) << file;
+  }
+  // Python refuses a leading zero ('010'), and the 'L' of Python 2 only in versions 1 and 2.
+  std::string zero = Read(kRouter / "benign/npy_header_comment.npy");
+  const size_t at = zero.find("(2,), ");
+  ASSERT_NE(at, std::string::npos);
+  zero.replace(at, 6, "(02,),");  // the same length: the data stays where it was
+  const FileFacts bad = ReadFile(zero, pickle::Vm());
+  ASSERT_FALSE(bad.errors.empty());
+  EXPECT_NE(bad.errors[0].message().find("leading zero"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ckptscan::formats

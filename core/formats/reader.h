@@ -8,6 +8,7 @@
 #define CKPTSCAN_CORE_FORMATS_READER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,66 @@ std::string Esc(std::string_view s);
 // The first bytes of a file, escaped, for a message.
 std::string Leading(std::string_view data);
 
+// The readings a file can get. Each loader that opens files by path picks one by its own
+// dispatch on the first bytes (read_file.cc, kLoaders); the file's format names one of them
+// (its own reading), and every other one picked runs as an alternative reading, once however
+// many loaders share it.
+enum class Reading : uint8_t {
+  kZip,               // torch's reader (torch.load), zipfile's (numpy.load's .npz, tools)
+  kNpy,               // numpy.load's format.read_array
+  kJoblibCompat,      // joblib < 0.10's "ZF": not read (unsupported)
+  kGguf,              // the strict GGUF reader
+  kUnsupported,       // 7z, rar, zstd, HDF5: recognised, not read
+  kJoblibCompressed,  // joblib.load's decompressor, then its unpickler
+  kTar,               // torch.load's tar branch (tarfile, then torch's members)
+  kSafetensors,       // the strict validator
+  kImage,             // PNG, JPEG, GIF, WebP, validated whole
+  kJson,              // a sharded index or other JSON (auto_map, chat templates)
+  kSentencePiece,     // a SentencePiece model
+  kOnnx,              // an ONNX model
+  kPickle,            // the C unpickler from offset 0 (pickle.load; torch.load's legacy path;
+                      // numpy.load's fallback): torch legacy, joblib, pickle, text or unknown
+  kPurePython,        // joblib.load's pure-Python unpickler from offset 0
+  kZipInTail,         // zipfile's end record in the last 64 KiB of a file that is no zip
+};
+
+// What the loaders' own checks find at the start of a file's bytes, computed once.
+struct Sniff {
+  Sniff(std::string_view data, const content::Limits& content);
+  bool zip = false;            // "PK\3\4" (torch's _is_zipfile, numpy.load)
+  bool npy = false;            // "\x93NUMPY"
+  bool joblib_compat = false;  // "ZF"
+  bool gguf = false;
+  std::string_view unsupported_format;  // 7z, rar, zstd, hdf5: its name, else empty
+  std::string_view unsupported_message;
+  std::optional<compress::Codec> codec;  // joblib's compressor prefixes
+  bool tar = false;  // the first block is a header tarfile.open accepts
+  bool safetensors = false;
+  std::optional<content::Image> image;
+  bool json = false;
+  content::Check sentencepiece;  // kNotClass unless the file starts with 0x0a
+  bool onnx = false;
+};
+
+// The first pickle of a reading, as a key: two readings of the same bytes whose first pickles
+// have the same key (span, globals with their offsets, error and where) found the same things.
+std::string FirstPickleKey(const pickle::StreamFacts& s);
+
+// What one reading found in the first pickle, kept to judge another unpickler's reading of the
+// same bytes against it.
+struct FirstPickle {
+  static FirstPickle Of(const pickle::StreamFacts& s);
+  // Whether `other` (another unpickler's reading from the same offset) adds nothing: the same
+  // first pickle (FirstPickleKey), or one that raised no further in than this one got, having
+  // imported a prefix of this one's globals at the same offsets.
+  bool Covers(const pickle::StreamFacts& other) const;
+
+  std::string key;      // FirstPickleKey
+  bool present = false;  // a first pickle was read
+  std::string globals;  // its globals (offset, how, module, name), in order
+  uint64_t end = 0;     // where it ended or stopped
+};
+
 class Reader final {
  public:
   // `depth`: how deep in archives the bytes are (0: the file itself).
@@ -80,9 +141,36 @@ class Reader final {
          uint32_t depth = 0)
       : vm_(vm), options_(options), out_(out), depth_(depth) {}
 
+  // Every reading that applies to the bytes (see Reading): the file's own first, then the
+  // other loaders'.
   void File(std::string_view data);
 
  private:
+  void Run(Reading r, std::string_view data, const Sniff& b, bool own);
+
+  // Where a zip in the tail sits, for the anomaly's message, by the file's format.
+  static std::string_view TailPlace(std::string_view format);
+
+  // The C unpickler's reading as the file's own: torch's legacy format, a joblib pickle (with
+  // pickle.load's reading as an alternative one), a pickle, text (the pickle reading kept as an
+  // alternative one) or unknown.
+  void PickleFile(std::string_view data);
+
+  // joblib.load's reading of a file it does not decompress: its NumpyUnpickler (a
+  // pickle._Unpickler, Loader::kJoblib) over the first pickle from offset 0, kept as an
+  // alternative reading when it differs from the C unpickler's (FirstPickleKey) and must be
+  // kept (MustKeep). When it reads an array placeholder's bytes as data, pickle._Unpickler's
+  // own reading (Loader::kPython, which reads them as opcodes) is judged too.
+  void PurePythonReading(std::string_view data);
+
+  // torch.load's tar branch on a file whose format is another one (an .npy or GGUF file whose
+  // first block is also a tar header): a torch tar's pickles are judged as an alternative
+  // reading; a tar our reader cannot read is an error of the file.
+  void TarAlternative(std::string_view data);
+
+  // Another loader's reading of the whole file, read into `sub`: its members (alternative
+  // readings), errors and anomalies join the file's under `label`; its tensors do not.
+  void MergeAlternative(torch::FileFacts sub, std::string_view label);
   // A member of a zip that is neither a torch archive nor an .npz: a file of its own (people
   // unzip such archives and load what is inside), read by a Reader one level deeper. Its facts
   // join the file's under the member's name; offsets stay the member's own.
@@ -210,6 +298,12 @@ class Reader final {
   // read and scanned as well, and flagged. A release that refuses the archive hides nothing.
   void ZipfileView(const zip::Archive* ar, std::string_view data, std::string_view outer,
                    uint64_t base, bool npz, uint32_t depth, bool classify);
+  // numpy.load's reading of a torch archive (the file itself): every member, in miniz's view
+  // and in each release of zipfile's, that starts with numpy's magic is read as an .npy, an
+  // alternative reading (its tensors are not the file's), with a "polyglot" anomaly (flagged
+  // when its object array names anything).
+  void NumpyView(const zip::Archive* ar, std::string_view data, std::string_view outer,
+                 uint64_t base);
   // One member as zipfile `release` reads it: scanned like a member of the archive.
   void ZipfileMember(std::string_view data, const zip::Entry& z, zip::ZipfileRelease release,
                      std::string_view outer, uint64_t base, bool npz, uint32_t depth,
@@ -243,6 +337,10 @@ class Reader final {
   torch::FileFacts* out_;
   uint32_t depth_;
   uint64_t code_bytes_ = 0;  // TorchScript code bytes carried in out_->code_files (kMaxCodeBytes)
+  // The C unpickler's reading from offset 0, and joblib's own reading of a joblib pickle: the
+  // pure-Python reading adds nothing where one of them covers it.
+  FirstPickle c_first_;
+  FirstPickle joblib_first_;
 };
 
 }  // namespace ckptscan::formats

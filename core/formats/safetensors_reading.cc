@@ -42,8 +42,6 @@ void Reader::Safetensors(std::string_view data) {
   } else {
     Error(layout.status(), std::string(layout.status().message()), "", 0);
   }
-  PickleReading(data, "(as pickle)", true);
-  ZipInTail(data, "(in the tensor data)");
 }
 
 void Reader::SafetensorsTensors(const safetensors::Layout& layout) {

@@ -26,6 +26,11 @@
 #include "core/zip/zipfile_view.h"
 
 namespace ckptscan::formats {
+namespace {
+
+constexpr uint64_t kNpyMagicSize = 6;  // "\x93NUMPY"
+
+}  // namespace
 
 void Reader::Zip(std::string_view data, std::string_view outer, uint64_t base, uint32_t depth,
                  bool top, bool classify) {
@@ -70,6 +75,59 @@ void Reader::Zip(std::string_view data, std::string_view outer, uint64_t base, u
   }
   if (kind.format == "npz" || kind.format == "zip") {
     ZipfileView(&*ar, data, outer, base, kind.format == "npz", depth, members_are_files);
+  } else if (top) {
+    NumpyView(&*ar, data, outer, base);
+  }
+}
+
+void Reader::NumpyView(const zip::Archive* ar, std::string_view data, std::string_view outer,
+                       uint64_t base) {
+  // numpy.load opens every file that starts with "PK\3\4" as an .npz (NpzFile, over Python's
+  // zipfile): npz[name] looks the exact member name up first, then name + ".npy", and reads a
+  // member whose bytes start with "\x93NUMPY" with format.read_array, whatever its name or
+  // what torch takes it for (a storage, a known record). Every member any reader of the
+  // archive lists is looked at: its first bytes only, so a storage of gigabytes costs nothing.
+  std::set<std::tuple<uint64_t, uint64_t, uint64_t, uint16_t>> seen;
+  const auto look = [&](const zip::Entry& e) {
+    if (!e.local_header_ok ||  // ZipFile.open raises: nothing is loaded from it
+        !seen.emplace(e.local_header_offset, e.compressed_size, e.uncompressed_size, e.method)
+             .second) {
+      return;
+    }
+    if (e.method == 0) {
+      const std::string_view head =
+          base::RangeWithin(e.data_offset, kNpyMagicSize, data.size())
+              ? data.substr(e.data_offset, kNpyMagicSize)
+              : std::string_view();
+      if (!torch::IsNpy(head)) return;
+    }
+    absl::StatusOr<zip::Member> m = zip::Archive::ReadEntry(data, e, options_.zip);
+    if (!m.ok() || !torch::IsNpy(m->bytes())) return;
+    const std::string name = MemberName(outer, e.name);
+    const std::string tensor = EndsWith(e.name, ".npy") ? e.name.substr(0, e.name.size() - 4)
+                                                        : e.name;
+    torch::FileFacts sub;
+    torch::ReadNpy(m->bytes(), name, tensor, base + e.data_offset, e.method == 0, vm_, &sub);
+    bool content = false;
+    for (const torch::MemberFacts& f : sub.members) content = content || HasContent(f.stream);
+    Anomaly("polyglot", name, base + e.data_offset,
+            content ? "numpy.load reads this member as an .npy (numpy opens any zip as an .npz "
+                      "and reads each member that starts with numpy's magic), and its object "
+                      "array is a pickle that imports or calls something"
+                    : "numpy.load reads this member as an .npy (numpy opens any zip as an .npz "
+                      "and reads each member that starts with numpy's magic); torch reads it "
+                      "otherwise",
+            /*must_flag=*/content);
+    MergeAlternative(std::move(sub), "");
+  };
+  if (ar != nullptr) {
+    for (const zip::Entry& e : ar->entries()) look(e);
+  }
+  for (zip::ZipfileRelease release : zip::kZipfileReleases) {
+    absl::StatusOr<zip::ZipfileDirectory> dir =
+        zip::ReadZipfileDirectory(data, release, options_.zip);
+    if (!dir.ok()) continue;  // numpy.load under this release cannot open the archive
+    for (size_t i : dir->opened) look(dir->entries[i]);
   }
 }
 

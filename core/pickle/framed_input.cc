@@ -1,5 +1,5 @@
-// The unpickler's input with PEP 3154 framing enforced: reads of arguments and lines, and
-// FRAME's start of a frame.
+// The unpickler's input with its framing (framed_input.h): reads of arguments and lines, and
+// FRAME's start of a frame, as _pickle.c (strict PEP 3154) or pickle.py's _Unframer reads them.
 #include "core/pickle/framed_input.h"
 
 #include <string>
@@ -13,6 +13,8 @@ namespace ckptscan::pickle::internal {
 namespace {
 
 constexpr char kReadsAcross[] = " (CPython 3.11 reads across frames; ckptscan does not follow it)";
+// _Unframer's own message for a read or line that a frame cannot satisfy.
+constexpr char kExhausted[] = "pickle exhausted before end of frame";
 
 // A framing rule of ours that CPython 3.11 does not enforce (VmError::kStricter): it reads on.
 absl::Status Stricter(std::string msg) { return absl::FailedPreconditionError(std::move(msg)); }
@@ -31,6 +33,10 @@ absl::StatusOr<std::string_view> FramedInput::Read(uint64_t n) {
   LeaveFrameIfDone();
   if (n > r_.remaining()) {
     if (in_frame_) {
+      if (framing_ == Framing::kUnframer) {
+        return Malformed(absl::StrFormat("%s (%d bytes needed at offset %d, %d left in it)",
+                                         kExhausted, n, r_.offset(), r_.remaining()));
+      }
       return Stricter(absl::StrCat(
           absl::StrFormat("argument of %d bytes crosses the end of its frame at offset %d", n,
                           r_.end_offset()),
@@ -58,10 +64,14 @@ absl::StatusOr<std::string_view> FramedInput::ReadLine() {
   if (nl == std::string_view::npos) {
     if (window.size() > cap) return LimitExceeded("max_line_bytes", cap);
     if (in_frame_) {
+      if (framing_ == Framing::kUnframer) {
+        return Malformed(absl::StrFormat("%s (a line at offset %d)", kExhausted, r_.offset()));
+      }
       return Stricter(absl::StrCat(
           absl::StrFormat("line crosses the end of its frame at offset %d", r_.end_offset()),
           kReadsAcross));
     }
+    if (framing_ == Framing::kUnframer) return r_.ReadBytes(window.size());
     return Malformed("pickle data was truncated (no end of line)");
   }
   return r_.ReadBytes(nl + 1);
@@ -69,14 +79,19 @@ absl::StatusOr<std::string_view> FramedInput::ReadLine() {
 
 absl::Status FramedInput::StartFrame(uint64_t size) {
   if (in_frame_ && r_.remaining() > 0) {
-    return Stricter(
-        absl::StrCat("beginning of a new frame before end of current frame", kReadsAcross));
+    constexpr char kNewFrame[] = "beginning of a new frame before end of current frame";
+    if (framing_ == Framing::kUnframer) return Malformed(kNewFrame);
+    return Stricter(absl::StrCat(kNewFrame, kReadsAcross));
   }
   in_frame_ = false;
   (void)r_.SetEnd(r_.data_end_offset());
   if (size > r_.remaining()) {
-    return Malformed(absl::StrFormat("pickle data was truncated: frame of %d bytes, %d remain",
-                                     size, r_.remaining()));
+    if (framing_ == Framing::kStrict) {
+      return Malformed(absl::StrFormat("pickle data was truncated: frame of %d bytes, %d remain",
+                                       size, r_.remaining()));
+    }
+    // _Unframer.load_frame: io.BytesIO(file.read(size)), however short the read.
+    size = r_.remaining();
   }
   if (size > 0) {
     in_frame_ = true;

@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 
 namespace ckptscan::pickle {
@@ -225,15 +227,24 @@ absl::StatusOr<int64_t> ParseMemoIndexLine(std::string_view line) {
   return static_cast<int64_t>(v->value);
 }
 
-absl::StatusOr<double> ParseFloatLine(std::string_view line) {
-  if (line.size() < 2) return absl::InvalidArgumentError("pickle data was truncated");
-  std::string_view s = CStr(line);
+namespace {
+
+// A double as PyOS_string_to_double (_Py_dg_strtod, _Py_parse_inf_or_nan) reads it from the
+// start of `s`: no leading whitespace, a sign, digits with an optional point and exponent, or
+// the words inf, infinity and nan in any case. `end` is where it stopped; `overflow` that the
+// magnitude is out of range (the value is then +-HUGE_VAL).
+struct ScannedDouble {
+  double value = 0;
+  size_t end = 0;
+  bool overflow = false;
+};
+
+absl::StatusOr<ScannedDouble> ScanDouble(std::string_view s) {
   const size_t n = s.size();
   auto at = [&](size_t k) -> char { return k < n ? s[k] : '\0'; };
-  // _Py_dg_strtod grammar: no leading whitespace.
+  ScannedDouble out;
   size_t i = 0;
   if (at(i) == '+' || at(i) == '-') ++i;
-  size_t mant = i;
   size_t ndigits = 0;
   bool lz = false;
   while (at(i) == '0') {
@@ -252,62 +263,110 @@ absl::StatusOr<double> ParseFloatLine(std::string_view line) {
       ++i;
     }
   }
-  (void)mant;
-  size_t end = i;
-  bool parsed = ndigits > 0 || lz;
-  double value = 0;
-  if (parsed) {
+  out.end = i;
+  if (ndigits > 0 || lz) {
     if (at(i) == 'e' || at(i) == 'E') {
       size_t j = i + 1;
       if (at(j) == '+' || at(j) == '-') ++j;
       size_t ds = j;
       while (at(j) >= '0' && at(j) <= '9') ++j;
-      if (j > ds) end = j;  // an exponent needs a digit, else it is not consumed
+      if (j > ds) out.end = j;  // an exponent needs a digit, else it is not consumed
     }
-    std::string text(s.substr(0, end));
+    std::string text(s.substr(0, out.end));
     errno = 0;
     char* tail = nullptr;
-    value = std::strtod(text.c_str(), &tail);
-    if (errno == ERANGE && std::fabs(value) >= 1.0) {
-      return absl::InvalidArgumentError("value too large to convert to float");
-    }
-  } else {
-    // _Py_parse_inf_or_nan
-    size_t j = 0;
-    bool neg = false;
-    if (at(j) == '-') {
-      neg = true;
-      ++j;
-    } else if (at(j) == '+') {
-      ++j;
-    }
-    auto match = [&](size_t k, std::string_view word) {
-      if (k + word.size() > n) return false;
-      for (size_t q = 0; q < word.size(); ++q) {
-        char c = s[k + q];
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-        if (c != word[q]) return false;
-      }
-      return true;
-    };
-    if (match(j, "inf")) {
-      j += 3;
-      if (match(j, "inity")) j += 5;
-      value = neg ? -HUGE_VAL : HUGE_VAL;
-      end = j;
-    } else if (match(j, "nan")) {
-      j += 3;
-      value = neg ? -std::nan("") : std::nan("");
-      end = j;
-    } else {
-      return absl::InvalidArgumentError("could not convert string to float");
-    }
+    out.value = std::strtod(text.c_str(), &tail);
+    out.overflow = errno == ERANGE && std::fabs(out.value) >= 1.0;
+    return out;
   }
-  char c = at(end);
+  // _Py_parse_inf_or_nan
+  size_t j = 0;
+  bool neg = false;
+  if (at(j) == '-') {
+    neg = true;
+    ++j;
+  } else if (at(j) == '+') {
+    ++j;
+  }
+  auto match = [&](size_t k, std::string_view word) {
+    if (k + word.size() > n) return false;
+    for (size_t q = 0; q < word.size(); ++q) {
+      char c = s[k + q];
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      if (c != word[q]) return false;
+    }
+    return true;
+  };
+  if (match(j, "inf")) {
+    j += 3;
+    if (match(j, "inity")) j += 5;
+    out.value = neg ? -HUGE_VAL : HUGE_VAL;
+    out.end = j;
+    return out;
+  }
+  if (match(j, "nan")) {
+    out.value = neg ? -std::nan("") : std::nan("");
+    out.end = j + 3;
+    return out;
+  }
+  return absl::InvalidArgumentError("could not convert string to float");
+}
+
+// _Py_string_to_number_with_underscores: each '_' between two digits, then dropped. The
+// text without underscores, or nullopt when one is misplaced.
+std::optional<std::string> WithoutUnderscores(std::string_view s) {
+  std::string out;
+  char prev = '\0';
+  for (char c : s) {
+    const bool digit = c >= '0' && c <= '9';
+    if (c == '_') {
+      if (!(prev >= '0' && prev <= '9')) return std::nullopt;
+    } else {
+      if (prev == '_' && !digit) return std::nullopt;
+      out.push_back(c);
+    }
+    prev = c;
+  }
+  if (prev == '_') return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<double> ParseFloatLine(std::string_view line) {
+  if (line.size() < 2) return absl::InvalidArgumentError("pickle data was truncated");
+  const std::string_view s = CStr(line);
+  CKPT_ASSIGN_OR_RETURN(ScannedDouble d, ScanDouble(s));
+  if (d.overflow) return absl::InvalidArgumentError("value too large to convert to float");
+  const char c = d.end < s.size() ? s[d.end] : '\0';
   if (c != '\n' && c != '\0') {
     return absl::InvalidArgumentError("could not convert string to float");
   }
-  return value;
+  return d.value;
+}
+
+absl::StatusOr<double> PyFloatFromBytes(std::string_view s) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      absl::StrCat("could not convert string to float: ", Printable(s)));
+  std::optional<std::string> plain = std::string(s);
+  if (s.find('_') != std::string_view::npos) plain = WithoutUnderscores(s);
+  if (!plain.has_value()) return bad;
+  std::string_view t = *plain;
+  while (!t.empty() && PyIsSpace(t.front())) t.remove_prefix(1);
+  while (!t.empty() && PyIsSpace(t.back())) t.remove_suffix(1);
+  if (t.empty()) return bad;
+  absl::StatusOr<ScannedDouble> d = ScanDouble(t);
+  // A NUL ends the scan like any other character that is no part of a number.
+  if (!d.ok() || d->end != t.size()) return bad;
+  return d->value;  // out of range: inf, which float() returns
+}
+
+absl::StatusOr<IntValue> PyIntFromBytes(std::string_view s, int base) {
+  if (s.find('\0') != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid literal for int(): ", Printable(s)));
+  }
+  return PyLongFromString(s, base);
 }
 
 IntValue IntFromTwosComplement(std::string_view bytes) {

@@ -1,7 +1,8 @@
 // Parsers for the argument grammars of pickle's text opcodes, exactly as CPython 3.11's C
 // unpickler applies them (Modules/_pickle.c, Objects/longobject.c PyLong_FromString,
 // Python/pystrtod.c, Objects/bytesobject.c _PyBytes_DecodeEscape, Objects/unicodeobject.c
-// raw-unicode-escape). These are where pickletools and _pickle.c disagree, which
+// raw-unicode-escape), and where named Py*FromBytes, as pickle.py's pure-Python unpickler
+// applies Python's int() and float() to the same lines. These are where pickletools and _pickle.c disagree, which
 // pickletools-based scanners get wrong: e.g. INT accepts "0x10", "010" (octal, via strtol) and "1\0junk".
 //
 // All functions are pure; `line` arguments are the bytes readline() returned, newline included.
@@ -34,6 +35,13 @@ absl::StatusOr<IntValue> ParseLongLine(std::string_view line);
 absl::StatusOr<int64_t> ParseMemoIndexLine(std::string_view line);
 // The FLOAT opcode's argument line (PyOS_string_to_double, overflow is an error).
 absl::StatusOr<double> ParseFloatLine(std::string_view line);
+// Python's float(bytes) (pickle.py's FLOAT: float(readline()[:-1])): ASCII whitespace around
+// the number, '_' between digits, a value out of range is inf; anything else (a NUL, junk) is
+// an error.
+absl::StatusOr<double> PyFloatFromBytes(std::string_view s);
+// Python's int(bytes, base) for base 0 or 10 (pickle.py's INT, LONG, GET and PUT): as
+// PyLongFromString, but over the whole bytes, so a NUL is an error rather than an end.
+absl::StatusOr<IntValue> PyIntFromBytes(std::string_view s, int base);
 // LONG1/LONG4 payload: little-endian two's complement.
 IntValue IntFromTwosComplement(std::string_view bytes);
 

@@ -52,11 +52,12 @@ class Machine final {
           uint32_t pickle_index, uint32_t depth, Loader loader = Loader::kPickle,
           uint32_t joblib_depth = 0)
       : limits_(limits),
-        in_(limits, data, base),
+        in_(limits, data, base, loader == Loader::kPickle ? Framing::kStrict : Framing::kUnframer),
         trace_(trace),
         pickle_index_(pickle_index),
         depth_(depth),
         loader_(loader),
+        python_(loader != Loader::kPickle),
         joblib_depth_(joblib_depth) {
     out_.start = base;
     out_.depth = depth;
@@ -64,7 +65,9 @@ class Machine final {
 
   PickleFacts Run() && {
     absl::Status st = Loop();
-    out_.end = in_.offset();
+    // The next load reads on from here: after STOP for _pickle.c, after the frame STOP lies in
+    // for pickle.py.
+    out_.end = python_ && st.ok() ? in_.file_offset() : in_.offset();
     if (!st.ok()) {
       VmError e;
       e.code = st.code() == absl::StatusCode::kResourceExhausted ? VmError::Code::kLimit
@@ -451,24 +454,76 @@ class Machine final {
   }
 
   // A GLOBAL/INST name line without its '\n'. _pickle.c refuses a line shorter than two bytes
-  // or one the data ends in; joblib's outer stream is read by the pure-Python unpickler, which
-  // takes readline()[:-1] of whatever readline() returns: an empty line, or at the end of the
-  // data the rest of it less its last byte (and it imports what that names).
+  // or one the data ends in; pickle.py takes readline()[:-1] of whatever readline() returns: an
+  // empty line, or at the end of the data the rest of it less its last byte (and it imports
+  // what that names).
   absl::StatusOr<std::string_view> ReadNameLine() {
-    if (loader_ == Loader::kJoblib) {
-      in_.LeaveFrameIfDone();
-      const std::string_view window = in_.Peek();
-      if (!in_.in_frame() && window.find('\n') == std::string_view::npos &&
-          window.size() <= limits_.max_line_bytes) {
-        CKPT_ASSIGN_OR_RETURN(std::string_view rest, in_.ReadBytes(window.size()));
-        return rest.substr(0, rest.empty() ? 0 : rest.size() - 1);
-      }
-      CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-      return line.substr(0, line.size() - 1);
-    }
+    if (python_) return PyLine();
     CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
     if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
     return line.substr(0, line.size() - 1);
+  }
+
+  // pickle.py's readline()[:-1]: the line without its last byte, whatever that byte is (the
+  // '\n', or at the end of the data the line's own last byte).
+  absl::StatusOr<std::string_view> PyLine() {
+    CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+    return line.substr(0, line.empty() ? 0 : line.size() - 1);
+  }
+
+  // Whether a value of a plain kind is false in Python (None, False, 0, empty), true, or
+  // unknown (an object built at load time, a memoryview).
+  enum class Truth : uint8_t { kFalse, kTrue, kUnknown };
+  Truth Truthiness(NodeId id) {
+    const Node& n = N(id);
+    switch (n.kind) {
+      case Kind::kNone:
+        return Truth::kFalse;
+      case Kind::kBool:
+        return n.b ? Truth::kTrue : Truth::kFalse;
+      case Kind::kInt:
+        return !n.fits || n.i != 0 ? Truth::kTrue : Truth::kFalse;
+      case Kind::kFloat:
+        return n.f != 0 ? Truth::kTrue : Truth::kFalse;  // NaN is true
+      case Kind::kStr:
+      case Kind::kBytes:
+      case Kind::kByteArray:
+        return n.len != 0 ? Truth::kTrue : Truth::kFalse;
+      case Kind::kTuple:
+      case Kind::kList:
+      case Kind::kDict:
+      case Kind::kSet:
+      case Kind::kFrozenSet:
+        return n.items.empty() ? Truth::kFalse : Truth::kTrue;
+      default:
+        return Truth::kUnknown;
+    }
+  }
+
+  // pickle.py's GET and PUT index: int(readline()[:-1]) (base 10; Python's int has no bound:
+  // one beyond int64 is clamped, which no memo index reaches).
+  absl::StatusOr<int64_t> PyMemoIndex() {
+    CKPT_ASSIGN_OR_RETURN(std::string_view val, PyLine());
+    CKPT_ASSIGN_OR_RETURN(IntValue v, PyIntFromBytes(val, 10));
+    const size_t sign = val.find_first_not_of(" \t\n\r\x0b\x0c");
+    const bool neg = v.fits ? v.value < 0 : sign != std::string_view::npos && val[sign] == '-';
+    if (!v.fits || v.value > absl::int128(INT64_MAX) || v.value < absl::int128(INT64_MIN)) {
+      return neg ? INT64_MIN : INT64_MAX;
+    }
+    return static_cast<int64_t>(v.value);
+  }
+
+  // pickle._Unpickler.persistent_load raises (neither it nor joblib's subclass defines one).
+  absl::Status NoPersistentLoad() { return Malformed("unsupported persistent id encountered"); }
+
+  // pickle.py's f(*args): any iterable value will do (REDUCE, NEWOBJ, NEWOBJ_EX).
+  absl::Status CheckIterable(NodeId args, const char* what) {
+    const Kind k = N(args).kind;
+    if (k == Kind::kNone || k == Kind::kBool || k == Kind::kInt || k == Kind::kFloat) {
+      return Malformed(
+          absl::StrCat(what, ": argument after * must be an iterable, not ", KindName(k)));
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::string> ReadAsciiLine(const char* what) {
@@ -492,10 +547,17 @@ class Machine final {
   absl::Status DoAppend(int64_t x, bool single) {
     const int64_t len = static_cast<int64_t>(stack_.size());
     if (x > len || x <= static_cast<int64_t>(fence())) return Underflow();
-    if (len == x) return absl::OkStatus();
     NodeId target = stack_[x - 1];
-    CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(static_cast<size_t>(x)));
     Kind k = N(target).kind;
+    if (len == x) {
+      // _pickle.c does nothing with no items; pickle.py's load_appends looks up extend (then
+      // append) all the same, which only lists, bytearrays and objects have.
+      if (python_ && k != Kind::kList && k != Kind::kByteArray && !IsOpaque(k)) {
+        return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute 'append'"));
+      }
+      return absl::OkStatus();
+    }
+    CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(static_cast<size_t>(x)));
     if (k == Kind::kList) {
       Node& list = N(target);
       Deepen(list, items);
@@ -604,7 +666,18 @@ class Machine final {
       case NEWFALSE: Push(Singleton(false_, Kind::kBool, false)); return absl::OkStatus();
       case INT: {
         CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        CKPT_ASSIGN_OR_RETURN(IntValue v, ParseIntLine(line));
+        IntValue v;
+        if (python_) {
+          // load_int: the whole line; exactly b"00\n" and b"01\n" are False and True.
+          if (line == "00\n" || line == "01\n") {
+            v.is_bool = true;
+            v.value = line[1] == '1' ? 1 : 0;
+          } else {
+            CKPT_ASSIGN_OR_RETURN(v, PyIntFromBytes(line, 0));
+          }
+        } else {
+          CKPT_ASSIGN_OR_RETURN(v, ParseIntLine(line));
+        }
         arg_ = v.is_bool ? (v.value != 0 ? "True" : "False") : v.text;
         Push(NewInt(v));
         return absl::OkStatus();
@@ -624,8 +697,16 @@ class Machine final {
         return absl::OkStatus();
       }
       case LONG: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        CKPT_ASSIGN_OR_RETURN(IntValue v, ParseLongLine(line));
+        IntValue v;
+        if (python_) {
+          // load_long: readline()[:-1], one trailing 'L' dropped, int(val, 0).
+          CKPT_ASSIGN_OR_RETURN(std::string_view val, PyLine());
+          if (!val.empty() && val.back() == 'L') val.remove_suffix(1);
+          CKPT_ASSIGN_OR_RETURN(v, PyIntFromBytes(val, 0));
+        } else {
+          CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+          CKPT_ASSIGN_OR_RETURN(v, ParseLongLine(line));
+        }
         arg_ = v.text;
         Push(NewInt(v));
         return absl::OkStatus();
@@ -649,8 +730,14 @@ class Machine final {
         return absl::OkStatus();
       }
       case FLOAT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        CKPT_ASSIGN_OR_RETURN(double d, ParseFloatLine(line));
+        double d;
+        if (python_) {
+          CKPT_ASSIGN_OR_RETURN(std::string_view val, PyLine());
+          CKPT_ASSIGN_OR_RETURN(d, PyFloatFromBytes(val));
+        } else {
+          CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+          CKPT_ASSIGN_OR_RETURN(d, ParseFloatLine(line));
+        }
         NodeId id = New(Kind::kFloat);
         N(id).f = d;
         arg_ = absl::StrCat(d);
@@ -671,9 +758,14 @@ class Machine final {
       }
       case STRING: {
         uint64_t off = in_.offset();
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
-        std::string_view s = line.substr(0, line.size() - 1);
+        std::string_view s;
+        if (python_) {
+          CKPT_ASSIGN_OR_RETURN(s, PyLine());
+        } else {
+          CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+          if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+          s = line.substr(0, line.size() - 1);
+        }
         if (s.size() < 2 || s.front() != s.back() || (s.front() != '\'' && s.front() != '"')) {
           return Malformed("the STRING opcode argument must be quoted");
         }
@@ -706,8 +798,9 @@ class Machine final {
       case UNICODE: {
         uint64_t off = in_.offset();
         CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        CKPT_ASSIGN_OR_RETURN(std::string s,
-                              DecodeRawUnicodeEscape(line.substr(0, line.size() - 1)));
+        // pickle.py: readline()[:-1], which at the end of the data drops the line's last byte.
+        CKPT_ASSIGN_OR_RETURN(std::string s, DecodeRawUnicodeEscape(line.substr(
+                                                 0, line.empty() ? 0 : line.size() - 1)));
         if (trace_ != nullptr) arg_ = QuoteForTrace(s);
         Push(NewText(Kind::kStr, std::move(s), off, false));
         return absl::OkStatus();
@@ -799,10 +892,16 @@ class Machine final {
         CKPT_ASSIGN_OR_RETURN(size_t m, Marker());
         const size_t len = stack_.size();
         if (m > len || m <= fence()) return Underflow();
-        if (len == m) return absl::OkStatus();
         NodeId target = stack_[m - 1];
-        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
         Kind k = N(target).kind;
+        if (len == m) {
+          // pickle.py's load_additems looks up add on anything but a set, items or none.
+          if (python_ && k != Kind::kSet && !IsOpaque(k)) {
+            return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute 'add'"));
+          }
+          return absl::OkStatus();
+        }
+        CKPT_ASSIGN_OR_RETURN(std::vector<NodeId> items, PopItems(m));
         if (k == Kind::kSet) {
           for (NodeId item : items) CKPT_RETURN_IF_ERROR(CheckHashable(item));
           Node& set = N(target);
@@ -828,8 +927,13 @@ class Machine final {
         return DoSetItems(static_cast<int64_t>(m));
       }
       case GET: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
+        int64_t idx;
+        if (python_) {
+          CKPT_ASSIGN_OR_RETURN(idx, PyMemoIndex());
+        } else {
+          CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+          CKPT_ASSIGN_OR_RETURN(idx, ParseMemoIndexLine(line));
+        }
         arg_ = absl::StrCat(idx);
         if (idx < 0) return Malformed(absl::StrFormat("Memo value not found at index %d", idx));
         return MemoGet(static_cast<uint64_t>(idx));
@@ -841,10 +945,17 @@ class Machine final {
         return MemoGet(idx);
       }
       case PUT: {
-        CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
-        if (stack_.size() <= fence()) return Underflow();
-        CKPT_ASSIGN_OR_RETURN(int64_t idx, ParseMemoIndexLine(line));
+        int64_t idx;
+        if (python_) {
+          CKPT_ASSIGN_OR_RETURN(idx, PyMemoIndex());
+          if (idx < 0) return Malformed("negative PUT argument");
+          if (stack_.size() <= fence()) return Underflow();
+        } else {
+          CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
+          if (line.size() < 2) return Malformed("pickle data was truncated (empty line)");
+          if (stack_.size() <= fence()) return Underflow();
+          CKPT_ASSIGN_OR_RETURN(idx, ParseMemoIndexLine(line));
+        }
         arg_ = absl::StrCat(idx);
         if (idx < 0) return Malformed("negative PUT argument");
         return PutTop(static_cast<uint64_t>(idx));
@@ -895,10 +1006,10 @@ class Machine final {
         return absl::OkStatus();
       }
       case INST: {
-        // _pickle.c finds the MARK first; joblib's outer stream is read by the pure-Python
-        // unpickler (pickle._Unpickler.load_inst), which reads both lines and imports the class
-        // before it looks for the MARK: without one, it has still imported the module.
-        const bool import_first = loader_ == Loader::kJoblib;
+        // _pickle.c finds the MARK first; pickle._Unpickler.load_inst reads both lines and
+        // imports the class before it looks for the MARK: without one, it has still imported
+        // the module.
+        const bool import_first = python_;
         size_t m = 0;
         if (!import_first) {
           CKPT_ASSIGN_OR_RETURN(m, Marker());
@@ -929,7 +1040,9 @@ class Machine final {
         CKPT_ASSIGN_OR_RETURN(NodeId args, Pop());
         CKPT_ASSIGN_OR_RETURN(NodeId callee, Pop());
         CKPT_RETURN_IF_ERROR(CheckCallable(callee));
-        if (N(args).kind != Kind::kTuple && IsPlainData(N(args).kind)) {
+        if (python_) {
+          CKPT_RETURN_IF_ERROR(CheckIterable(args, "REDUCE"));
+        } else if (N(args).kind != Kind::kTuple && IsPlainData(N(args).kind)) {
           return Malformed("argument list must be a tuple");
         }
         Push(AddCall(CallOp::kReduce, callee, args, kNoNode, Kind::kCall));
@@ -945,10 +1058,14 @@ class Machine final {
         CKPT_ASSIGN_OR_RETURN(NodeId cls, Pop());
         const char* what = op_ == NEWOBJ ? "NEWOBJ" : "NEWOBJ_EX";
         if (IsPlainData(N(cls).kind)) {
-          return Malformed(absl::StrCat(what, " class argument must be a type, not ",
-                                        KindName(N(cls).kind)));
+          return Malformed(
+              absl::StrCat(what, " class argument must be a type, not ", KindName(N(cls).kind)));
         }
-        CKPT_RETURN_IF_ERROR(CheckArgsTuple(args, what));
+        if (python_) {
+          CKPT_RETURN_IF_ERROR(CheckIterable(args, what));
+        } else {
+          CKPT_RETURN_IF_ERROR(CheckArgsTuple(args, what));
+        }
         if (kwargs != kNoNode && N(kwargs).kind != Kind::kDict && IsPlainData(N(kwargs).kind)) {
           return Malformed(absl::StrCat(what, " kwargs argument must be a dict, not ",
                                         KindName(N(kwargs).kind)));
@@ -982,6 +1099,18 @@ class Machine final {
           dict_state = N(state).items[0];
           slot_state = N(state).items[1];
         }
+        if (python_) {
+          // load_build: `if state:` and `if slotstate:` — a false state is skipped, a true one
+          // needs inst.__dict__, which no plain value has. An object's truth is unknown here:
+          // it may be false, and then the load reads on.
+          if (Truthiness(dict_state) == Truth::kTrue ||
+              (slot_state != kNoNode && Truthiness(slot_state) == Truth::kTrue)) {
+            return Malformed(
+                absl::StrCat("'", KindName(k), "' object has no attribute '",
+                             Truthiness(dict_state) == Truth::kTrue ? "__dict__" : "to set", "'"));
+          }
+          return absl::OkStatus();
+        }
         if (N(dict_state).kind != Kind::kNone) {
           return Malformed(absl::StrCat("'", KindName(k), "' object has no attribute '__dict__'"));
         }
@@ -997,12 +1126,13 @@ class Machine final {
       }
       case PERSID: {
         CKPT_ASSIGN_OR_RETURN(std::string_view line, in_.ReadLine());
-        std::string_view s = line.substr(0, line.size() - 1);
+        std::string_view s = line.substr(0, line.empty() ? 0 : line.size() - 1);
         for (char c : s) {
           if (static_cast<unsigned char>(c) >= 0x80) {
             return Malformed("persistent IDs in protocol 0 must be ASCII strings");
           }
         }
+        if (python_) return NoPersistentLoad();
         NodeId pid = NewText(Kind::kStr, std::string(s), in_.offset() - line.size(), true);
         arg_ = QuoteForTrace(s);
         Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
@@ -1010,6 +1140,7 @@ class Machine final {
       }
       case BINPERSID: {
         CKPT_ASSIGN_OR_RETURN(NodeId pid, Pop());
+        if (python_) return NoPersistentLoad();
         Push(AddCall(CallOp::kPersistentLoad, kNoNode, pid, kNoNode, Kind::kPersistent));
         return absl::OkStatus();
       }
@@ -1046,6 +1177,7 @@ class Machine final {
   NodeId true_ = kNoNode;
   NodeId false_ = kNoNode;
   Loader loader_;
+  bool python_;  // pickle.py's _Unpickler (kPython, and joblib's subclass of it)
   uint32_t joblib_depth_;
 
   PickleFacts out_;

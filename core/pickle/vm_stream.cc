@@ -25,8 +25,8 @@ PickleFacts Vm::RunOne(std::string_view data, uint64_t base_offset, const TraceS
   return internal::RunPickle(limits_, data, base_offset, trace, 0, 0, loader_);
 }
 
-StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
-                           const TraceSink* trace) const {
+StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset, const TraceSink* trace,
+                           Pickles which) const {
   StreamFacts facts;
   if (data.size() > limits_.max_total_bytes) {
     VmError e;
@@ -66,7 +66,7 @@ StreamFacts Vm::ScanStream(std::string_view data, uint64_t base_offset,
     p.inline_pickles.clear();
     facts.pickles.push_back(std::move(p));
     for (PickleFacts& q : inline_pickles) facts.pickles.push_back(std::move(q));
-    if (failed || next >= data.size()) break;
+    if (failed || next >= data.size() || which == Pickles::kFirst) break;
     pos = next;
   }
 

@@ -618,5 +618,57 @@ TEST(VmTest, JoblibReadingTakesANameLineTheDataEndsIn) {
   EXPECT_TRUE(py.pickles[0].error.has_value());  // and then the data has ended
 }
 
+// pickle._Unpickler (Loader::kPython) reads on where _pickle.c stops (docs/pickle_vm.md); each
+// case below ran os.getcwd or imported posix.system under joblib.load 1.2 in the loader matrix
+// (tests/fixtures/router).
+std::vector<std::string> PythonGlobals(const std::string& data) {
+  StreamFacts f = Vm(Limits{}, Loader::kPython).ScanStream(data, 0, nullptr, Pickles::kFirst);
+  return f.pickles.empty() ? std::vector<std::string>{} : Globals(f.pickles[0]);
+}
+
+TEST(VmTest, PythonReadingTakesFloatAndIntAsPythonSpellsThem) {
+  const std::vector<std::string> getcwd{"os.getcwd"};
+  for (const std::string& lead : {"F 1\n0"s, "F1_0\n0"s, "F 1.5 \n0"s, "I 1\n0"s, "I1_000\n0"s,
+                                  "L 1L\n0"s, "F1e999\n0"s}) {
+    const std::string data = lead + "cos\ngetcwd\n(tR.";
+    EXPECT_EQ(PythonGlobals(data), getcwd) << lead;
+  }
+  // What Python's float() and int() refuse stops the reading before the import.
+  for (const std::string& lead : {"F1__0\n0"s, "F_1\n0"s, "F1_\n0"s, "I0 1\n0"s, "F\n0"s}) {
+    const std::string data = lead + "cos\ngetcwd\n(tR.";
+    EXPECT_TRUE(PythonGlobals(data).empty()) << lead;
+  }
+}
+
+TEST(VmTest, PythonReadingTakesAShortFrameAsTheBytesLeft) {
+  const std::string body = "cos\ngetcwd\n)R.";
+  const std::string data = "\x80\x04\x95\xe8\x03\x00\x00\x00\x00\x00\x00"s + body;
+  EXPECT_TRUE(Globals(Vm().ScanStream(data).pickles[0]).empty());  // _pickle.c: truncated
+  EXPECT_EQ(PythonGlobals(data), (std::vector<std::string>{"os.getcwd"}));
+}
+
+TEST(VmTest, PythonReadingOfATextLineWithoutNewlineDropsItsLastByte) {
+  EXPECT_EQ(PythonGlobals("cos\ngetcwdX"), (std::vector<std::string>{"os.getcwd"}));
+  EXPECT_EQ(PythonGlobals("cos\ngetc"), (std::vector<std::string>{"os.get"}));
+  EXPECT_EQ(PythonGlobals("ios\ngetcwd\n."), (std::vector<std::string>{"os.getcwd"}));
+}
+
+TEST(VmTest, PythonReadingStopsAtAPersistentId) {
+  StreamFacts f = Vm(Limits{}, Loader::kPython).ScanStream("\x80\x02X\x01\x00\x00\x00" "aQ."s);
+  ASSERT_FALSE(f.pickles.empty());
+  EXPECT_EQ(ErrorOf(f.pickles[0]), "unsupported persistent id encountered");
+}
+
+TEST(VmTest, PythonReadingResumesAfterTheFrameItsStopLiesIn) {
+  // A frame of 4 bytes: "N." and two more; pickle.py read all four from the file.
+  const std::string data = "\x80\x04\x95\x04\x00\x00\x00\x00\x00\x00\x00N.N."s;
+  StreamFacts c = Vm().ScanStream(data);
+  StreamFacts py = Vm(Limits{}, Loader::kPython).ScanStream(data);
+  ASSERT_FALSE(c.pickles.empty());
+  ASSERT_FALSE(py.pickles.empty());
+  EXPECT_EQ(py.pickles[0].end, data.size());
+  EXPECT_LT(c.pickles[0].end, data.size());
+}
+
 }  // namespace
 }  // namespace ckptscan::pickle

@@ -26,10 +26,14 @@ struct Header {
 };
 
 // A parser for the dict literal numpy writes: {'descr': '<f4', 'fortran_order': False,
-// 'shape': (3, 4), } padded with spaces and ending in '\n'.
+// 'shape': (3, 4), } padded with spaces and ending in '\n'; and for what else
+// numpy/lib/format.py _read_array_header accepts of it (ast.literal_eval, numpy 1.24 and 2.2
+// alike): any Python whitespace, comments, backslash line joins, a key given twice (the last
+// one counts) and, in versions 1.0 and 2.0 (_filter_header, for Python 2's files), an 'L'
+// token after a number ("(520L,)").
 class HeaderParser {
  public:
-  explicit HeaderParser(std::string_view s) : s_(s) {}
+  HeaderParser(std::string_view s, bool python2_longs) : s_(s), python2_longs_(python2_longs) {}
 
   absl::StatusOr<Header> Parse() {
     Header h;
@@ -48,8 +52,7 @@ class HeaderParser {
       Space();
       int which = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
       if (which < 0) return Bad(absl::StrFormat("unexpected key '%s'", base::AbslView(key)));
-      if (seen[which]) return Bad(absl::StrFormat("key '%s' twice", base::AbslView(key)));
-      seen[which] = true;
+      seen[which] = true;  // a dict display keeps the last value of a key given twice
       if (which == 0) {
         if (Peek() == '[') return absl::UnimplementedError("structured dtypes are not supported");
         CKPT_ASSIGN_OR_RETURN(h.descr, String());
@@ -79,8 +82,25 @@ class HeaderParser {
         absl::StrFormat("npy header: %s at character %d", base::AbslView(why), i_));
   }
   char Peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  // Whitespace between tokens inside the braces, as Python's tokenizer skips it: blanks, line
+  // ends (implicit joining), a backslash before a line end, and '#' comments to the line end.
   void Space() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t')) ++i_;
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f') {
+        ++i_;
+      } else if (c == '#') {
+        while (i_ < s_.size() && s_[i_] != '\n' && s_[i_] != '\r') ++i_;
+      } else if (c == '\\' && i_ + 1 < s_.size() && (s_[i_ + 1] == '\n' || s_[i_ + 1] == '\r')) {
+        i_ += 2;
+      } else {
+        return;
+      }
+    }
+  }
+  static bool IdentifierChar(char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           static_cast<unsigned char>(c) >= 0x80;
   }
   absl::Status Expect(char c) {
     if (Peek() != c) return Bad(absl::StrFormat("expected '%c'", c));
@@ -125,9 +145,15 @@ class HeaderParser {
         ++i_;
       }
       if (i_ == start) return Bad("expected a dimension");
+      if (i_ - start > 1 && s_[start] == '0' && v != 0) return Bad("a leading zero");
       if (dims.size() >= kMaxDims) return Bad("too many dimensions");
       dims.push_back(v);
       Space();
+      if (python2_longs_ && Peek() == 'L' &&
+          !IdentifierChar(i_ + 1 < s_.size() ? s_[i_ + 1] : ' ')) {
+        ++i_;  // _filter_header drops a NAME token 'L' that follows a NUMBER
+        Space();
+      }
       if (Peek() == ',') {
         ++i_;
         continue;
@@ -139,6 +165,7 @@ class HeaderParser {
   }
 
   std::string_view s_;
+  bool python2_longs_;
   size_t i_ = 0;
 };
 
@@ -163,6 +190,17 @@ const DTypeInfo* DTypeFromDescr(std::string_view descr, bool* big_endian) {
     if (c.code == code) return DTypeFromName(c.name);
   }
   return nullptr;
+}
+
+// Whether numpy's descr_to_dtype makes an object dtype of `descr` (np.dtype of the string):
+// "O" with a byte order and an item size of the pointer's (numpy accepts 4 and 8), or a name.
+bool IsObjectDescr(std::string_view descr) {
+  if (descr == "object" || descr == "object_") return true;
+  if (!descr.empty() &&
+      (descr[0] == '<' || descr[0] == '>' || descr[0] == '|' || descr[0] == '=')) {
+    descr.remove_prefix(1);
+  }
+  return descr == "O" || descr == "O4" || descr == "O8";
 }
 
 }  // namespace
@@ -198,11 +236,11 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   const uint64_t header_at = r.offset();
   absl::StatusOr<std::string_view> text = r.ReadBytes(*header_len);
   if (!text.ok()) return error(v1::ERROR_CODE_MALFORMED, "npy: truncated header", header_at);
-  absl::StatusOr<Header> h = HeaderParser(*text).Parse();
+  absl::StatusOr<Header> h = HeaderParser(*text, /*python2_longs=*/*major <= 2).Parse();
   if (!h.ok()) {
     return error(ErrorCodeOf(h.status()), std::string(h.status().message()), header_at);
   }
-  if (h->descr == "|O" || h->descr == "O") {
+  if (IsObjectDescr(h->descr)) {
     // np.save(allow_pickle=True) writes the array with pickle.dump after the header.
     MemberFacts m;
     m.member = std::string(member);

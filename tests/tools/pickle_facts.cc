@@ -1,10 +1,10 @@
 // pickle_facts: prints what the VM saw in each file, one JSON object per line, for the
 // differential test against CPython (tests/differential/diff_test.py).
 //
-//   pickle_facts [--joblib|--read-file] FILE...   or   pickle_facts [--joblib|--read-file] --stdin
+//   pickle_facts [--joblib|--python|--read-file] FILE...   or   ... --stdin
 //
-// --joblib reads the files as joblib.load does (pickle::Loader::kJoblib) instead of as
-// pickle.load does. --read-file reads each file as the scanner does (formats::ReadFile: format
+// --joblib reads the files as joblib.load does (pickle::Loader::kJoblib), --python as
+// pickle._Unpickler does (pickle::Loader::kPython), instead of as pickle.load does. --read-file reads each file as the scanner does (formats::ReadFile: format
 // detection, joblib's compressed files decompressed, every reading): "pickles" are those of
 // every member (each with its "member"), "stream_error" the first error of the file (or of a
 // member's stream, or an alternative reading that stopped where its loader reads on). A pickle's
@@ -139,13 +139,16 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--joblib") {
     loader = ckptscan::pickle::Loader::kJoblib;
     first = 2;
+  } else if (argc > 1 && std::string(argv[1]) == "--python") {
+    loader = ckptscan::pickle::Loader::kPython;
+    first = 2;
   } else if (argc > 1 && std::string(argv[1]) == "--read-file") {
     describe = DescribeFile;
     first = 2;
   }
   if (argc <= first) {
-    std::cerr << "usage: pickle_facts [--joblib|--read-file] FILE... | pickle_facts "
-                 "[--joblib|--read-file] --stdin\n";
+    std::cerr << "usage: pickle_facts [--joblib|--python|--read-file] FILE... | pickle_facts "
+                 "[--joblib|--python|--read-file] --stdin\n";
     return 64;
   }
   const Vm vm(ckptscan::pickle::Limits{}, loader);
