@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,10 +27,17 @@ namespace {
 
 using torch::TensorFact;
 
+// A refusal names its tensor by at most this many bytes of the name, so that the reason after
+// it survives the worker's bounded error message (a dict key may be megabytes long).
+constexpr size_t kMaxNameBytesInRefusal = 256;
+
 absl::Status Refuse(const TensorFact& t, std::string_view why) {
+  std::string name = base::Escaped(std::string_view(t.name).substr(0, kMaxNameBytesInRefusal));
+  if (t.name.size() > kMaxNameBytesInRefusal) {
+    absl::StrAppend(&name, "... (", t.name.size(), " bytes)");
+  }
   return absl::FailedPreconditionError(absl::StrFormat("tensor '%s' cannot be converted: %s",
-                                                       base::AbslView(base::Escaped(t.name)),
-                                                       base::AbslView(why)));
+                                                       base::AbslView(name), base::AbslView(why)));
 }
 
 // A checkpoint that is one bare tensor (torch.save(t), an .npy file) has no name for it;
@@ -202,8 +210,30 @@ class Planner {
       }
     }
     for (const std::string& d : options_.allow_dtypes) CKPT_RETURN_IF_ERROR(CheckAllowDtype(d));
+    CKPT_RETURN_IF_ERROR(NpzLookups());
     c64_native_ = std::find(options_.allow_dtypes.begin(), options_.allow_dtypes.end(), "C64") !=
                   options_.allow_dtypes.end();
+    return absl::OkStatus();
+  }
+
+  // An .npz's tensor is named by its member less ".npy"; numpy returns, for that name, the
+  // member named exactly so when there is one (NpzMemberFor): then the tensor is not what
+  // numpy.load gives under its name.
+  absl::Status NpzLookups() const {
+    if (facts_.format != "npz") return absl::OkStatus();
+    absl::flat_hash_set<std::string_view> members;
+    for (const torch::StorageData& d : facts_.storage_data) members.insert(d.member);
+    for (const TensorFact& t : facts_.tensors) {
+      if (t.storage < 0 || static_cast<size_t>(t.storage) >= facts_.storage_data.size()) continue;
+      const std::string& member = facts_.storage_data[static_cast<size_t>(t.storage)].member;
+      const std::string_view read = torch::NpzMemberFor(t.name, members);
+      if (!read.empty() && read != member) {
+        return Refuse(t, absl::StrFormat("numpy.load reads the member '%s' for this name, not "
+                                         "'%s' (an exact member name comes first)",
+                                         base::AbslView(base::Escaped(read)),
+                                         base::AbslView(base::Escaped(member))));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -82,6 +82,10 @@ struct Node {
   std::vector<NodeId> states;
   // SETITEM(S)/APPEND(S)/ADDITEMS applied to a non-container (kCall target): the call sites.
   std::vector<uint32_t> mutations;
+  // kList/kDict/kSet: the offset of the last APPEND(S)/SETITEM(S)/ADDITEMS that put items into
+  // it after it was made (0: none did). A call that took it as an argument at an earlier offset
+  // saw fewer items than `items` holds (OrderedDict(list), Counter(dict) copy them).
+  uint64_t filled_at = 0;
 };
 
 // The nodes of a graph, in chunks of kChunkNodes: growing never moves or copies the nodes past

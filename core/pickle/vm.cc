@@ -561,6 +561,7 @@ class Machine final {
     if (k == Kind::kList) {
       Node& list = N(target);
       Deepen(list, items);
+      list.filled_at = op_offset_;
       list.items.insert(list.items.end(), items.begin(), items.end());
       return absl::OkStatus();
     }
@@ -585,6 +586,7 @@ class Machine final {
       for (size_t i = 0; i < items.size(); i += 2) CKPT_RETURN_IF_ERROR(CheckHashable(items[i]));
       Node& dict = N(target);
       Deepen(dict, items);
+      dict.filled_at = op_offset_;
       dict.items.insert(dict.items.end(), items.begin(), items.end());
       return absl::OkStatus();
     }
@@ -906,6 +908,7 @@ class Machine final {
           for (NodeId item : items) CKPT_RETURN_IF_ERROR(CheckHashable(item));
           Node& set = N(target);
           Deepen(set, items);
+          set.filled_at = op_offset_;
           set.items.insert(set.items.end(), items.begin(), items.end());
           return absl::OkStatus();
         }

@@ -28,6 +28,14 @@ absl::Status CheckShardFileName(std::string_view name) {
                    "\" is not a plain file name in the index's directory"));
 }
 
+std::string_view NpzMemberFor(std::string_view key,
+                              const absl::flat_hash_set<std::string_view>& members) {
+  if (auto exact = members.find(key); exact != members.end()) return *exact;
+  const std::string with_npy = std::string(key) + ".npy";
+  if (auto npy = members.find(with_npy); npy != members.end()) return *npy;
+  return {};
+}
+
 v1::ScanError ContainerError(v1::ErrorCode code, std::string message, std::string_view member,
                              uint64_t offset) {
   v1::ScanError e;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "ckptscan/v1/report.pb.h"
 #include "core/pickle/facts.h"
@@ -126,6 +127,12 @@ inline bool IsPlainQuantMethod(std::string_view s) {
   }
   return true;
 }
+
+// numpy's NpzFile[key] reads the member named exactly `key` when the archive has one, and only
+// otherwise key + ".npy" (numpy/lib/npyio.py, NpzFile.__getitem__; numpy 1.24 and 2.2). The
+// member read for `key` among `members` (zip member names), or "" when there is none.
+std::string_view NpzMemberFor(std::string_view key,
+                              const absl::flat_hash_set<std::string_view>& members);
 
 // Data: a file validated whole as one of the data classes, in which no loader finds code (a
 // text, a JSON document, an image, a SentencePiece model, an empty file). Its report has kind

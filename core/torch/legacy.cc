@@ -63,7 +63,7 @@ void ReadLegacy(std::string_view data, const pickle::Vm& vm, FileFacts* out) {
   vm.ScanNested(data, 0, &m.stream);
   const bool complete = m.stream.pickles.size() >= 5 && !m.stream.pickles[4].error;
   if (m.stream.pickles.size() >= 4 && !m.stream.pickles[3].error) {
-    TensorExtraction t = ExtractTensors(m.stream.pickles[3]);
+    TensorExtraction t = ExtractTensors(m.stream.pickles[3], nullptr, PersistentIds::kLegacy);
     for (const std::string& problem : t.problems) {
       out->errors.push_back(
           ContainerError(v1::ERROR_CODE_MALFORMED, problem, "", m.stream.pickles[3].start));

@@ -119,12 +119,44 @@ struct KeyedObjects {
   std::vector<StorageRef> storages;
 };
 
-// Walks `p` from its root. Containers reached twice are walked once (the first path wins);
-// a tensor object reached by several paths is listed under each name (tied weights).
+// The two forms of torch's storage persistent ids (torch/serialization.py persistent_load).
+enum class PersistentIds : uint8_t {
+  // torch.load of a zip archive: ('storage', type, key, location, numel), exactly; storages
+  // cached by key.
+  kZip,
+  // torch's legacy format: a sixth item, None or a storage view (view_key, offset, size);
+  // storages and views cached by key in one dict, so a view key used again gets the view made
+  // first, whatever offset and size follow it.
+  kLegacy,
+};
+
+// A walk over a value graph whose containers are shared by many paths takes more steps than it
+// has nodes: at most this many more (a problem stops it).
+inline constexpr uint64_t kMaxRewalkSteps = 1ull << 22;
+// Bytes of all tensor (and listed other value) names of one pickle together.
+inline constexpr uint64_t kMaxTensorNameBytes = 256ull << 20;
+
+// Walks `p` from its root the way the caller of torch.load walks the result: through dicts
+// (and OrderedDict, defaultdict and Counter), lists and tuples, naming each value by its key
+// path, str(key) joined with '.'. Dict keys are taken as Python's dict takes them: keys that
+// compare equal (True, 1 and 1.0; 'w' and TorchVersion('w')) are one key, named by the first
+// key object and holding the last value. A container reached by several paths is walked under
+// each, so a tensor there, like a tensor object reached by several paths (tied weights), is
+// listed under each name. What the walk cannot name as Python would (a key type it does not
+// model, a container holding itself, a container changed after a call copied it) leaves the
+// tensors under it with a problem, as does anything that makes torch.load's tensor differ
+// from the file's bytes (a state set with setattr on a tensor attribute, a SETITEM on a
+// tensor, a 'meta' storage location).
 // With `keyed`, persistent ids are resolved as plain keys into it (every one must resolve,
 // as torch's persistent_load would), the result's storages are `keyed->storages`, and a
 // persistent id that names a tensor is that tensor.
-TensorExtraction ExtractTensors(const pickle::PickleFacts& p, const KeyedObjects* keyed = nullptr);
+TensorExtraction ExtractTensors(const pickle::PickleFacts& p, const KeyedObjects* keyed = nullptr,
+                                PersistentIds ids = PersistentIds::kZip);
+
+// Python's repr() (and str()) of a float: the shortest digits that read back to it, in fixed
+// notation when its decimal exponent is in [-4, 16), else with an exponent of at least two
+// digits ("1e+16", "1e-05"), ".0" on integral values; "inf", "-inf", "nan".
+std::string PythonFloatRepr(double v);
 
 // The safetensors dtype of a quantized dtype's integer data ("I8" for qint8, "U8" for quint8,
 // "I32" for qint32), or empty (the packed quint4x2 and quint2x4, anything else).
