@@ -49,6 +49,7 @@ struct DaemonConfig {
   uint32_t max_running = 0;
   uint32_t max_queued = 0;
   uint32_t max_jobs_per_caller = 0;
+  uint32_t reserved_job_places = 0;  // of max_running + max_queued, for the operator only
   UploadLimits uploads;
   // Files of the daemon's own: by-path roots, the signing key, the state directory.
   std::vector<std::string> roots;

@@ -128,6 +128,10 @@ int Millis(absl::Duration d) {
 // reports a request string that is not UTF-8, with the field's name, while the call is refused).
 void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
                  const std::string& message) {
+  // A request can make the libraries log (a string that is not UTF-8): rate limited as a caller.
+  if (LogLimiter* limiter = LibraryLogLimiter(); limiter != nullptr && !limiter->Admit("library")) {
+    return;
+  }
   LogLine("library", level >= google::protobuf::LOGLEVEL_ERROR ? "error" : "warning")
       .Str("library", "protobuf")
       .Str("source", absl::StrCat(file, ":", line))
@@ -136,6 +140,9 @@ void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
 }
 
 void GrpcLog(gpr_log_func_args* args) {
+  if (LogLimiter* limiter = LibraryLogLimiter(); limiter != nullptr && !limiter->Admit("library")) {
+    return;
+  }
   LogLine("library", args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
                      : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
                                                                : "debug")
@@ -160,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(DaemonConfig config) {
   return server;
 }
 
-Server::~Server() = default;
+Server::~Server() { SetLibraryLogLimiter(nullptr); }
 
 absl::Status Server::Build() {
   // The jail first: a daemon that cannot jail its workers must not serve.
@@ -186,7 +193,7 @@ absl::Status Server::Build() {
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ConfinedRoots> roots, OpenRoots(config_));
   slots_ = std::make_unique<JobSlots>(config_.max_running, config_.max_queued, config_.uploads,
-                                      config_.max_jobs_per_caller);
+                                      config_.max_jobs_per_caller, config_.reserved_job_places);
   metrics_ = std::make_shared<Metrics>(slots_.get());
   if (config_.metrics_port != 0) {
     const std::string& address = config_.metrics_address;
@@ -204,6 +211,7 @@ absl::Status Server::Build() {
   daemon_ = std::make_unique<Daemon>(config_.service, engine_.get(), std::move(roots),
                                      *std::move(key), slots_.get(), metrics_.get());
   daemon_->stats().SetJailLayers(jail_layers_);
+  SetLibraryLogLimiter(&daemon_->log_limiter());
   return absl::OkStatus();
 }
 
@@ -329,6 +337,8 @@ void Server::LogListening() const {
       .Int("max_running", slots_->max_running())
       .Int("max_queued", slots_->max_queued())
       .Int("max_jobs_per_caller", slots_->max_jobs_per_caller())
+      .Int("reserved_job_places", slots_->reserved_job_places())
+      .Int("reserved_uploads", c.uploads.reserved_uploads)
       .Int("max_uploads", c.uploads.max_uploads)
       .Int("max_uploads_per_caller", c.uploads.max_uploads_per_caller)
       .Int("max_spool_bytes", c.uploads.max_spool_bytes)

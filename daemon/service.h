@@ -41,6 +41,7 @@
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "daemon/confine.h"
 #include "daemon/job_slots.h"
+#include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/unix_listener.h"
 #include "daemon/upload.h"
@@ -62,6 +63,11 @@ struct ServiceOptions {
   // --output-idle-timeout).
   absl::Duration upload_idle_timeout = absl::Seconds(30);
   absl::Duration output_idle_timeout = absl::Seconds(30);
+  // An upload's liveness beyond its idle timeout (--upload-min-rate, --upload-deadline): after
+  // its first upload_idle_timeout it must have sent this many bytes for every second since it
+  // began, and be whole within the deadline.
+  uint64_t upload_min_rate = 0;
+  absl::Duration upload_deadline = absl::InfiniteDuration();
   std::string spool_dir;  // private to this daemon (0700); uploads are unlinked files in it
   signing::Method sign_method = signing::Method::kFiles;
   std::set<uid_t> admin_uids;  // unix socket peers allowed to call Admin
@@ -71,6 +77,8 @@ struct ServiceOptions {
   // Unix socket peers allowed to make by-path calls. Those read and write with this daemon's
   // rights, so any other uid would get a file it cannot read, or replace one it cannot write.
   std::set<uid_t> path_uids;
+  // How many log lines one caller's calls may write (--log-lines-per-second, --log-burst).
+  LogRateLimits log_rate;
 };
 
 // "uri:X", "dns:X", "email:X", "ip:X" (a subject alternative name of that type) or "cn:X"
@@ -87,6 +95,9 @@ struct Caller {
   // May name paths (ScanPath, ConvertPath): a unix peer in path_uids, or any TCP caller the
   // transport admitted (over TCP the roots themselves are the grant; docs/daemon.md).
   bool by_path = false;
+  // May take the operator's reserved job and upload places: root and this daemon's uid on the
+  // unix socket, and every admin (uid or certificate).
+  bool privileged = false;
 };
 
 // What Status reports; updated by the services.
@@ -115,6 +126,7 @@ class Daemon final {
         key_(std::move(key)),
         slots_(slots),
         metrics_(metrics),
+        log_limiter_(options_.log_rate),
         started_(absl::Now()) {}
 
   // The unix listener, once it exists (peer credentials come from it).
@@ -129,6 +141,8 @@ class Daemon final {
   StallWatchdog& watchdog() { return watchdog_; }
   Stats& stats() { return stats_; }
   Metrics& metrics() { return *metrics_; }
+  // The log lines each caller's calls may write (job and admin lines).
+  LogLimiter& log_limiter() { return log_limiter_; }
   // A file judged: the status counters and the metrics.
   void Judged(const v1::FileReport& file);
   absl::Time started() const { return started_; }
@@ -140,6 +154,7 @@ class Daemon final {
   const signing::PrivateKey key_;
   JobSlots* slots_;
   Metrics* metrics_;
+  LogLimiter log_limiter_;
   Stats stats_;
   const UnixListener* listener_ = nullptr;
   const absl::Time started_;
