@@ -65,6 +65,8 @@ struct Flags {
   double reflection_stream_seconds = 10;
   uint32_t metrics_port = 0;
   std::string metrics_address = "127.0.0.1";
+  double max_output_expansion = 4;
+  std::string max_output_bytes;  // empty: no cap but --max-spool-bytes
   double log_lines_per_second = 10;
   uint32_t log_burst = 100;
 };
@@ -328,6 +330,18 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
                  "With --reflection: how long a reflection stream may stay open")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  app.add_option("--max-output-expansion", f.max_output_expansion,
+                 "A conversion's output may hold at most this many times its input's bytes "
+                 "(plus 16 KiB for the header the daemon writes); it is reserved against "
+                 "--max-spool-bytes before a byte is written. A few bytes can describe a tensor "
+                 "of gigabytes (a stride-0 view), and views of a shared storage are written out "
+                 "once each; past it the conversion is refused naming the limit")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--max-output-bytes", f.max_output_bytes,
+                 "The outputs of one conversion call (a sharded set's shards together) at most "
+                 "(suffix K, M, G, T; default: no cap but --max-spool-bytes)")
+      ->type_name("SIZE");
   app.add_option("--log-lines-per-second", f.log_lines_per_second,
                  "Log lines one caller's calls may write a second (job and admin lines, each "
                  "caller apart; library messages count as the caller \"library\"); past its "
@@ -443,6 +457,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   if (!f.path_uids.empty()) options.path_uids = {f.path_uids.begin(), f.path_uids.end()};
   options.sign_method =
       f.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
+  options.max_output_expansion = f.max_output_expansion;
+  if (!f.max_output_bytes.empty()) {
+    absl::StatusOr<uint64_t> out = base::ParseSize(f.max_output_bytes);
+    if (!out.ok() || *out == 0) return Invalid("--max-output-bytes: not a positive size");
+    options.max_output_bytes = *out;
+  }
   options.log_rate.lines_per_second = f.log_lines_per_second;
   options.log_rate.burst = f.log_burst;
 

@@ -100,17 +100,34 @@ void JobSlots::EndUploadLocked(const std::string& caller) {
   if (it != uploading_by_caller_.end() && --it->second == 0) uploading_by_caller_.erase(it);
 }
 
+absl::Status JobSlots::TakeSpoolLocked(uint64_t bytes) {
+  const uint64_t budget = uploads_.max_spool_bytes;
+  if (bytes > budget || spool_bytes_ > budget - bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon's spool is full: uploads and outputs in flight hold ", spool_bytes_,
+        " bytes, ", bytes, " more do not fit (max_spool_bytes ", budget, "); retry later"));
+  }
+  spool_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
 absl::Status JobSlots::Upload::Spool(uint64_t bytes) {
   absl::MutexLock lock(&slots_->mu_);
-  const uint64_t budget = slots_->uploads_.max_spool_bytes;
-  if (bytes > budget || slots_->spool_bytes_ > budget - bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the daemon's spool is full: uploads in flight hold ", slots_->spool_bytes_,
-                     " bytes (max_spool_bytes ", budget, "); retry later"));
-  }
-  slots_->spool_bytes_ += bytes;
+  if (absl::Status s = slots_->TakeSpoolLocked(bytes); !s.ok()) return s;
   bytes_ += bytes;
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobSlots::SpoolReservation> JobSlots::ReserveSpool(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = TakeSpoolLocked(bytes); !s.ok()) return s;
+  return SpoolReservation(this, bytes);
+}
+
+JobSlots::SpoolReservation::~SpoolReservation() {
+  if (slots_ == nullptr) return;
+  absl::MutexLock lock(&slots_->mu_);
+  slots_->spool_bytes_ -= bytes_;
 }
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {

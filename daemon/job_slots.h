@@ -43,6 +43,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -155,6 +156,27 @@ class JobSlots final {
   absl::StatusOr<Upload> BeginUpload(const std::string& caller,
                                      Privilege privilege = Privilege::kCaller);
 
+  // Bytes reserved against max_spool_bytes before they are written (a conversion's output: the
+  // spool budget covers uploads and outputs alike), given back when destroyed.
+  class SpoolReservation final {
+   public:
+    SpoolReservation(SpoolReservation&& other) noexcept
+        : slots_(std::exchange(other.slots_, nullptr)), bytes_(other.bytes_) {}
+    SpoolReservation& operator=(SpoolReservation&&) = delete;
+    SpoolReservation(const SpoolReservation&) = delete;
+    SpoolReservation& operator=(const SpoolReservation&) = delete;
+    ~SpoolReservation();
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class JobSlots;
+    SpoolReservation(JobSlots* slots, uint64_t bytes) : slots_(slots), bytes_(bytes) {}
+    JobSlots* slots_;
+    uint64_t bytes_;
+  };
+  // RESOURCE_EXHAUSTED (nothing taken), naming max_spool_bytes, when `bytes` do not fit.
+  absl::StatusOr<SpoolReservation> ReserveSpool(uint64_t bytes);
+
   // No new job from now on.
   void Drain();
   // Waits until no admitted job is left or `deadline_ms` milliseconds passed; true if none is.
@@ -166,7 +188,7 @@ class JobSlots final {
     uint64_t refused = 0;
     bool draining = false;
     uint32_t uploading = 0;    // uploads streaming in (no job place yet)
-    uint64_t spool_bytes = 0;  // bytes the uploads in flight have spooled
+    uint64_t spool_bytes = 0;  // bytes the uploads in flight have spooled, and outputs reserved
   };
   Counts counts() const;
   uint32_t max_running() const { return max_running_; }
@@ -186,6 +208,8 @@ class JobSlots final {
   // RESOURCE_EXHAUSTED (and counted as refused) when every job place `privilege` may take is
   // taken. mu_ held.
   absl::Status FullLocked(Privilege privilege) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `bytes` of max_spool_bytes, or RESOURCE_EXHAUSTED (nothing taken). mu_ held.
+  absl::Status TakeSpoolLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED (and counted as refused) when `caller` holds max_jobs_per_caller job
   // places. mu_ held.
   absl::Status CallerFullLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

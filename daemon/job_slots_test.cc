@@ -233,6 +233,23 @@ TEST(JobSlotsUploadTest, SpoolBudgetIsSharedAndHeldUntilTheUploadEnds) {
   EXPECT_EQ(slots.counts().spool_bytes, 40u);
 }
 
+TEST(JobSlotsUploadTest, OutputsAreReservedAgainstTheSpoolBudgetBesideUploads) {
+  JobSlots slots(2, 2, UploadLimits{.max_spool_bytes = 1000});
+  absl::StatusOr<JobSlots::Upload> upload = slots.BeginUpload("uid:1");
+  ASSERT_TRUE(upload.ok());
+  ASSERT_TRUE(upload->Spool(600).ok());
+  absl::StatusOr<JobSlots::SpoolReservation> too_much = slots.ReserveSpool(500);
+  EXPECT_TRUE(absl::IsResourceExhausted(too_much.status()));
+  EXPECT_TRUE(absl::StrContains(too_much.status().message(), "max_spool_bytes"));
+  {
+    absl::StatusOr<JobSlots::SpoolReservation> fits = slots.ReserveSpool(400);
+    ASSERT_TRUE(fits.ok());
+    EXPECT_EQ(slots.counts().spool_bytes, 1000u);
+    EXPECT_FALSE(upload->Spool(1).ok());
+  }
+  EXPECT_EQ(slots.counts().spool_bytes, 600u);
+}
+
 TEST(JobSlotsUploadTest, DrainRefusesNewUploadsAdmitsThoseInFlightAndWaitsForThem) {
   JobSlots slots(2, 2);
   absl::StatusOr<JobSlots::Upload> u = slots.BeginUpload("uid:1");

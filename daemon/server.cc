@@ -342,6 +342,8 @@ void Server::LogListening() const {
       .Int("max_uploads", c.uploads.max_uploads)
       .Int("max_uploads_per_caller", c.uploads.max_uploads_per_caller)
       .Int("max_spool_bytes", c.uploads.max_spool_bytes)
+      .Num("max_output_expansion", c.service.max_output_expansion)
+      .Int("max_output_bytes", c.service.max_output_bytes)
       .Num("upload_idle_timeout", absl::ToDoubleSeconds(c.service.upload_idle_timeout))
       .Num("output_idle_timeout", absl::ToDoubleSeconds(c.service.output_idle_timeout))
       .Int("facts_memory", engine_->facts_memory())

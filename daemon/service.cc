@@ -325,6 +325,36 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
   return caller;
 }
 
+absl::StatusOr<sandbox::OutputAllowance> OutputBudget::Allow(uint64_t input_bytes) {
+  // Saturating: expansion x input + slack, as bytes.
+  const double by_ratio = expansion_ * static_cast<double>(input_bytes) +
+                          static_cast<double>(kOutputHeaderSlack);
+  uint64_t bytes = by_ratio >= 1.8e19 ? ~0ull : static_cast<uint64_t>(by_ratio);
+  std::string limit = absl::StrCat("max_output_expansion ", expansion_, " of its ", input_bytes,
+                                   " input bytes");
+  absl::MutexLock lock(&mu_);
+  if (max_bytes_ != 0) {
+    const uint64_t left = max_bytes_ - std::min(used_, max_bytes_);
+    if (left < bytes) {
+      bytes = left;
+      limit = absl::StrCat("max_output_bytes ", max_bytes_, " for the call");
+    }
+    if (bytes == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "not converted: this call's outputs already hold max_output_bytes ", max_bytes_));
+    }
+  }
+  absl::StatusOr<JobSlots::SpoolReservation> reserved = slots_->ReserveSpool(bytes);
+  if (!reserved.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "not converted: its output allowance of ", bytes, " bytes (", limit,
+        ") does not fit: ", reserved.status().message()));
+  }
+  held_.push_back(*std::move(reserved));
+  used_ += bytes;
+  return sandbox::OutputAllowance{bytes, std::move(limit)};
+}
+
 absl::StatusOr<app::Engine::Reloaded> ReloadRules(Daemon* daemon, const std::string& by) {
   absl::StatusOr<app::Engine::Reloaded> r = daemon->engine().ReloadRules();
   LogLine line("reload_rules", r.ok() ? "info" : "error");
@@ -400,7 +430,8 @@ class Call final {
       : d_(d),
         ctx_(ctx),
         caller_(d->Identify(*ctx)),
-        log_(rpc, caller_, *ctx, &d->metrics(), &d->log_limiter()) {}
+        log_(rpc, caller_, *ctx, &d->metrics(), &d->log_limiter()),
+        outputs_(&d->slots(), d->options().max_output_expansion, d->options().max_output_bytes) {}
 
   const Caller& caller() const { return caller_; }
   JobLog& log() { return log_; }
@@ -433,6 +464,14 @@ class Call final {
     return call;
   }
 
+  // A conversion's call options: Options(true), and each output's allowance reserved against
+  // the spool budget before it is written, held until the call ends.
+  app::CallOptions ConversionOptions() {
+    app::CallOptions call = Options(true);
+    call.output_allowance = [this](uint64_t input_bytes) { return outputs_.Allow(input_bytes); };
+    return call;
+  }
+
   grpc::Status Done(const absl::Status& status) { return log_.Done(ToGrpc(status)); }
 
   // A job's answer: its report on the job line; CANCELLED when the caller went away meanwhile.
@@ -449,6 +488,7 @@ class Call final {
   grpc::ServerContext* ctx_;
   const Caller caller_;
   JobLog log_;
+  OutputBudget outputs_;  // destroyed after the handler's own objects: its outputs are gone
 };
 
 // By-path calls: the caller may name paths, the daemon has roots, and `path` opens beneath
@@ -579,8 +619,8 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
       call.Admit(d_->slots().Admit(LimitBucket(call.caller()), PrivilegeOf(call.caller())));
   if (!ticket.ok()) return call.Done(ticket.status());
   SignWithDaemonKey(d_, &job->request);
-  *response = ConvertAnswer(app::Convert(d_->engine(), std::move(job->request), call.Options(true),
-                                         d_->options().scanner_version));
+  *response = ConvertAnswer(app::Convert(d_->engine(), std::move(job->request),
+                                         call.ConversionOptions(), d_->options().scanner_version));
   // Messages and paths that name the descriptor's path name the caller's directory instead.
   for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
     RewritePaths(&f, job->proc_dir, job->display_dir);
@@ -608,7 +648,8 @@ grpc::Status ScannerService::DoConvertUpload(
   SignWithDaemonKey(d_, &job->request);
   v1::ConvertChunk first;
   *first.mutable_response() = ConvertAnswer(
-      app::Convert(d_->engine(), job->request, call.Options(true), d_->options().scanner_version));
+      app::Convert(d_->engine(), job->request, call.ConversionOptions(),
+                   d_->options().scanner_version));
   for (const v1::FileReport& f : first.response().report().files()) d_->Judged(f);
   if (ctx->IsCancelled()) return call.Done(absl::CancelledError("the caller went away"));
   call.log().Report(first.response().report());

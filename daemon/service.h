@@ -79,6 +79,37 @@ struct ServiceOptions {
   std::set<uid_t> path_uids;
   // How many log lines one caller's calls may write (--log-lines-per-second, --log-burst).
   LogRateLimits log_rate;
+  // A conversion's outputs (--max-output-expansion, --max-output-bytes): each file's output at
+  // most this many times its input (+ kOutputHeaderSlack), the call's outputs together at most
+  // max_output_bytes (0: only the spool budget), reserved against max_spool_bytes before they
+  // are written.
+  double max_output_expansion = 4;
+  uint64_t max_output_bytes = 0;
+};
+
+// What an output may hold beyond expansion x input: the safetensors header's metadata, which the
+// daemon writes itself (provenance, versions).
+inline constexpr uint64_t kOutputHeaderSlack = 16u << 10;
+
+// One conversion call's outputs: each file's allowance is its input's size times
+// max_output_expansion plus kOutputHeaderSlack, within what is left of max_output_bytes for the
+// call, and is reserved against the daemon's spool budget (JobSlots::ReserveSpool) until this
+// object is destroyed (when the call ends, its outputs sent or published).
+//
+// Thread-safe (a set's shards may ask from several threads).
+class OutputBudget final {
+ public:
+  OutputBudget(JobSlots* slots, double expansion, uint64_t max_bytes)
+      : slots_(slots), expansion_(expansion), max_bytes_(max_bytes) {}
+  absl::StatusOr<sandbox::OutputAllowance> Allow(uint64_t input_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  JobSlots* const slots_;
+  const double expansion_;
+  const uint64_t max_bytes_;
+  absl::Mutex mu_;
+  std::vector<JobSlots::SpoolReservation> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // "uri:X", "dns:X", "email:X", "ip:X" (a subject alternative name of that type) or "cn:X"
