@@ -171,7 +171,7 @@ const std::vector<AllowedSyscall>& SeccompAllowlist() {
   return list;
 }
 
-void EnterNamespaces(JailLayers* layers) {
+void EnterNamespaces(JailLayers* layers, bool user) {
   struct Ns {
     int flag;
     bool JailLayers::*layer;
@@ -182,12 +182,16 @@ void EnterNamespaces(JailLayers* layers) {
       {CLONE_NEWNS, &JailLayers::mount_ns},  {CLONE_NEWPID, &JailLayers::pid_ns},
   };
   int all = 0;
-  for (const Ns& ns : kNamespaces) all |= ns.flag;
+  for (const Ns& ns : kNamespaces) {
+    if (user || ns.flag != CLONE_NEWUSER) all |= ns.flag;
+  }
   if (::unshare(all) == 0) {
-    for (const Ns& ns : kNamespaces) layers->*ns.layer = true;
+    for (const Ns& ns : kNamespaces) layers->*ns.layer = (all & ns.flag) != 0;
     return;
   }
-  for (const Ns& ns : kNamespaces) layers->*ns.layer = ::unshare(ns.flag) == 0;
+  for (const Ns& ns : kNamespaces) {
+    layers->*ns.layer = (all & ns.flag) != 0 && ::unshare(ns.flag) == 0;
+  }
 }
 
 // 7 (before it is loaded). The filter: default KILL_PROCESS (foreign architectures too), then
