@@ -327,11 +327,11 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
 
 absl::StatusOr<sandbox::OutputAllowance> OutputBudget::Allow(uint64_t input_bytes) {
   // Saturating: expansion x input + slack, as bytes.
-  const double by_ratio = expansion_ * static_cast<double>(input_bytes) +
-                          static_cast<double>(kOutputHeaderSlack);
+  const double by_ratio =
+      expansion_ * static_cast<double>(input_bytes) + static_cast<double>(kOutputHeaderSlack);
   uint64_t bytes = by_ratio >= 1.8e19 ? ~0ull : static_cast<uint64_t>(by_ratio);
-  std::string limit = absl::StrCat("max_output_expansion ", expansion_, " of its ", input_bytes,
-                                   " input bytes");
+  std::string limit =
+      absl::StrCat("max_output_expansion ", expansion_, " of its ", input_bytes, " input bytes");
   absl::MutexLock lock(&mu_);
   if (max_bytes_ != 0) {
     const uint64_t left = max_bytes_ - std::min(used_, max_bytes_);
@@ -346,9 +346,9 @@ absl::StatusOr<sandbox::OutputAllowance> OutputBudget::Allow(uint64_t input_byte
   }
   absl::StatusOr<JobSlots::SpoolReservation> reserved = slots_->ReserveSpool(bytes);
   if (!reserved.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "not converted: its output allowance of ", bytes, " bytes (", limit,
-        ") does not fit: ", reserved.status().message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("not converted: its output allowance of ", bytes, " bytes (", limit,
+                     ") does not fit: ", reserved.status().message()));
   }
   held_.push_back(*std::move(reserved));
   used_ += bytes;
@@ -593,7 +593,8 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
                                           v1::Report* response) {
   Call call(d_, ctx, "ScanUpload");
   // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
+  absl::StatusOr<JobSlots::Upload> upload =
+      d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
   if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
@@ -633,7 +634,8 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
 grpc::Status ScannerService::DoConvertUpload(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
   Call call(d_, ctx, "ConvertUpload");
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
+  absl::StatusOr<JobSlots::Upload> upload =
+      d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
   if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
@@ -647,9 +649,8 @@ grpc::Status ScannerService::DoConvertUpload(
   if (!ticket.ok()) return call.Done(ticket.status());
   SignWithDaemonKey(d_, &job->request);
   v1::ConvertChunk first;
-  *first.mutable_response() = ConvertAnswer(
-      app::Convert(d_->engine(), job->request, call.ConversionOptions(),
-                   d_->options().scanner_version));
+  *first.mutable_response() = ConvertAnswer(app::Convert(
+      d_->engine(), job->request, call.ConversionOptions(), d_->options().scanner_version));
   for (const v1::FileReport& f : first.response().report().files()) d_->Judged(f);
   if (ctx->IsCancelled()) return call.Done(absl::CancelledError("the caller went away"));
   call.log().Report(first.response().report());

@@ -5,8 +5,8 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -194,8 +194,7 @@ class Server {
   bool StartNext() {
     const std::optional<uid_t> uid = FreeUid();
     int handoff[2];
-    if (!uid.has_value() ||
-        ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
+    if (!uid.has_value() || ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, handoff) != 0) {
       return Discard(uid.has_value() ? errno : EAGAIN);
     }
     const pid_t pid = ::fork();
@@ -419,8 +418,8 @@ int ForkServer::Serve(int argc, char** argv, JobMain job_main) {
   PreparedJail prepared;
   prepared.root_helper = ::geteuid() == 0;
   prepared.job_uid_first =
-      kJobUidBase + (static_cast<uint32_t>(::getpid()) % (kJobUids / kJobUidsPerHelper)) *
-                        kJobUidsPerHelper;
+      kJobUidBase +
+      (static_cast<uint32_t>(::getpid()) % (kJobUids / kJobUidsPerHelper)) * kJobUidsPerHelper;
   EnterNamespaces(&prepared.namespaces, !prepared.root_helper);
   if (prepared.root_helper && !KeepOnlyJobCapabilities()) return kExitJailSetup;
   if (prepared.namespaces.pid_ns) {
