@@ -63,6 +63,10 @@ struct Flags {
   std::string facts_memory = "2G";
   uint32_t max_reflection_streams = 4;
   double reflection_stream_seconds = 10;
+  uint32_t max_health_watches = 64;
+  double health_watch_seconds = 300;
+  uint32_t max_streams_per_connection = 100;
+  std::string grpc_memory = "256M";
   uint32_t metrics_port = 0;
   std::string metrics_address = "127.0.0.1";
   double max_output_expansion = 4;
@@ -330,6 +334,27 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
                  "With --reflection: how long a reflection stream may stay open")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  app.add_option("--max-health-watches", f.max_health_watches,
+                 "grpc.health.v1.Health/Watch streams open at once, the main and the health "
+                 "servers together; one more is cancelled (logged as stream_cancelled)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--health-watch-seconds", f.health_watch_seconds,
+                 "How long a health Watch stream may stay open before it is cancelled (the "
+                 "prober opens a new one)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-streams-per-connection", f.max_streams_per_connection,
+                 "Streams (calls) at once on one HTTP/2 connection, every server "
+                 "(GRPC_ARG_MAX_CONCURRENT_STREAMS); one more is refused by gRPC")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--grpc-memory", f.grpc_memory,
+                 "Memory gRPC may use for its connections and calls, per server (its "
+                 "ResourceQuota; suffix K, M, G): under pressure it refuses new streams and "
+                 "closes connections, so a flood of streams cannot grow the daemon without bound")
+      ->type_name("SIZE")
+      ->capture_default_str();
   app.add_option("--max-output-expansion", f.max_output_expansion,
                  "A conversion's output may hold at most this many times its input's bytes "
                  "(plus 16 KiB for the header the daemon writes); it is reserved against "
@@ -485,6 +510,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   c.metrics_address = f.metrics_address;
   c.reflection = f.reflection;
   c.reflection_limits = {f.max_reflection_streams, absl::Seconds(f.reflection_stream_seconds)};
+  c.health_watch_limits = {f.max_health_watches, absl::Seconds(f.health_watch_seconds)};
+  c.max_streams_per_connection = f.max_streams_per_connection;
+  {
+    absl::StatusOr<uint64_t> memory = base::ParseSize(f.grpc_memory);
+    if (!memory.ok() || *memory < (16u << 20) || *memory > (1ull << 40)) {
+      return Invalid("--grpc-memory: a size from 16M to 1T");
+    }
+    c.grpc_memory = *memory;
+  }
   c.max_connection_age = absl::Seconds(f.max_connection_age);
   c.max_connection_idle = absl::Seconds(f.max_connection_idle);
   c.first_byte_timeout = absl::Seconds(f.first_byte_timeout);

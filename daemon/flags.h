@@ -41,6 +41,14 @@ struct DaemonConfig {
   std::string metrics_address;
   bool reflection = false;
   ReflectionLimits reflection_limits;
+  // Health Watch streams on both servers at once, and their age (--max-health-watches,
+  // --health-watch-seconds).
+  ReflectionLimits health_watch_limits{.max_streams = 64, .max_stream_age = absl::Seconds(300)};
+  // Every server's streams at once on one connection (--max-streams-per-connection:
+  // GRPC_ARG_MAX_CONCURRENT_STREAMS) and each server's gRPC memory (--grpc-memory: its
+  // ResourceQuota; under pressure gRPC refuses new streams and closes connections).
+  uint32_t max_streams_per_connection = 100;
+  uint64_t grpc_memory = 256ull << 20;
   absl::Duration max_connection_age;
   absl::Duration max_connection_idle;
   absl::Duration first_byte_timeout;

@@ -256,9 +256,18 @@ absl::Status Server::Listen() {
   // HTTP/2 preface has arrived).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(c.max_connection_idle));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(c.first_byte_timeout));
-  if (c.reflection) {
-    reflection_guard_ = std::make_unique<ReflectionGuard>(c.reflection_limits);
-    builder.experimental().SetInterceptorCreators(reflection_guard_->Factories());
+  // Streams at once per connection, on every server: gRPC 1.51 leaves it unlimited.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(c.max_streams_per_connection));
+  watch_guard_ = std::make_unique<ReflectionGuard>(c.health_watch_limits, kHealthWatchStreams);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards =
+        watch_guard_->Factories();
+    if (c.reflection) {
+      reflection_guard_ = std::make_unique<ReflectionGuard>(c.reflection_limits);
+      for (auto& f : reflection_guard_->Factories()) guards.push_back(std::move(f));
+    }
+    builder.experimental().SetInterceptorCreators(std::move(guards));
   }
   builder.RegisterService(scanner_.get());
   builder.RegisterService(admin_.get());
@@ -269,6 +278,10 @@ absl::Status Server::Listen() {
   grpc::ResourceQuota quota("ckptscand");
   quota.SetMaxThreads(
       static_cast<int>(slots_->max_running() + slots_->max_queued() + c.uploads.max_uploads + 64));
+  // gRPC's own memory (connections, streams, buffers): under pressure it refuses new streams
+  // and closes connections rather than grow (a flood of HEADERS + RST_STREAM grew the daemon to
+  // 4.2 GB without it).
+  quota.Resize(static_cast<size_t>(c.grpc_memory));
   builder.SetResourceQuota(quota);
   if (!c.tcp.empty()) {
     grpc::SslServerCredentialsOptions ssl;
@@ -295,6 +308,20 @@ absl::Status Server::Listen() {
   if (!c.health_tcp.empty()) {
     grpc::ServerBuilder health_builder;
     health_builder.AddListeningPort(c.health_tcp, grpc::InsecureServerCredentials(), &health_port_);
+    // Unauthenticated: as bounded as the main server (streams per connection, Watch streams,
+    // memory), with few threads (Check is answered at once).
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                      static_cast<int>(c.max_streams_per_connection));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                      Millis(c.max_connection_idle));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(c.max_connection_age));
+    health_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                      Millis(c.first_byte_timeout));
+    health_builder.experimental().SetInterceptorCreators(watch_guard_->Factories());
+    grpc::ResourceQuota health_quota("ckptscand-health");
+    health_quota.SetMaxThreads(16);
+    health_quota.Resize(static_cast<size_t>(c.grpc_memory / 4));
+    health_builder.SetResourceQuota(health_quota);
     health_server_ = health_builder.BuildAndStart();
     if (health_server_ == nullptr || health_port_ == 0) {
       return absl::UnavailableError(
@@ -343,6 +370,9 @@ void Server::LogListening() const {
       .Int("max_uploads_per_caller", c.uploads.max_uploads_per_caller)
       .Int("max_spool_bytes", c.uploads.max_spool_bytes)
       .Num("max_output_expansion", c.service.max_output_expansion)
+      .Int("max_streams_per_connection", c.max_streams_per_connection)
+      .Int("grpc_memory", c.grpc_memory)
+      .Int("max_health_watches", c.health_watch_limits.max_streams)
       .Int("max_output_bytes", c.service.max_output_bytes)
       .Num("upload_idle_timeout", absl::ToDoubleSeconds(c.service.upload_idle_timeout))
       .Num("output_idle_timeout", absl::ToDoubleSeconds(c.service.output_idle_timeout))
