@@ -56,9 +56,11 @@ UploadDue NextUploadDue(const SpoolOptions& o, absl::Time start, uint64_t receiv
                         absl::Time now) {
   UploadDue due{now + o.idle_timeout, UploadDue::Limit::kIdle};
   if (o.min_bytes_per_second > 0) {
-    // The rate is owed from the start, after a grace of one idle timeout: `received` bytes
-    // pay for received / rate seconds.
-    const absl::Time owed = start + o.idle_timeout +
+    // The rate is owed from the start, after a grace of one idle timeout (and kRateSlack):
+    // `received` bytes pay for received / rate seconds. The slack keeps an upload that simply
+    // stopped, due by both at nearly the same time, named by the idle timeout.
+    constexpr absl::Duration kRateSlack = absl::Seconds(1);
+    const absl::Time owed = start + o.idle_timeout + kRateSlack +
                             absl::Seconds(static_cast<double>(received) /
                                           static_cast<double>(o.min_bytes_per_second));
     if (owed < due.at) due = {owed, UploadDue::Limit::kMinRate};

@@ -31,6 +31,13 @@ TEST(NextUploadDueTest, ATrickleIsDueByTheRateItOwesNotByItsLastByte) {
   EXPECT_LT(due.at, kStart + absl::Seconds(40)) << "already too slow: due at once";
 }
 
+TEST(NextUploadDueTest, AnUploadThatStopsAtOnceIsNamedByItsIdleTimeout) {
+  // 100 bytes in its first 0.1 s, then nothing: both limits fall due near start + 30 s.
+  const UploadDue due = NextUploadDue(Liveness(), kStart, 100, kStart + absl::Milliseconds(100));
+  EXPECT_EQ(due.at, kStart + absl::Seconds(30) + absl::Milliseconds(100));
+  EXPECT_EQ(due.limit, Limit::kIdle);
+}
+
 TEST(NextUploadDueTest, AFastUploadIsDueOnlyByItsIdleTimeout) {
   const UploadDue due = NextUploadDue(Liveness(), kStart, 1ull << 30, kStart + absl::Seconds(40));
   EXPECT_EQ(due.at, kStart + absl::Seconds(70));
