@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/filter.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
@@ -271,6 +272,21 @@ absl::StatusOr<JailLayers> EnterJailSteps(const JailConfig& config, pid_t parent
   layers.no_new_privs = true;
 
   if (inherited_ns == nullptr) {
+    // A per-job worker of a root daemon: a uid and gid of its own first (kJobUidBase + its pid
+    // modulo kJobUids: two workers alive at once share one only if their pids agree modulo
+    // 65536), so that its user namespace is an unprivileged uid's and the job holds nothing of
+    // root's. Before die-with-parent and non-dumpable: a change of credentials resets both.
+    if (::geteuid() == 0) {
+      const uid_t id = kJobUidBase + static_cast<uint32_t>(::getpid()) % kJobUids;
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(id, id, id) != 0 ||
+          ::setresuid(id, id, id) != 0) {
+        return setup_failed(Errno(errno, "set the job's uid"));
+      }
+      if (absl::Status s = DieWithParent(parent); !s.ok()) {
+        return absl::IsUnavailable(s) ? s : setup_failed(s);
+      }
+      if (absl::Status s = HardenProcess(); !s.ok()) return setup_failed(s);
+    }
     EnterNamespaces(&layers);
   } else {
     layers.user_ns = inherited_ns->user_ns;
