@@ -351,8 +351,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc-memory", f.grpc_memory,
                  "Memory gRPC may use for its connections and calls, per server (its "
-                 "ResourceQuota; suffix K, M, G): under pressure it refuses new streams and "
-                 "closes connections, so a flood of streams cannot grow the daemon without bound")
+                 "ResourceQuota; suffix K, M, G): its buffers under pressure (it does not bound a "
+                 "flood of HEADERS + RST_STREAM pairs: docs/security.md)")
       ->type_name("SIZE")
       ->capture_default_str();
   app.add_option("--max-output-expansion", f.max_output_expansion,

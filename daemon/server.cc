@@ -278,9 +278,8 @@ absl::Status Server::Listen() {
   grpc::ResourceQuota quota("ckptscand");
   quota.SetMaxThreads(
       static_cast<int>(slots_->max_running() + slots_->max_queued() + c.uploads.max_uploads + 64));
-  // gRPC's own memory (connections, streams, buffers): under pressure it refuses new streams
-  // and closes connections rather than grow (a flood of HEADERS + RST_STREAM grew the daemon to
-  // 4.2 GB without it).
+  // gRPC's own memory (connections, streams, buffers), bounded under pressure. It does not
+  // bound a rapid-reset flood (HEADERS + RST_STREAM pairs: ~15 KB a pair stays; docs/security.md).
   quota.Resize(static_cast<size_t>(c.grpc_memory));
   builder.SetResourceQuota(quota);
   if (!c.tcp.empty()) {
