@@ -46,7 +46,7 @@ struct DaemonConfig {
   ReflectionLimits health_watch_limits{.max_streams = 64, .max_stream_age = absl::Seconds(300)};
   // Every server's streams at once on one connection (--max-streams-per-connection:
   // GRPC_ARG_MAX_CONCURRENT_STREAMS) and each server's gRPC memory (--grpc-memory: its
-  // ResourceQuota; under pressure gRPC refuses new streams and closes connections).
+  // ResourceQuota: its buffers under pressure; not a rapid-reset flood, docs/security.md).
   uint32_t max_streams_per_connection = 100;
   uint64_t grpc_memory = 256ull << 20;
   absl::Duration max_connection_age;
