@@ -29,6 +29,9 @@ struct CallOptions {
   // Overrides the engine's spawn mode (a single file: a spawn costs less than a helper).
   std::optional<sandbox::SpawnMode> spawn_mode;
   std::atomic<uint64_t>* bytes_read = nullptr;  // the bytes hashed, as they are read
+  // A conversion's output allowance per file, asked before its output exists
+  // (sandbox::JailOptions::output_allowance; may be empty).
+  std::function<absl::StatusOr<sandbox::OutputAllowance>(uint64_t input_bytes)> output_allowance;
   // Observers (each may be empty): every worker's fate, each phase's time, how each input was
   // pinned, each file's report as it is judged.
   std::function<void(const sandbox::Result&)> on_worker_exit;

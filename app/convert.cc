@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 #include <optional>
@@ -125,9 +126,17 @@ absl::StatusOr<ConvertResult> ConvertFile(const ConvertRequest& original,
       base::BackgroundSha256::Start(pin.fd(), size, HashStop(pin), options.bytes_read));
   CKPT_ASSIGN_OR_RETURN(fd, pin.DupForWorker());
   const worker::v1::ConvertSpec worker_spec = SpecFor(request, std::string(64, '0'));
-  const sandbox::JailOptions job_options = JobOptions(options, pin);
+  sandbox::JailOptions job_options = JobOptions(options, pin);
+  // What the output may hold is settled (and, by the daemon, reserved) before it exists: the
+  // worker's RLIMIT_FSIZE, and its plan over it is refused before a byte is written.
+  absl::StatusOr<sandbox::OutputAllowance> allowance = sandbox::OutputAllowance{};
+  if (options.output_allowance) {
+    allowance = options.output_allowance(size);
+    if (allowance.ok()) job_options.max_output_bytes = std::max<uint64_t>(allowance->bytes, 1);
+  }
 
-  absl::StatusOr<OutputDir> out_dir = OpenOutputDir(request);
+  absl::StatusOr<OutputDir> out_dir =
+      allowance.ok() ? OpenOutputDir(request) : absl::StatusOr<OutputDir>(allowance.status());
   absl::StatusOr<OutputFile> out =
       out_dir.ok() ? OutputFile::CreateAt(out_dir->fd, out_dir->name, request.output)
                    : absl::StatusOr<OutputFile>(out_dir.status());
@@ -193,6 +202,17 @@ absl::StatusOr<ConvertResult> ConvertFile(const ConvertRequest& original,
     if (!worker_out.ok()) return worker_out.status();
     if (index) return absl::FailedPreconditionError("a shard is itself an index");
     if (!run.convert_error.empty()) {
+      // The worker refuses a plan over its allowance before writing: said here with the limit
+      // that set it, from the trusted side's own plan.
+      if (allowance.ok() && allowance->bytes != 0) {
+        absl::StatusOr<convert::Plan> planned = convert::PlanFromSpec(run.facts, worker_spec);
+        if (planned.ok() && planned->header.file_size > allowance->bytes) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "not converted: the output would be ", planned->header.file_size,
+              " bytes, over the ", allowance->bytes, " this conversion may write (",
+              allowance->limit, ")"));
+        }
+      }
       return absl::InvalidArgumentError(
           absl::StrCat("conversion failed in the worker: ", run.convert_error));
     }

@@ -87,6 +87,7 @@ sandbox::JailOptions JailFor(const Engine& engine, const CallOptions& call) {
   jail.cancelled = call.cancelled;
   if (call.spawn_mode.has_value()) jail.spawn_mode = *call.spawn_mode;
   jail.bytes_read = call.bytes_read;
+  jail.output_allowance = call.output_allowance;
   jail.on_worker_exit = call.on_worker_exit;
   jail.on_phase = call.on_phase;
   jail.on_pin = call.on_pin;

@@ -190,23 +190,34 @@ bool Within(std::string_view path, std::string_view dir) {
          (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');
 }
 
-// The canonical path of `path`, or of the nearest directory above it that exists.
-std::string CanonicalOrNearest(std::string at) {
+// Where `path` lies, symbolic links resolved: the canonical path itself when it exists, else
+// the canonical path of the nearest directory above it that does (where it would be created).
+struct Located {
+  std::string at;
+  bool exists = false;
+};
+
+Located Locate(std::string at) {
   char resolved[PATH_MAX];
+  bool exists = true;
   while (::realpath(at.c_str(), resolved) == nullptr && errno == ENOENT && at != "/" && at != ".") {
+    exists = false;
     const size_t slash = at.find_last_of('/');
     at = slash == std::string::npos ? "." : slash == 0 ? "/" : at.substr(0, slash);
   }
-  return ::realpath(at.c_str(), resolved) != nullptr ? std::string(resolved) : at;
+  return {::realpath(at.c_str(), resolved) != nullptr ? std::string(resolved) : at, exists};
 }
 
 }  // namespace
 
 absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string& path) const {
-  // Symbolic links resolved, so that a key named through a link is judged where it lies; what
-  // does not exist yet (a socket before bind, its directory) is judged by the nearest
-  // directory above it that does.
-  const std::string at = CanonicalOrNearest(path);
+  // Symbolic links resolved, so that a key named through a link is judged where it lies. What
+  // does not exist yet (a socket before bind, a state directory before mkdir) is judged by the
+  // nearest directory above it that does, as its parent: a root that contains that directory
+  // would contain it, but a root inside that directory is only its sibling (a socket beside the
+  // roots), and nothing created later can contain a root that exists now.
+  const Located where = Locate(path);
+  const std::string& at = where.at;
   base::UniqueFd fd(::open(at.c_str(), O_PATH | O_CLOEXEC));
   if (!fd.valid()) {
     return absl::ErrnoToStatus(errno, absl::StrCat(base::AbslView(what), " ", Quoted(path)));
@@ -236,9 +247,14 @@ absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string&
     return absl::FailedPreconditionError(
         absl::StrCat(base::AbslView(what), " ", Quoted(path), ": ", above.status().message()));
   }
+  // Names the overlap as it is: the root and `what` as configured, and for a path not created
+  // yet, the directory it will be created in.
+  const std::string created_in =
+      where.exists ? std::string() : absl::StrCat(" (to be created in ", Quoted(at), ")");
   const auto refuse = [&](size_t i, std::string_view how) {
     return absl::FailedPreconditionError(absl::StrCat(
         "root ", Quoted(paths_[i]), base::AbslView(how), base::AbslView(what), " ", Quoted(path),
+        created_in,
         ": by-path calls could reach it; give the daemon a root apart from its "
         "key, state, spool and socket"));
   };
@@ -251,13 +267,13 @@ absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string&
     if (std::find(above->begin(), above->end(), root->front()) != above->end()) {
       return refuse(i, " contains ");
     }
-    if (std::find(root->begin(), root->end(), above->front()) != root->end()) {
+    if (where.exists && std::find(root->begin(), root->end(), above->front()) != root->end()) {
       return refuse(i, " lies inside ");
     }
   }
   // A mount beneath a root (a bind mount above all) can show `path`, or a part of it, there
   // although no ".." leads from one to the other: compared by the filesystem's device and the
-  // directory of it that each mount shows.
+  // directory of it that each mount shows. (A path not created yet has no part to show.)
   absl::StatusOr<std::vector<Mount>> mounts = ReadMounts();
   if (!mounts.ok()) return mounts.status();
   const Mount* home = nullptr;  // the mount `at` lies on: the last listed that holds it
@@ -271,7 +287,7 @@ absl::Status ConfinedRoots::CheckApart(std::string_view what, const std::string&
   for (size_t i = 0; i < paths_.size(); ++i) {
     for (const Mount& m : *mounts) {
       if (&m == home || m.dev != home->dev || !Within(m.point, paths_[i])) continue;
-      if (Within(in_fs, m.root) || Within(m.root, in_fs)) {
+      if (Within(in_fs, m.root) || (where.exists && Within(m.root, in_fs))) {
         return refuse(i, absl::StrCat(" shows, through the mount at ", Quoted(m.point), ", "));
       }
     }

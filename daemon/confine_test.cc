@@ -99,6 +99,26 @@ TEST_F(ConfineTest, DirectoriesBeneathTheRootOpenForOutputs) {
   EXPECT_TRUE(absl::IsPermissionDenied(roots_->OpenDirectory("..").status()));
 }
 
+// A socket that does not exist yet beside a root (both in one directory) is judged by that
+// directory as its parent: the root is its sibling, not inside it.
+TEST_F(ConfineTest, APathNotCreatedYetBesideARootIsApart) {
+  EXPECT_TRUE(roots_->CheckApart("the socket", base_ + "/s.sock").ok());
+  EXPECT_TRUE(roots_->CheckApart("the state directory", base_ + "/state/spool").ok());
+}
+
+TEST_F(ConfineTest, APathNotCreatedYetInsideARootIsRefusedNamingTheRootThatContainsIt) {
+  const absl::Status s = roots_->CheckApart("the socket", root_ + "/models/s.sock");
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("contains the socket"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("to be created in"), std::string::npos) << s;
+}
+
+TEST_F(ConfineTest, AnExistingDirectoryThatHoldsARootIsRefusedAsTheRootLyingInsideIt) {
+  const absl::Status s = roots_->CheckApart("the state directory", base_);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("lies inside the state directory"), std::string::npos) << s;
+}
+
 TEST(ConfineRootsTest, AMissingRootIsAnErrorAtStart) {
   EXPECT_FALSE(ConfinedRoots::Open({"/nonexistent/ckptscan-root"}).ok());
   EXPECT_FALSE(ConfinedRoots::Open({}).ok());

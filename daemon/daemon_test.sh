@@ -390,11 +390,11 @@ run "mTLS without a client certificate" 2 "$bin" scan --server "$tls_addr" --tls
   ! contains out.txt "SAFE (" && pass "mTLS: a client without a certificate is refused"
 run "mTLS admin with a non-admin certificate" 2 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/hub.pem --tls-key pki/hub.key &&
-  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:cn:hub-client" &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:dns:hub-client" &&
   pass "mTLS: Admin refused for a certificate not in --admin-identity"
 run "mTLS admin with the admin's name as SANs" 2 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/sneaky.pem --tls-key pki/sneaky.key &&
-  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:cn:hub-user" &&
+  contains err.txt "PERMISSION_DENIED" && contains err.txt "cert:uri:ops-admin" &&
   pass "mTLS: Admin refused for SANs that spell the admin's common name (identities are typed)"
 run "mTLS admin with two common names" 2 "$bin" admin status --server "$tls_addr" \
   --tls-ca pki/ca.pem --tls-cert pki/twocn.pem --tls-key pki/twocn.key &&

@@ -63,19 +63,31 @@ struct Flags {
   std::string facts_memory = "2G";
   uint32_t max_reflection_streams = 4;
   double reflection_stream_seconds = 10;
+  uint32_t max_health_watches = 64;
+  double health_watch_seconds = 300;
+  uint32_t max_streams_per_connection = 100;
+  std::string grpc_memory = "256M";
   uint32_t metrics_port = 0;
   std::string metrics_address = "127.0.0.1";
+  double max_output_expansion = 4;
+  std::string max_output_bytes;  // empty: no cap but --max-spool-bytes
+  double log_lines_per_second = 10;
+  uint32_t log_burst = 100;
 };
 
 // Uploads: what the uploads in flight may hold, and how long a stream may stall; and
 // the job places one caller may hold (its uploads' bucket).
 struct UploadFlags {
   double idle_timeout = 30;
+  std::string min_rate = "64K";
+  double deadline = 21600;
   double output_idle_timeout = 30;
   uint32_t max_uploads = 0;             // 0: --max-running + --max-queued
   uint32_t max_uploads_per_caller = 0;  // 0: half of --max-uploads, rounded up
   uint32_t max_jobs_per_caller = 0;     // 0: half of --max-running + --max-queued, rounded up
   std::string max_spool;                // empty: 4 x --max-upload-bytes
+  int64_t reserved_job_places = -1;     // -1: 1 when there are at least 2 job places
+  int64_t reserved_uploads = -1;        // -1: 1 when --max-uploads is at least 2
 };
 
 void AddUploadFlags(CLI::App& app, UploadFlags* u) {
@@ -83,6 +95,16 @@ void AddUploadFlags(CLI::App& app, UploadFlags* u) {
                  "Seconds an upload may send nothing before its call is cancelled "
                  "(DEADLINE_EXCEEDED) and its spool file dropped")
       ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--upload-min-rate", u->min_rate,
+                 "Bytes a second an upload must average from its start once its first "
+                 "--upload-idle-timeout has passed (suffix K, M); slower, it is cancelled "
+                 "(DEADLINE_EXCEEDED), so a trickle cannot hold an upload place; 0: no minimum")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  app.add_option("--upload-deadline", u->deadline,
+                 "Seconds within which an upload must be whole, however fast it is sent")
+      ->check(CLI::Range(1.0, 86400.0 * 30))
       ->capture_default_str();
   app.add_option("--output-idle-timeout", u->output_idle_timeout,
                  "Seconds a chunk of ConvertUpload's output may wait for the caller to take it "
@@ -104,6 +126,16 @@ void AddUploadFlags(CLI::App& app, UploadFlags* u) {
                  "--max-running + --max-queued, rounded up; at or above their sum, one caller "
                  "may take every place)")
       ->check(CLI::Range(1u, 65536u));
+  app.add_option("--reserved-job-places", u->reserved_job_places,
+                 "Of the job places (--max-running + --max-queued), how many only the operator "
+                 "may take: root, this daemon's uid and the admins (--admin-uid, "
+                 "--admin-identity); every other caller together holds the rest (default: 1 "
+                 "when there are at least 2 places)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--reserved-uploads", u->reserved_uploads,
+                 "Of the upload places (--max-uploads), how many only the operator may take "
+                 "(default: 1 when --max-uploads is at least 2)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--max-spool-bytes", u->max_spool,
                  "Upload bytes spooled at once, daemon-wide (suffix K, M, G, T); past it "
                  "RESOURCE_EXHAUSTED (default: 4 x --max-upload-bytes)")
@@ -116,10 +148,22 @@ absl::StatusOr<UploadLimits> ApplyUploadFlags(const UploadFlags& u, uint32_t job
                                               ServiceOptions* options) {
   options->upload_idle_timeout = absl::Seconds(u.idle_timeout);
   options->output_idle_timeout = absl::Seconds(u.output_idle_timeout);
+  absl::StatusOr<uint64_t> rate = base::ParseSize(u.min_rate);
+  if (!rate.ok()) return absl::InvalidArgumentError("--upload-min-rate: not a size");
+  options->upload_min_rate = *rate;
+  options->upload_deadline = absl::Seconds(u.deadline);
   UploadLimits limits;
   limits.max_uploads = u.max_uploads != 0 ? u.max_uploads : std::max(1u, job_places);
   limits.max_uploads_per_caller =
       u.max_uploads_per_caller != 0 ? u.max_uploads_per_caller : (limits.max_uploads + 1) / 2;
+  limits.reserved_uploads = u.reserved_uploads >= 0 ? static_cast<uint32_t>(u.reserved_uploads)
+                            : limits.max_uploads >= 2 ? 1
+                                                      : 0;
+  if (limits.reserved_uploads >= limits.max_uploads) {
+    return absl::InvalidArgumentError(absl::StrCat("--reserved-uploads ", limits.reserved_uploads,
+                                                   ": must be under --max-uploads ",
+                                                   limits.max_uploads));
+  }
   limits.max_spool_bytes =
       options->max_upload_bytes > (~0ull >> 2) ? ~0ull : 4 * options->max_upload_bytes;
   if (!u.max_spool.empty()) {
@@ -290,6 +334,49 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
                  "With --reflection: how long a reflection stream may stay open")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  app.add_option("--max-health-watches", f.max_health_watches,
+                 "grpc.health.v1.Health/Watch streams open at once, the main and the health "
+                 "servers together; one more is cancelled (logged as stream_cancelled)")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--health-watch-seconds", f.health_watch_seconds,
+                 "How long a health Watch stream may stay open before it is cancelled (the "
+                 "prober opens a new one)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-streams-per-connection", f.max_streams_per_connection,
+                 "Streams (calls) at once on one HTTP/2 connection, every server "
+                 "(GRPC_ARG_MAX_CONCURRENT_STREAMS); one more is refused by gRPC")
+      ->check(CLI::Range(1u, 65536u))
+      ->capture_default_str();
+  app.add_option("--grpc-memory", f.grpc_memory,
+                 "Memory gRPC may use for its connections and calls, per server (its "
+                 "ResourceQuota; suffix K, M, G): its buffers under pressure (it does not bound a "
+                 "flood of HEADERS + RST_STREAM pairs: docs/security.md)")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  app.add_option("--max-output-expansion", f.max_output_expansion,
+                 "A conversion's output may hold at most this many times its input's bytes "
+                 "(plus 16 KiB for the header the daemon writes); it is reserved against "
+                 "--max-spool-bytes before a byte is written. A few bytes can describe a tensor "
+                 "of gigabytes (a stride-0 view), and views of a shared storage are written out "
+                 "once each; past it the conversion is refused naming the limit")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--max-output-bytes", f.max_output_bytes,
+                 "The outputs of one conversion call (a sharded set's shards together) at most "
+                 "(suffix K, M, G, T; default: no cap but --max-spool-bytes)")
+      ->type_name("SIZE");
+  app.add_option("--log-lines-per-second", f.log_lines_per_second,
+                 "Log lines one caller's calls may write a second (job and admin lines, each "
+                 "caller apart; library messages count as the caller \"library\"); past its "
+                 "burst the rest are counted and reported once a second (log_suppressed)")
+      ->check(CLI::Range(0.01, 1e6))
+      ->capture_default_str();
+  app.add_option("--log-burst", f.log_burst,
+                 "Log lines one caller may write at once before --log-lines-per-second applies")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--sign-method", f.sign_method, "How conversions are signed: files or shards")
       ->check(CLI::IsMember({"files", "shards"}))
       ->capture_default_str();
@@ -339,6 +426,17 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       upload_flags.max_jobs_per_caller != 0
           ? upload_flags.max_jobs_per_caller
           : std::max(1u, static_cast<uint32_t>((uint64_t{max_running} + max_queued + 1) / 2));
+  const uint64_t places = uint64_t{max_running} + max_queued;
+  c.reserved_job_places =
+      upload_flags.reserved_job_places >= 0
+          ? static_cast<uint32_t>(std::min<int64_t>(upload_flags.reserved_job_places, 1 << 20))
+      : places >= 2 ? 1
+                    : 0;
+  if (c.reserved_job_places >= places) {
+    return Invalid(absl::StrCat("--reserved-job-places ", c.reserved_job_places,
+                                ": must be under the job places (--max-running + --max-queued = ",
+                                places, ")"));
+  }
   absl::StatusOr<uint64_t> frame_bytes = base::ParseSize(f.max_frame_bytes);
   if (!frame_bytes.ok() || *frame_bytes == 0 || *frame_bytes > sandbox::kMaxFrameBytes) {
     return Invalid(
@@ -385,6 +483,14 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   if (!f.path_uids.empty()) options.path_uids = {f.path_uids.begin(), f.path_uids.end()};
   options.sign_method =
       f.sign_method == "shards" ? signing::Method::kShards : signing::Method::kFiles;
+  options.max_output_expansion = f.max_output_expansion;
+  if (!f.max_output_bytes.empty()) {
+    absl::StatusOr<uint64_t> out = base::ParseSize(f.max_output_bytes);
+    if (!out.ok() || *out == 0) return Invalid("--max-output-bytes: not a positive size");
+    options.max_output_bytes = *out;
+  }
+  options.log_rate.lines_per_second = f.log_lines_per_second;
+  options.log_rate.burst = f.log_burst;
 
   c.engine.jail.timeout = absl::Seconds(f.job_timeout);
   c.engine.jail.max_frame_bytes = *frame_bytes;
@@ -405,6 +511,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   c.metrics_address = f.metrics_address;
   c.reflection = f.reflection;
   c.reflection_limits = {f.max_reflection_streams, absl::Seconds(f.reflection_stream_seconds)};
+  c.health_watch_limits = {f.max_health_watches, absl::Seconds(f.health_watch_seconds)};
+  c.max_streams_per_connection = f.max_streams_per_connection;
+  {
+    absl::StatusOr<uint64_t> memory = base::ParseSize(f.grpc_memory);
+    if (!memory.ok() || *memory < (16u << 20) || *memory > (1ull << 40)) {
+      return Invalid("--grpc-memory: a size from 16M to 1T");
+    }
+    c.grpc_memory = *memory;
+  }
   c.max_connection_age = absl::Seconds(f.max_connection_age);
   c.max_connection_idle = absl::Seconds(f.max_connection_idle);
   c.first_byte_timeout = absl::Seconds(f.first_byte_timeout);

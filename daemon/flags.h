@@ -41,6 +41,14 @@ struct DaemonConfig {
   std::string metrics_address;
   bool reflection = false;
   ReflectionLimits reflection_limits;
+  // Health Watch streams on both servers at once, and their age (--max-health-watches,
+  // --health-watch-seconds).
+  ReflectionLimits health_watch_limits{.max_streams = 64, .max_stream_age = absl::Seconds(300)};
+  // Every server's streams at once on one connection (--max-streams-per-connection:
+  // GRPC_ARG_MAX_CONCURRENT_STREAMS) and each server's gRPC memory (--grpc-memory: its
+  // ResourceQuota: its buffers under pressure; not a rapid-reset flood, docs/security.md).
+  uint32_t max_streams_per_connection = 100;
+  uint64_t grpc_memory = 256ull << 20;
   absl::Duration max_connection_age;
   absl::Duration max_connection_idle;
   absl::Duration first_byte_timeout;
@@ -49,6 +57,7 @@ struct DaemonConfig {
   uint32_t max_running = 0;
   uint32_t max_queued = 0;
   uint32_t max_jobs_per_caller = 0;
+  uint32_t reserved_job_places = 0;  // of max_running + max_queued, for the operator only
   UploadLimits uploads;
   // Files of the daemon's own: by-path roots, the signing key, the state directory.
   std::vector<std::string> roots;

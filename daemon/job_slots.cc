@@ -8,20 +8,26 @@
 
 namespace ckptscan::daemon {
 
-absl::StatusOr<JobSlots::Ticket> JobSlots::Admit(const std::string& caller) {
+absl::StatusOr<JobSlots::Ticket> JobSlots::Admit(const std::string& caller, Privilege privilege) {
   absl::MutexLock lock(&mu_);
-  return AdmitLocked(caller, /*refuse_if_draining=*/true);
+  return AdmitLocked(caller, privilege, /*refuse_if_draining=*/true);
 }
 
-absl::Status JobSlots::FullLocked() {
-  if (static_cast<uint64_t>(running_) + queued_ <
-      static_cast<uint64_t>(max_running_) + max_queued_) {
-    return absl::OkStatus();
-  }
+absl::Status JobSlots::FullLocked(Privilege privilege) {
+  const uint64_t places = static_cast<uint64_t>(max_running_) + max_queued_;
+  const uint64_t open = privilege == Privilege::kOperator
+                            ? places
+                            : places - std::min<uint64_t>(reserved_job_places_, places);
+  if (static_cast<uint64_t>(running_) + queued_ < open) return absl::OkStatus();
   ++refused_;
   return absl::ResourceExhaustedError(absl::StrCat(
       "the daemon is busy: ", running_, " jobs running and ", queued_, " queued (max_running ",
-      max_running_, ", max_queued ", max_queued_, "); retry later"));
+      max_running_, ", max_queued ", max_queued_,
+      reserved_job_places_ == 0 || privilege == Privilege::kOperator
+          ? ""
+          : absl::StrCat(", of which reserved_job_places ", reserved_job_places_,
+                         " for the operator"),
+      "); retry later"));
 }
 
 absl::Status JobSlots::CallerFullLocked(const std::string& caller) {
@@ -35,15 +41,16 @@ absl::Status JobSlots::CallerFullLocked(const std::string& caller) {
 }
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::AdmitLocked(const std::string& caller,
+                                                       Privilege privilege,
                                                        bool refuse_if_draining) {
   if (refuse_if_draining && draining_) {
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
-  if (absl::Status s = FullLocked(); !s.ok()) return s;
+  if (absl::Status s = FullLocked(privilege); !s.ok()) return s;
   if (absl::Status s = CallerFullLocked(caller); !s.ok()) return s;
   ++queued_;
   ++jobs_by_caller_[caller];
-  return Ticket(this, caller);
+  return Ticket(this, caller, privilege);
 }
 
 void JobSlots::EndJobLocked(const std::string& caller) {
@@ -51,18 +58,28 @@ void JobSlots::EndJobLocked(const std::string& caller) {
   if (it != jobs_by_caller_.end() && --it->second == 0) jobs_by_caller_.erase(it);
 }
 
-absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller) {
+absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller,
+                                                       Privilege privilege) {
   absl::MutexLock lock(&mu_);
   if (draining_) {
     return absl::UnavailableError("the daemon is shutting down and takes no new job");
   }
-  if (absl::Status s = FullLocked(); !s.ok()) return s;
+  if (absl::Status s = FullLocked(privilege); !s.ok()) return s;
   if (absl::Status s = CallerFullLocked(caller); !s.ok()) return s;
-  if (uploading_ >= uploads_.max_uploads) {
+  const uint32_t open = privilege == Privilege::kOperator
+                            ? uploads_.max_uploads
+                            : uploads_.max_uploads -
+                                  std::min(uploads_.reserved_uploads, uploads_.max_uploads);
+  if (uploading_ >= open) {
     ++refused_;
-    return absl::ResourceExhaustedError(absl::StrCat("the daemon is receiving ", uploading_,
-                                                     " uploads, its limit (max_uploads ",
-                                                     uploads_.max_uploads, "); retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon is receiving ", uploading_, " uploads, its limit (max_uploads ",
+        uploads_.max_uploads,
+        open == uploads_.max_uploads
+            ? ""
+            : absl::StrCat(", of which reserved_uploads ", uploads_.reserved_uploads,
+                           " for the operator"),
+        "); retry later"));
   }
   const auto it = uploading_by_caller_.find(caller);
   const uint32_t mine = it == uploading_by_caller_.end() ? 0 : it->second;
@@ -74,7 +91,7 @@ absl::StatusOr<JobSlots::Upload> JobSlots::BeginUpload(const std::string& caller
   }
   ++uploading_by_caller_[caller];
   ++uploading_;
-  return Upload(this, caller);
+  return Upload(this, caller, privilege);
 }
 
 void JobSlots::EndUploadLocked(const std::string& caller) {
@@ -83,17 +100,34 @@ void JobSlots::EndUploadLocked(const std::string& caller) {
   if (it != uploading_by_caller_.end() && --it->second == 0) uploading_by_caller_.erase(it);
 }
 
+absl::Status JobSlots::TakeSpoolLocked(uint64_t bytes) {
+  const uint64_t budget = uploads_.max_spool_bytes;
+  if (bytes > budget || spool_bytes_ > budget - bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon's spool is full: uploads and outputs in flight hold ", spool_bytes_,
+        " bytes, ", bytes, " more do not fit (max_spool_bytes ", budget, "); retry later"));
+  }
+  spool_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
 absl::Status JobSlots::Upload::Spool(uint64_t bytes) {
   absl::MutexLock lock(&slots_->mu_);
-  const uint64_t budget = slots_->uploads_.max_spool_bytes;
-  if (bytes > budget || slots_->spool_bytes_ > budget - bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the daemon's spool is full: uploads in flight hold ", slots_->spool_bytes_,
-                     " bytes (max_spool_bytes ", budget, "); retry later"));
-  }
-  slots_->spool_bytes_ += bytes;
+  if (absl::Status s = slots_->TakeSpoolLocked(bytes); !s.ok()) return s;
   bytes_ += bytes;
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobSlots::SpoolReservation> JobSlots::ReserveSpool(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = TakeSpoolLocked(bytes); !s.ok()) return s;
+  return SpoolReservation(this, bytes);
+}
+
+JobSlots::SpoolReservation::~SpoolReservation() {
+  if (slots_ == nullptr) return;
+  absl::MutexLock lock(&slots_->mu_);
+  slots_->spool_bytes_ -= bytes_;
 }
 
 absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {
@@ -102,7 +136,7 @@ absl::StatusOr<JobSlots::Ticket> JobSlots::Upload::Admit() {
     receiving_ = false;
     slots_->EndUploadLocked(caller_);
   }
-  return slots_->AdmitLocked(caller_, /*refuse_if_draining=*/false);
+  return slots_->AdmitLocked(caller_, privilege_, /*refuse_if_draining=*/false);
 }
 
 JobSlots::Upload::~Upload() {
@@ -114,10 +148,18 @@ JobSlots::Upload::~Upload() {
 
 absl::Status JobSlots::Ticket::Run(const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&slots_->mu_);
-  if (slots_->running_ < slots_->max_running_ && slots_->waiters_.empty()) {
+  if (slots_->running_ - slots_->overflow_ < slots_->max_running_ && slots_->waiters_.empty()) {
     --slots_->queued_;
     ++slots_->running_;
     running_ = true;
+    return absl::OkStatus();
+  }
+  if (privilege_ == Privilege::kOperator && slots_->overflow_ < slots_->reserved_job_places_) {
+    --slots_->queued_;
+    ++slots_->running_;
+    ++slots_->overflow_;
+    running_ = true;
+    overflow_ = true;
     return absl::OkStatus();
   }
   Waiter me;
@@ -134,8 +176,12 @@ absl::Status JobSlots::Ticket::Run(const std::function<bool()>& cancelled) {
   return absl::OkStatus();
 }
 
-void JobSlots::ReleaseLocked() {
+void JobSlots::ReleaseLocked(bool overflow) {
   --running_;
+  if (overflow) {
+    --overflow_;
+    return;
+  }
   if (!waiters_.empty()) {
     Waiter* next = waiters_.front();
     waiters_.pop_front();
@@ -150,7 +196,7 @@ JobSlots::Ticket::~Ticket() {
   if (slots_ == nullptr) return;
   absl::MutexLock lock(&slots_->mu_);
   if (running_) {
-    slots_->ReleaseLocked();
+    slots_->ReleaseLocked(overflow_);
   } else {
     --slots_->queued_;
   }

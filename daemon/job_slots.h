@@ -21,6 +21,11 @@
 // The caller is a bucket name (the daemon's: a uid, a client certificate, or "anonymous" for
 // every caller without an identity), the same one its uploads count against.
 //
+// The operator's reserve: the last `reserved_job_places` job places and the last
+// `reserved_uploads` upload places go to privileged callers only (the daemon's: root, its own
+// uid, the admin uids and identities). Every other caller together holds at most the rest, so
+// callers that each stay within their share still cannot lock the operator out.
+//
 // Thread-safe.
 //
 //   CKPT_ASSIGN_OR_RETURN(JobSlots::Ticket t, slots.Admit("uid:1000"));
@@ -38,6 +43,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,23 +57,33 @@ struct UploadLimits {
   uint32_t max_uploads = 16;                // streaming in at once, daemon-wide
   uint32_t max_uploads_per_caller = 8;      // of them, from one caller
   uint64_t max_spool_bytes = 256ull << 30;  // upload bytes spooled at once, daemon-wide
+  uint32_t reserved_uploads = 0;            // of max_uploads, for privileged callers only
 };
+
+// Whether a caller may take the operator's reserved places.
+enum class Privilege { kCaller, kOperator };
 
 class JobSlots final {
  public:
   // `max_jobs_per_caller` 0 (or at least max_running + max_queued): no cap but the places.
+  // `reserved_job_places` (below max_running + max_queued) are for Privilege::kOperator only.
   JobSlots(uint32_t max_running, uint32_t max_queued, UploadLimits uploads = {},
-           uint32_t max_jobs_per_caller = 0)
+           uint32_t max_jobs_per_caller = 0, uint32_t reserved_job_places = 0)
       : max_running_(max_running),
         max_queued_(max_queued),
         uploads_(uploads),
         max_jobs_per_caller_(max_jobs_per_caller != 0 ? max_jobs_per_caller
-                                                      : max_running + max_queued) {}
+                                                      : max_running + max_queued),
+        reserved_job_places_(reserved_job_places) {}
 
   class Ticket final {
    public:
     Ticket(Ticket&& other) noexcept
-        : slots_(other.slots_), caller_(std::move(other.caller_)), running_(other.running_) {
+        : slots_(other.slots_),
+          caller_(std::move(other.caller_)),
+          privilege_(other.privilege_),
+          running_(other.running_),
+          overflow_(other.overflow_) {
       other.slots_ = nullptr;
     }
     Ticket& operator=(Ticket&&) = delete;
@@ -76,20 +92,27 @@ class JobSlots final {
     ~Ticket();
 
     // Waits for a running slot. Cancelled (polled every 50 ms) returns CANCELLED and leaves
-    // the queue.
+    // the queue. An operator's job whose slot is not free at once runs anyway, as one of at
+    // most reserved_job_places running beside the max_running (callers that hold every slot
+    // with jobs that do not end must not keep the operator's job waiting behind them).
     absl::Status Run(const std::function<bool()>& cancelled);
 
    private:
     friend class JobSlots;
-    Ticket(JobSlots* slots, std::string caller) : slots_(slots), caller_(std::move(caller)) {}
+    Ticket(JobSlots* slots, std::string caller, Privilege privilege)
+        : slots_(slots), caller_(std::move(caller)), privilege_(privilege) {}
     JobSlots* slots_;
     std::string caller_;
+    Privilege privilege_;
     bool running_ = false;
+    bool overflow_ = false;  // runs beside max_running (an operator's job)
   };
 
   // A job place for `caller`. RESOURCE_EXHAUSTED when max_running + max_queued jobs are
-  // admitted, or when `caller` holds max_jobs_per_caller of them; UNAVAILABLE after Drain.
-  absl::StatusOr<Ticket> Admit(const std::string& caller);
+  // admitted (for a kCaller: all but the reserved ones), or when `caller` holds
+  // max_jobs_per_caller of them; UNAVAILABLE after Drain.
+  absl::StatusOr<Ticket> Admit(const std::string& caller,
+                               Privilege privilege = Privilege::kCaller);
 
   // An upload in flight: an upload place and its spooled bytes, given back when destroyed.
   class Upload final {
@@ -97,6 +120,7 @@ class JobSlots final {
     Upload(Upload&& other) noexcept
         : slots_(other.slots_),
           caller_(std::move(other.caller_)),
+          privilege_(other.privilege_),
           bytes_(other.bytes_),
           receiving_(other.receiving_) {
       other.slots_ = nullptr;
@@ -116,18 +140,42 @@ class JobSlots final {
 
    private:
     friend class JobSlots;
-    Upload(JobSlots* slots, std::string caller) : slots_(slots), caller_(std::move(caller)) {}
+    Upload(JobSlots* slots, std::string caller, Privilege privilege)
+        : slots_(slots), caller_(std::move(caller)), privilege_(privilege) {}
     JobSlots* slots_;
     std::string caller_;
+    Privilege privilege_;
     uint64_t bytes_ = 0;
     bool receiving_ = true;
   };
 
   // An upload from `caller` begins. UNAVAILABLE after Drain; RESOURCE_EXHAUSTED, naming the
   // limit, when every job place is taken or `caller` holds max_jobs_per_caller of them (it could
-  // not run now either), when max_uploads are streaming in, or when `caller` has
-  // max_uploads_per_caller of them.
-  absl::StatusOr<Upload> BeginUpload(const std::string& caller);
+  // not run now either), when max_uploads are streaming in (for a kCaller: all but the reserved
+  // ones), or when `caller` has max_uploads_per_caller of them.
+  absl::StatusOr<Upload> BeginUpload(const std::string& caller,
+                                     Privilege privilege = Privilege::kCaller);
+
+  // Bytes reserved against max_spool_bytes before they are written (a conversion's output: the
+  // spool budget covers uploads and outputs alike), given back when destroyed.
+  class SpoolReservation final {
+   public:
+    SpoolReservation(SpoolReservation&& other) noexcept
+        : slots_(std::exchange(other.slots_, nullptr)), bytes_(other.bytes_) {}
+    SpoolReservation& operator=(SpoolReservation&&) = delete;
+    SpoolReservation(const SpoolReservation&) = delete;
+    SpoolReservation& operator=(const SpoolReservation&) = delete;
+    ~SpoolReservation();
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class JobSlots;
+    SpoolReservation(JobSlots* slots, uint64_t bytes) : slots_(slots), bytes_(bytes) {}
+    JobSlots* slots_;
+    uint64_t bytes_;
+  };
+  // RESOURCE_EXHAUSTED (nothing taken), naming max_spool_bytes, when `bytes` do not fit.
+  absl::StatusOr<SpoolReservation> ReserveSpool(uint64_t bytes);
 
   // No new job from now on.
   void Drain();
@@ -140,12 +188,13 @@ class JobSlots final {
     uint64_t refused = 0;
     bool draining = false;
     uint32_t uploading = 0;    // uploads streaming in (no job place yet)
-    uint64_t spool_bytes = 0;  // bytes the uploads in flight have spooled
+    uint64_t spool_bytes = 0;  // bytes the uploads in flight have spooled, and outputs reserved
   };
   Counts counts() const;
   uint32_t max_running() const { return max_running_; }
   uint32_t max_queued() const { return max_queued_; }
   uint32_t max_jobs_per_caller() const { return max_jobs_per_caller_; }
+  uint32_t reserved_job_places() const { return reserved_job_places_; }
   const UploadLimits& upload_limits() const { return uploads_; }
 
  private:
@@ -153,16 +202,20 @@ class JobSlots final {
     absl::CondVar cv;
     bool granted = false;  // under JobSlots::mu_ (set by the releasing ticket)
   };
-  // Frees a running slot and hands it to the oldest waiter, if any. mu_ held.
-  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RESOURCE_EXHAUSTED (and counted as refused) when every job place is taken. mu_ held.
-  absl::Status FullLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees a running slot and hands it to the oldest waiter, if any (an operator's extra slot
+  // goes back to the reserve instead). mu_ held.
+  void ReleaseLocked(bool overflow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED (and counted as refused) when every job place `privilege` may take is
+  // taken. mu_ held.
+  absl::Status FullLocked(Privilege privilege) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `bytes` of max_spool_bytes, or RESOURCE_EXHAUSTED (nothing taken). mu_ held.
+  absl::Status TakeSpoolLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED (and counted as refused) when `caller` holds max_jobs_per_caller job
   // places. mu_ held.
   absl::Status CallerFullLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A queue place, if one is free (UNAVAILABLE after Drain if `refuse_if_draining`). mu_ held.
-  absl::StatusOr<Ticket> AdmitLocked(const std::string& caller, bool refuse_if_draining)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Ticket> AdmitLocked(const std::string& caller, Privilege privilege,
+                                     bool refuse_if_draining) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives a job place of `caller` back (its running or queued count is the caller's). mu_ held.
   void EndJobLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives an upload place back. mu_ held.
@@ -174,10 +227,13 @@ class JobSlots final {
   const uint32_t max_queued_;
   const UploadLimits uploads_;
   const uint32_t max_jobs_per_caller_;
+  const uint32_t reserved_job_places_;
   mutable absl::Mutex mu_;
   // Run() callers waiting for a slot, oldest first.
   std::deque<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
-  uint32_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t running_ ABSL_GUARDED_BY(mu_) = 0;  // overflow_ included
+  // Operator jobs running beside max_running (at most reserved_job_places_).
+  uint32_t overflow_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -233,6 +233,23 @@ TEST(JobSlotsUploadTest, SpoolBudgetIsSharedAndHeldUntilTheUploadEnds) {
   EXPECT_EQ(slots.counts().spool_bytes, 40u);
 }
 
+TEST(JobSlotsUploadTest, OutputsAreReservedAgainstTheSpoolBudgetBesideUploads) {
+  JobSlots slots(2, 2, UploadLimits{.max_spool_bytes = 1000});
+  absl::StatusOr<JobSlots::Upload> upload = slots.BeginUpload("uid:1");
+  ASSERT_TRUE(upload.ok());
+  ASSERT_TRUE(upload->Spool(600).ok());
+  absl::StatusOr<JobSlots::SpoolReservation> too_much = slots.ReserveSpool(500);
+  EXPECT_TRUE(absl::IsResourceExhausted(too_much.status()));
+  EXPECT_TRUE(absl::StrContains(too_much.status().message(), "max_spool_bytes"));
+  {
+    absl::StatusOr<JobSlots::SpoolReservation> fits = slots.ReserveSpool(400);
+    ASSERT_TRUE(fits.ok());
+    EXPECT_EQ(slots.counts().spool_bytes, 1000u);
+    EXPECT_FALSE(upload->Spool(1).ok());
+  }
+  EXPECT_EQ(slots.counts().spool_bytes, 600u);
+}
+
 TEST(JobSlotsUploadTest, DrainRefusesNewUploadsAdmitsThoseInFlightAndWaitsForThem) {
   JobSlots slots(2, 2);
   absl::StatusOr<JobSlots::Upload> u = slots.BeginUpload("uid:1");
@@ -294,6 +311,60 @@ TEST(StallWatchdogTest, ADestroyedWatchNeverFires) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(stalls.load(), 0) << "destroyed long before its deadline";
+}
+
+TEST(JobSlotsReserveTest, CallersWithinTheirSharesLeaveTheOperatorsPlaces) {
+  // 4 places, 2 per caller, 1 reserved: two callers together get 3, the operator the last.
+  JobSlots slots(2, 2, {}, 2, 1);
+  std::vector<JobSlots::Ticket> held;
+  for (const char* caller : {"uid:65523", "uid:65523", "uid:65524"}) {
+    absl::StatusOr<JobSlots::Ticket> t = slots.Admit(caller);
+    ASSERT_TRUE(t.ok()) << caller << t.status();
+    held.push_back(*std::move(t));
+  }
+  absl::StatusOr<JobSlots::Ticket> third = slots.Admit("uid:65524");
+  EXPECT_TRUE(absl::IsResourceExhausted(third.status()));
+  EXPECT_TRUE(absl::StrContains(third.status().message(), "reserved_job_places 1"))
+      << third.status();
+  EXPECT_TRUE(slots.Admit("uid:0", Privilege::kOperator).ok());
+}
+
+TEST(JobSlotsReserveTest, TheOperatorMayTakeEveryPlaceButItsOwnCap) {
+  JobSlots slots(1, 1, {}, 2, 1);
+  absl::StatusOr<JobSlots::Ticket> a = slots.Admit("uid:0", Privilege::kOperator);
+  absl::StatusOr<JobSlots::Ticket> b = slots.Admit("uid:0", Privilege::kOperator);
+  EXPECT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(slots.Admit("uid:0", Privilege::kOperator).status()));
+}
+
+TEST(JobSlotsReserveTest, AnOperatorsJobRunsBesideCallersWhoHoldEverySlot) {
+  JobSlots slots(1, 2, {}, 2, 1);
+  absl::StatusOr<JobSlots::Ticket> held = slots.Admit("uid:65523");
+  ASSERT_TRUE(held.ok() && held->Run(nullptr).ok());
+  absl::StatusOr<JobSlots::Ticket> root = slots.Admit("uid:0", Privilege::kOperator);
+  ASSERT_TRUE(root.ok());
+  EXPECT_TRUE(root->Run(nullptr).ok()) << "waited behind a caller's job";
+  EXPECT_EQ(slots.counts().running, 2u);
+  // Only `reserved_job_places` at once: another operator job waits for a slot like any.
+  JobSlots::Ticket done = *std::move(root);
+  {
+    JobSlots::Ticket gone = std::move(done);
+  }
+  EXPECT_EQ(slots.counts().running, 1u);
+}
+
+TEST(JobSlotsReserveTest, UploadPlacesHaveTheirOwnReserve) {
+  JobSlots slots(4, 4, UploadLimits{.max_uploads = 2, .max_uploads_per_caller = 1,
+                                    .reserved_uploads = 1});
+  absl::StatusOr<JobSlots::Upload> a = slots.BeginUpload("uid:65521");
+  ASSERT_TRUE(a.ok());
+  absl::StatusOr<JobSlots::Upload> b = slots.BeginUpload("uid:65522");
+  EXPECT_TRUE(absl::IsResourceExhausted(b.status()));
+  EXPECT_TRUE(absl::StrContains(b.status().message(), "reserved_uploads 1")) << b.status();
+  absl::StatusOr<JobSlots::Upload> root = slots.BeginUpload("uid:0", Privilege::kOperator);
+  ASSERT_TRUE(root.ok());
+  // Once spooled, an operator's upload takes a job place with the operator's privilege.
+  EXPECT_TRUE(root->Admit().ok());
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,5 +84,120 @@ std::string LogLine::Emit() {
   (void)base::WriteAll(STDERR_FILENO, out);
   return out;
 }
+
+// --- LogLimiter ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kOthers = "others";
+
+}  // namespace
+
+LogLimiter::LogLimiter(LogRateLimits limits) : limits_(limits), thread_([this] { Loop(); }) {}
+
+LogLimiter::~LogLimiter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;  // Loop's condition: re-evaluated when mu_ is released
+  }
+  thread_.join();
+  (void)Report(absl::InfiniteFuture());
+}
+
+void LogLimiter::Refill(Bucket* b, absl::Time now) const {
+  if (now <= b->refilled) return;
+  const double add = absl::ToDoubleSeconds(now - b->refilled) * limits_.lines_per_second;
+  b->tokens = std::min<double>(limits_.burst, b->tokens + add);
+  b->refilled = now;
+}
+
+bool LogLimiter::Admit(std::string_view caller) { return Admit(caller, absl::Now()); }
+
+bool LogLimiter::Admit(std::string_view caller, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = buckets_.find(caller);
+  if (it == buckets_.end()) {
+    if (buckets_.size() >= limits_.max_callers) {
+      // Forget callers whose bucket has refilled and who have nothing to report: a new bucket
+      // would hold the same.
+      for (auto j = buckets_.begin(); j != buckets_.end();) {
+        Refill(&j->second, now);
+        const bool idle = j->second.suppressed == 0 && j->second.tokens >= limits_.burst;
+        j = idle ? buckets_.erase(j) : std::next(j);
+      }
+    }
+    if (buckets_.size() >= limits_.max_callers) caller = kOthers;
+    it = buckets_.find(caller);
+    if (it == buckets_.end()) {
+      it = buckets_.emplace(std::string(caller), Bucket{double(limits_.burst), now, 0, now}).first;
+    }
+  }
+  Bucket& b = it->second;
+  Refill(&b, now);
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return true;
+  }
+  if (b.suppressed++ == 0) {
+    b.first_suppressed = now;
+    ++pending_;
+  }
+  return false;
+}
+
+std::string LogLimiter::Report(absl::Time now) {
+  std::string out;
+  absl::MutexLock lock(&mu_);
+  for (auto& [caller, b] : buckets_) {
+    if (b.suppressed == 0 || now - b.first_suppressed < limits_.report_every) continue;
+    out += LogLine("log_suppressed", "warning")
+               .Str("caller", caller)
+               .Int("suppressed", b.suppressed)
+               .Num("seconds", absl::ToDoubleSeconds(std::min(now, absl::Now()) -
+                                                      b.first_suppressed))
+               .Num("lines_per_second", limits_.lines_per_second)
+               .Int("burst", limits_.burst)
+               .Emit();
+    b.suppressed = 0;
+    --pending_;
+  }
+  return out;
+}
+
+size_t LogLimiter::callers() const {
+  absl::MutexLock lock(&mu_);
+  return buckets_.size();
+}
+
+size_t LogLimiter::pending() const {
+  absl::MutexLock lock(&mu_);
+  return pending_;
+}
+
+void LogLimiter::Loop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Asleep while nothing is left out; then one report per period.
+      mu_.Await(absl::Condition(
+          +[](LogLimiter* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
+            return l->stop_ || l->pending_ > 0;
+          },
+          this));
+      if (stop_) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), limits_.report_every)) return;
+    }
+    (void)Report(absl::Now());
+  }
+}
+
+namespace {
+
+std::atomic<LogLimiter*> library_limiter{nullptr};
+
+}  // namespace
+
+void SetLibraryLogLimiter(LogLimiter* limiter) { library_limiter.store(limiter); }
+LogLimiter* LibraryLogLimiter() { return library_limiter.load(); }
 
 }  // namespace ckptscan::daemon

@@ -16,6 +16,10 @@ bool IsReflectionMethod(std::string_view method) {
   return method.starts_with("/grpc.reflection.") && method.ends_with("/ServerReflectionInfo");
 }
 
+bool IsHealthWatchMethod(std::string_view method) {
+  return method == "/grpc.health.v1.Health/Watch";
+}
+
 // One per reflection stream. It registers itself when the stream's initial metadata has been
 // received and forgets itself when the stream's status is sent (and, at the latest, when gRPC
 // destroys it): the guard's thread only ever cancels a stream whose handler is still running.
@@ -25,12 +29,16 @@ class ReflectionGuard::Interceptor final : public grpc::experimental::Intercepto
   ~Interceptor() override { guard_->Forget(this); }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    uint64_t to_log = 0;
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
-        !guard_->Admit(this, ctx_)) {
-      LogLine("reflection_stream_cancelled", "warning")
-          .Str("reason", "max_reflection_streams")
-          .Int("max_streams", guard_->limits_.max_streams)
-          .Emit();
+        !guard_->Admit(this, ctx_, &to_log)) {
+      if (to_log != 0) {
+        LogLine(guard_->kind_.event, "warning")
+            .Str("reason", guard_->kind_.cap_limit)
+            .Int("max_streams", guard_->limits_.max_streams)
+            .Int("cancelled", to_log)
+            .Emit();
+      }
       ctx_->TryCancel();
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
@@ -50,7 +58,7 @@ class ReflectionGuard::Factory final
   explicit Factory(ReflectionGuard* guard) : guard_(guard) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (info->method() == nullptr || !IsReflectionMethod(info->method())) return nullptr;
+    if (info->method() == nullptr || !guard_->kind_.matches(info->method())) return nullptr;
     return new Interceptor(guard_, info->server_context());
   }
 
@@ -58,8 +66,8 @@ class ReflectionGuard::Factory final
   ReflectionGuard* const guard_;
 };
 
-ReflectionGuard::ReflectionGuard(ReflectionLimits limits)
-    : limits_(limits), reaper_([this] { Reap(); }) {}
+ReflectionGuard::ReflectionGuard(ReflectionLimits limits, GuardedStreams kind)
+    : limits_(limits), kind_(kind), reaper_([this] { Reap(); }) {}
 
 ReflectionGuard::~ReflectionGuard() {
   {
@@ -81,9 +89,18 @@ size_t ReflectionGuard::open_streams() const {
   return streams_.size();
 }
 
-bool ReflectionGuard::Admit(const void* key, grpc::ServerContextBase* ctx) {
+bool ReflectionGuard::Admit(const void* key, grpc::ServerContextBase* ctx, uint64_t* to_log) {
   absl::MutexLock lock(&mu_);
-  if (streams_.size() >= limits_.max_streams) return false;
+  if (streams_.size() >= limits_.max_streams) {
+    // A flood of streams over the cap is one log line a second, with its count.
+    ++refused_unlogged_;
+    const absl::Time now = absl::Now();
+    if (now - refused_logged_ >= absl::Seconds(1)) {
+      *to_log = std::exchange(refused_unlogged_, 0);
+      refused_logged_ = now;
+    }
+    return false;
+  }
   streams_.emplace(key, Stream{ctx, absl::Now()});
   return true;
 }
@@ -105,8 +122,8 @@ void ReflectionGuard::Reap() {
       // meanwhile. TryCancel runs the interceptors' cancel hook, which takes no lock.
       stream.ctx->TryCancel();
       stream.cancelled = true;
-      LogLine("reflection_stream_cancelled", "warning")
-          .Str("reason", "reflection_stream_seconds")
+      LogLine(kind_.event, "warning")
+          .Str("reason", kind_.age_limit)
           .Num("seconds", absl::ToDoubleSeconds(limits_.max_stream_age))
           .Emit();
     }

@@ -128,6 +128,10 @@ int Millis(absl::Duration d) {
 // reports a request string that is not UTF-8, with the field's name, while the call is refused).
 void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
                  const std::string& message) {
+  // A request can make the libraries log (a string that is not UTF-8): rate limited as a caller.
+  if (LogLimiter* limiter = LibraryLogLimiter(); limiter != nullptr && !limiter->Admit("library")) {
+    return;
+  }
   LogLine("library", level >= google::protobuf::LOGLEVEL_ERROR ? "error" : "warning")
       .Str("library", "protobuf")
       .Str("source", absl::StrCat(file, ":", line))
@@ -136,6 +140,9 @@ void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
 }
 
 void GrpcLog(gpr_log_func_args* args) {
+  if (LogLimiter* limiter = LibraryLogLimiter(); limiter != nullptr && !limiter->Admit("library")) {
+    return;
+  }
   LogLine("library", args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
                      : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
                                                                : "debug")
@@ -160,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(DaemonConfig config) {
   return server;
 }
 
-Server::~Server() = default;
+Server::~Server() { SetLibraryLogLimiter(nullptr); }
 
 absl::Status Server::Build() {
   // The jail first: a daemon that cannot jail its workers must not serve.
@@ -186,7 +193,7 @@ absl::Status Server::Build() {
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ConfinedRoots> roots, OpenRoots(config_));
   slots_ = std::make_unique<JobSlots>(config_.max_running, config_.max_queued, config_.uploads,
-                                      config_.max_jobs_per_caller);
+                                      config_.max_jobs_per_caller, config_.reserved_job_places);
   metrics_ = std::make_shared<Metrics>(slots_.get());
   if (config_.metrics_port != 0) {
     const std::string& address = config_.metrics_address;
@@ -204,6 +211,7 @@ absl::Status Server::Build() {
   daemon_ = std::make_unique<Daemon>(config_.service, engine_.get(), std::move(roots),
                                      *std::move(key), slots_.get(), metrics_.get());
   daemon_->stats().SetJailLayers(jail_layers_);
+  SetLibraryLogLimiter(&daemon_->log_limiter());
   return absl::OkStatus();
 }
 
@@ -248,9 +256,18 @@ absl::Status Server::Listen() {
   // HTTP/2 preface has arrived).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(c.max_connection_idle));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, Millis(c.first_byte_timeout));
-  if (c.reflection) {
-    reflection_guard_ = std::make_unique<ReflectionGuard>(c.reflection_limits);
-    builder.experimental().SetInterceptorCreators(reflection_guard_->Factories());
+  // Streams at once per connection, on every server: gRPC 1.51 leaves it unlimited.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(c.max_streams_per_connection));
+  watch_guard_ = std::make_unique<ReflectionGuard>(c.health_watch_limits, kHealthWatchStreams);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards =
+        watch_guard_->Factories();
+    if (c.reflection) {
+      reflection_guard_ = std::make_unique<ReflectionGuard>(c.reflection_limits);
+      for (auto& f : reflection_guard_->Factories()) guards.push_back(std::move(f));
+    }
+    builder.experimental().SetInterceptorCreators(std::move(guards));
   }
   builder.RegisterService(scanner_.get());
   builder.RegisterService(admin_.get());
@@ -261,6 +278,9 @@ absl::Status Server::Listen() {
   grpc::ResourceQuota quota("ckptscand");
   quota.SetMaxThreads(
       static_cast<int>(slots_->max_running() + slots_->max_queued() + c.uploads.max_uploads + 64));
+  // gRPC's own memory (connections, streams, buffers), bounded under pressure. It does not
+  // bound a rapid-reset flood (HEADERS + RST_STREAM pairs: ~15 KB a pair stays; docs/security.md).
+  quota.Resize(static_cast<size_t>(c.grpc_memory));
   builder.SetResourceQuota(quota);
   if (!c.tcp.empty()) {
     grpc::SslServerCredentialsOptions ssl;
@@ -287,6 +307,20 @@ absl::Status Server::Listen() {
   if (!c.health_tcp.empty()) {
     grpc::ServerBuilder health_builder;
     health_builder.AddListeningPort(c.health_tcp, grpc::InsecureServerCredentials(), &health_port_);
+    // Unauthenticated: as bounded as the main server (streams per connection, Watch streams,
+    // memory), with few threads (Check is answered at once).
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                      static_cast<int>(c.max_streams_per_connection));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                      Millis(c.max_connection_idle));
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(c.max_connection_age));
+    health_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                      Millis(c.first_byte_timeout));
+    health_builder.experimental().SetInterceptorCreators(watch_guard_->Factories());
+    grpc::ResourceQuota health_quota("ckptscand-health");
+    health_quota.SetMaxThreads(16);
+    health_quota.Resize(static_cast<size_t>(c.grpc_memory / 4));
+    health_builder.SetResourceQuota(health_quota);
     health_server_ = health_builder.BuildAndStart();
     if (health_server_ == nullptr || health_port_ == 0) {
       return absl::UnavailableError(
@@ -329,9 +363,16 @@ void Server::LogListening() const {
       .Int("max_running", slots_->max_running())
       .Int("max_queued", slots_->max_queued())
       .Int("max_jobs_per_caller", slots_->max_jobs_per_caller())
+      .Int("reserved_job_places", slots_->reserved_job_places())
+      .Int("reserved_uploads", c.uploads.reserved_uploads)
       .Int("max_uploads", c.uploads.max_uploads)
       .Int("max_uploads_per_caller", c.uploads.max_uploads_per_caller)
       .Int("max_spool_bytes", c.uploads.max_spool_bytes)
+      .Num("max_output_expansion", c.service.max_output_expansion)
+      .Int("max_streams_per_connection", c.max_streams_per_connection)
+      .Int("grpc_memory", c.grpc_memory)
+      .Int("max_health_watches", c.health_watch_limits.max_streams)
+      .Int("max_output_bytes", c.service.max_output_bytes)
       .Num("upload_idle_timeout", absl::ToDoubleSeconds(c.service.upload_idle_timeout))
       .Num("output_idle_timeout", absl::ToDoubleSeconds(c.service.output_idle_timeout))
       .Int("facts_memory", engine_->facts_memory())

@@ -62,6 +62,7 @@ class Server final {
   std::unique_ptr<ScannerService> scanner_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<ReflectionGuard> reflection_guard_;
+  std::unique_ptr<ReflectionGuard> watch_guard_;  // health Watch streams, both servers
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
@@ -63,8 +64,13 @@ std::string TraceId(const grpc::ServerContext& ctx) {
 class JobLog {
  public:
   JobLog(std::string_view rpc, const Caller& caller, const grpc::ServerContext& ctx,
-         Metrics* metrics)
-      : line_("job"), rpc_(rpc), metrics_(metrics), start_(absl::Now()) {
+         Metrics* metrics, LogLimiter* limiter)
+      : line_("job"),
+        rpc_(rpc),
+        caller_(caller.name),
+        metrics_(metrics),
+        limiter_(limiter),
+        start_(absl::Now()) {
     line_.Str("rpc", rpc).Str("caller", caller.name);
     // W3C trace context: the caller's trace id, so a hub can find its request in our logs.
     const std::string trace = TraceId(ctx);
@@ -90,14 +96,18 @@ class JobLog {
     if (!pin_.empty()) line_.Str("pin", pin_);
     line_.Int("code", static_cast<uint64_t>(status.error_code()));
     if (!status.ok()) line_.Str("error", status.error_message());
-    line_.Num("ms", MillisSince(start_)).Emit();
+    line_.Num("ms", MillisSince(start_));
+    // One caller's calls cannot flood the log: past its rate its lines are counted instead.
+    if (limiter_ == nullptr || limiter_->Admit(caller_)) line_.Emit();
     return status;
   }
 
  private:
   LogLine line_;
   std::string rpc_;
+  std::string caller_;
   Metrics* metrics_;
+  LogLimiter* limiter_;
   absl::Time start_;
   std::string name_;
   std::string pin_;
@@ -120,7 +130,8 @@ absl::Status CheckPathCaller(const Caller& caller) {
 }
 
 SpoolOptions SpoolOptionsOf(const ServiceOptions& o) {
-  return SpoolOptions{o.max_upload_bytes, o.upload_idle_timeout, o.spool_dir};
+  return SpoolOptions{o.max_upload_bytes, o.upload_idle_timeout, o.upload_min_rate,
+                      o.upload_deadline, o.spool_dir};
 }
 
 // Whose upload places and job places (max_uploads_per_caller, max_jobs_per_caller) a call takes:
@@ -129,6 +140,11 @@ SpoolOptions SpoolOptionsOf(const ServiceOptions& o) {
 // no identity, as one client can connect from many ports and addresses.
 std::string LimitBucket(const Caller& caller) {
   return caller.authenticated ? caller.name : "anonymous";
+}
+
+// Whether the call may take the operator's reserved places (JobSlots).
+Privilege PrivilegeOf(const Caller& caller) {
+  return caller.privileged ? Privilege::kOperator : Privilege::kCaller;
 }
 
 // Replaces `from` with `to` at the start of every path a conversion report names.
@@ -267,6 +283,7 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
       caller.authenticated = true;
       caller.admin = options_.admin_uids.count(cred->uid) != 0;
       caller.by_path = options_.path_uids.count(cred->uid) != 0;
+      caller.privileged = caller.admin || cred->uid == 0 || cred->uid == ::geteuid();
       return caller;
     }
   }
@@ -274,30 +291,68 @@ Caller Daemon::Identify(const grpc::ServerContext& ctx) const {
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
     // A verified client certificate: each identity typed by where it was found, so that a
-    // SAN of one type never passes for another, nor for the common name.
+    // SAN of one type never passes for another, nor for the common name. The subject
+    // alternative names come first, the common name last: a name is only as good as what the CA
+    // checked, and SANs are what it checks.
     std::vector<std::string> ids;
     // gRPC reports one common name; a subject with several has no one common name, and the one
     // reported may be any of them: then none counts (nor when the count cannot be read).
     const bool one_cn = CommonNameCount(*auth) == 1;
-    for (const auto& [property, type] : {std::pair{GRPC_X509_CN_PROPERTY_NAME, "cn:"},
-                                         std::pair{GRPC_PEER_URI_PROPERTY_NAME, "uri:"},
+    for (const auto& [property, type] : {std::pair{GRPC_PEER_URI_PROPERTY_NAME, "uri:"},
                                          std::pair{GRPC_PEER_DNS_PROPERTY_NAME, "dns:"},
                                          std::pair{GRPC_PEER_EMAIL_PROPERTY_NAME, "email:"},
-                                         std::pair{GRPC_PEER_IP_PROPERTY_NAME, "ip:"}}) {
+                                         std::pair{GRPC_PEER_IP_PROPERTY_NAME, "ip:"},
+                                         std::pair{GRPC_X509_CN_PROPERTY_NAME, "cn:"}}) {
       if (std::string_view(type) == "cn:" && !one_cn) continue;
       for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
         ids.push_back(absl::StrCat(type, absl::string_view(v.data(), v.size())));
       }
     }
     caller.authenticated = !ids.empty();
-    caller.name = ids.empty() ? peer : absl::StrCat("cert:", ids.front());
-    for (const std::string& id : ids) {
-      if (options_.admin_identities.count(id) != 0) caller.admin = true;
-    }
+    // The caller is named -- in the logs, and for its per-caller limits -- by the typed
+    // identity that matched policy: the admin identity it holds, else its first SAN (its
+    // common name only without one). Never by a name another certificate can carry beside
+    // different SANs: a non-admin certificate with the admin's common name is not the admin.
+    const auto admin = std::find_if(ids.begin(), ids.end(), [&](const std::string& id) {
+      return options_.admin_identities.count(id) != 0;
+    });
+    caller.admin = admin != ids.end();
+    caller.privileged = caller.admin;
+    caller.name = ids.empty() ? peer : absl::StrCat("cert:", caller.admin ? *admin : ids.front());
     return caller;
   }
   caller.name = peer;
   return caller;
+}
+
+absl::StatusOr<sandbox::OutputAllowance> OutputBudget::Allow(uint64_t input_bytes) {
+  // Saturating: expansion x input + slack, as bytes.
+  const double by_ratio =
+      expansion_ * static_cast<double>(input_bytes) + static_cast<double>(kOutputHeaderSlack);
+  uint64_t bytes = by_ratio >= 1.8e19 ? ~0ull : static_cast<uint64_t>(by_ratio);
+  std::string limit =
+      absl::StrCat("max_output_expansion ", expansion_, " of its ", input_bytes, " input bytes");
+  absl::MutexLock lock(&mu_);
+  if (max_bytes_ != 0) {
+    const uint64_t left = max_bytes_ - std::min(used_, max_bytes_);
+    if (left < bytes) {
+      bytes = left;
+      limit = absl::StrCat("max_output_bytes ", max_bytes_, " for the call");
+    }
+    if (bytes == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "not converted: this call's outputs already hold max_output_bytes ", max_bytes_));
+    }
+  }
+  absl::StatusOr<JobSlots::SpoolReservation> reserved = slots_->ReserveSpool(bytes);
+  if (!reserved.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("not converted: its output allowance of ", bytes, " bytes (", limit,
+                     ") does not fit: ", reserved.status().message()));
+  }
+  held_.push_back(*std::move(reserved));
+  used_ += bytes;
+  return sandbox::OutputAllowance{bytes, std::move(limit)};
 }
 
 absl::StatusOr<app::Engine::Reloaded> ReloadRules(Daemon* daemon, const std::string& by) {
@@ -331,7 +386,7 @@ grpc::Status OutOfMemoryGuard(Daemon* d, std::string_view rpc, grpc::ServerConte
     const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                               "ckptscand ran out of memory for this call; try again later");
     try {
-      JobLog log(rpc, d->Identify(*ctx), *ctx, &d->metrics());
+      JobLog log(rpc, d->Identify(*ctx), *ctx, &d->metrics(), &d->log_limiter());
       return log.Done(status);
     } catch (const std::bad_alloc&) {
       return status;  // not even the log line fits: the answer still goes out
@@ -372,7 +427,11 @@ namespace {
 class Call final {
  public:
   Call(Daemon* d, grpc::ServerContext* ctx, std::string_view rpc)
-      : d_(d), ctx_(ctx), caller_(d->Identify(*ctx)), log_(rpc, caller_, *ctx, &d->metrics()) {}
+      : d_(d),
+        ctx_(ctx),
+        caller_(d->Identify(*ctx)),
+        log_(rpc, caller_, *ctx, &d->metrics(), &d->log_limiter()),
+        outputs_(&d->slots(), d->options().max_output_expansion, d->options().max_output_bytes) {}
 
   const Caller& caller() const { return caller_; }
   JobLog& log() { return log_; }
@@ -405,6 +464,14 @@ class Call final {
     return call;
   }
 
+  // A conversion's call options: Options(true), and each output's allowance reserved against
+  // the spool budget before it is written, held until the call ends.
+  app::CallOptions ConversionOptions() {
+    app::CallOptions call = Options(true);
+    call.output_allowance = [this](uint64_t input_bytes) { return outputs_.Allow(input_bytes); };
+    return call;
+  }
+
   grpc::Status Done(const absl::Status& status) { return log_.Done(ToGrpc(status)); }
 
   // A job's answer: its report on the job line; CANCELLED when the caller went away meanwhile.
@@ -421,6 +488,7 @@ class Call final {
   grpc::ServerContext* ctx_;
   const Caller caller_;
   JobLog log_;
+  OutputBudget outputs_;  // destroyed after the handler's own objects: its outputs are gone
 };
 
 // By-path calls: the caller may name paths, the daemon has roots, and `path` opens beneath
@@ -511,7 +579,7 @@ grpc::Status ScannerService::DoScanPath(grpc::ServerContext* ctx,
   absl::StatusOr<base::UniqueFd> fd = OpenByPath(*d_, call.caller(), request->path(), "scans");
   if (!fd.ok()) return call.Done(fd.status());
   absl::StatusOr<JobSlots::Ticket> ticket =
-      call.Admit(d_->slots().Admit(LimitBucket(call.caller())));
+      call.Admit(d_->slots().Admit(LimitBucket(call.caller()), PrivilegeOf(call.caller())));
   if (!ticket.ok()) return call.Done(ticket.status());
   *response = app::ScanInput(d_->engine(), *std::move(fd), request->path(),
                              ShardsBeneath(d_->roots()), request->options().single_file(),
@@ -525,7 +593,8 @@ grpc::Status ScannerService::DoScanUpload(grpc::ServerContext* ctx,
                                           v1::Report* response) {
   Call call(d_, ctx, "ScanUpload");
   // An upload place while the bytes stream in; a job place only once they are all spooled.
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()));
+  absl::StatusOr<JobSlots::Upload> upload =
+      d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
   if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
@@ -548,11 +617,11 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
   absl::StatusOr<PathConversion> job = PrepareConvertPath(*d_, call.caller(), *request);
   if (!job.ok()) return call.Done(job.status());
   absl::StatusOr<JobSlots::Ticket> ticket =
-      call.Admit(d_->slots().Admit(LimitBucket(call.caller())));
+      call.Admit(d_->slots().Admit(LimitBucket(call.caller()), PrivilegeOf(call.caller())));
   if (!ticket.ok()) return call.Done(ticket.status());
   SignWithDaemonKey(d_, &job->request);
-  *response = ConvertAnswer(app::Convert(d_->engine(), std::move(job->request), call.Options(true),
-                                         d_->options().scanner_version));
+  *response = ConvertAnswer(app::Convert(d_->engine(), std::move(job->request),
+                                         call.ConversionOptions(), d_->options().scanner_version));
   // Messages and paths that name the descriptor's path name the caller's directory instead.
   for (v1::FileReport& f : *response->mutable_report()->mutable_files()) {
     RewritePaths(&f, job->proc_dir, job->display_dir);
@@ -565,7 +634,8 @@ grpc::Status ScannerService::DoConvertPath(grpc::ServerContext* ctx,
 grpc::Status ScannerService::DoConvertUpload(
     grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream) {
   Call call(d_, ctx, "ConvertUpload");
-  absl::StatusOr<JobSlots::Upload> upload = d_->slots().BeginUpload(LimitBucket(call.caller()));
+  absl::StatusOr<JobSlots::Upload> upload =
+      d_->slots().BeginUpload(LimitBucket(call.caller()), PrivilegeOf(call.caller()));
   if (!upload.ok()) return call.Done(upload.status());
   v1::UploadHeader header;
   absl::StatusOr<base::UniqueFd> fd =
@@ -579,8 +649,8 @@ grpc::Status ScannerService::DoConvertUpload(
   if (!ticket.ok()) return call.Done(ticket.status());
   SignWithDaemonKey(d_, &job->request);
   v1::ConvertChunk first;
-  *first.mutable_response() = ConvertAnswer(
-      app::Convert(d_->engine(), job->request, call.Options(true), d_->options().scanner_version));
+  *first.mutable_response() = ConvertAnswer(app::Convert(
+      d_->engine(), job->request, call.ConversionOptions(), d_->options().scanner_version));
   for (const v1::FileReport& f : first.response().report().files()) d_->Judged(f);
   if (ctx->IsCancelled()) return call.Done(absl::CancelledError("the caller went away"));
   call.log().Report(first.response().report());
@@ -594,8 +664,9 @@ grpc::Status ScannerService::DoConvertUpload(
 
 namespace {
 
-// Admin calls are logged whether they are allowed or refused (one "admin" line each).
-grpc::Status RequireAdmin(const Caller& caller, std::string_view rpc) {
+// Admin calls are logged whether they are allowed or refused (one "admin" line each, within the
+// caller's log rate).
+grpc::Status RequireAdmin(Daemon* d, const Caller& caller, std::string_view rpc) {
   grpc::Status s = grpc::Status::OK;
   if (!caller.admin && !caller.authenticated) {
     s = grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -610,7 +681,7 @@ grpc::Status RequireAdmin(const Caller& caller, std::string_view rpc) {
       .Str("caller", caller.name)
       .Int("code", static_cast<uint64_t>(s.error_code()));
   if (!s.ok()) line.Str("error", s.error_message());
-  line.Emit();
+  if (d->log_limiter().Admit(caller.name)) line.Emit();
   return s;
 }
 
@@ -619,7 +690,7 @@ grpc::Status RequireAdmin(const Caller& caller, std::string_view rpc) {
 grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequest*,
                                   v1::StatusResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller, "Status"); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(d_, caller, "Status"); !s.ok()) return s;
   response->set_scanner_version(d_->options().scanner_version);
   response->set_rules_version(d_->engine().rules()->version());
   response->set_uptime_seconds(
@@ -642,7 +713,7 @@ grpc::Status AdminService::Status(grpc::ServerContext* ctx, const v1::StatusRequ
 grpc::Status AdminService::Metrics(grpc::ServerContext* ctx, const v1::MetricsRequest*,
                                    v1::MetricsResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller, "Metrics"); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(d_, caller, "Metrics"); !s.ok()) return s;
   response->set_text(d_->metrics().Text());
   return grpc::Status::OK;
 }
@@ -650,7 +721,7 @@ grpc::Status AdminService::Metrics(grpc::ServerContext* ctx, const v1::MetricsRe
 grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::ReloadRulesRequest*,
                                        v1::ReloadRulesResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller, "ReloadRules"); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(d_, caller, "ReloadRules"); !s.ok()) return s;
   absl::StatusOr<app::Engine::Reloaded> r = daemon::ReloadRules(d_, caller.name);
   if (!r.ok()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -666,7 +737,7 @@ grpc::Status AdminService::ReloadRules(grpc::ServerContext* ctx, const v1::Reloa
 grpc::Status AdminService::PublicKey(grpc::ServerContext* ctx, const v1::PublicKeyRequest*,
                                      v1::PublicKeyResponse* response) {
   const Caller caller = d_->Identify(*ctx);
-  if (grpc::Status s = RequireAdmin(caller, "PublicKey"); !s.ok()) return s;
+  if (grpc::Status s = RequireAdmin(d_, caller, "PublicKey"); !s.ok()) return s;
   response->set_pem(d_->key().public_key().pem());
   response->set_hint(d_->key().public_key().hint());
   return grpc::Status::OK;

@@ -41,6 +41,7 @@
 #include "ckptscan/v1/scanner.grpc.pb.h"
 #include "daemon/confine.h"
 #include "daemon/job_slots.h"
+#include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/unix_listener.h"
 #include "daemon/upload.h"
@@ -62,6 +63,11 @@ struct ServiceOptions {
   // --output-idle-timeout).
   absl::Duration upload_idle_timeout = absl::Seconds(30);
   absl::Duration output_idle_timeout = absl::Seconds(30);
+  // An upload's liveness beyond its idle timeout (--upload-min-rate, --upload-deadline): after
+  // its first upload_idle_timeout it must have sent this many bytes for every second since it
+  // began, and be whole within the deadline.
+  uint64_t upload_min_rate = 0;
+  absl::Duration upload_deadline = absl::InfiniteDuration();
   std::string spool_dir;  // private to this daemon (0700); uploads are unlinked files in it
   signing::Method sign_method = signing::Method::kFiles;
   std::set<uid_t> admin_uids;  // unix socket peers allowed to call Admin
@@ -71,6 +77,39 @@ struct ServiceOptions {
   // Unix socket peers allowed to make by-path calls. Those read and write with this daemon's
   // rights, so any other uid would get a file it cannot read, or replace one it cannot write.
   std::set<uid_t> path_uids;
+  // How many log lines one caller's calls may write (--log-lines-per-second, --log-burst).
+  LogRateLimits log_rate;
+  // A conversion's outputs (--max-output-expansion, --max-output-bytes): each file's output at
+  // most this many times its input (+ kOutputHeaderSlack), the call's outputs together at most
+  // max_output_bytes (0: only the spool budget), reserved against max_spool_bytes before they
+  // are written.
+  double max_output_expansion = 4;
+  uint64_t max_output_bytes = 0;
+};
+
+// What an output may hold beyond expansion x input: the safetensors header's metadata, which the
+// daemon writes itself (provenance, versions).
+inline constexpr uint64_t kOutputHeaderSlack = 16u << 10;
+
+// One conversion call's outputs: each file's allowance is its input's size times
+// max_output_expansion plus kOutputHeaderSlack, within what is left of max_output_bytes for the
+// call, and is reserved against the daemon's spool budget (JobSlots::ReserveSpool) until this
+// object is destroyed (when the call ends, its outputs sent or published).
+//
+// Thread-safe (a set's shards may ask from several threads).
+class OutputBudget final {
+ public:
+  OutputBudget(JobSlots* slots, double expansion, uint64_t max_bytes)
+      : slots_(slots), expansion_(expansion), max_bytes_(max_bytes) {}
+  absl::StatusOr<sandbox::OutputAllowance> Allow(uint64_t input_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  JobSlots* const slots_;
+  const double expansion_;
+  const uint64_t max_bytes_;
+  absl::Mutex mu_;
+  std::vector<JobSlots::SpoolReservation> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // "uri:X", "dns:X", "email:X", "ip:X" (a subject alternative name of that type) or "cn:X"
@@ -87,6 +126,9 @@ struct Caller {
   // May name paths (ScanPath, ConvertPath): a unix peer in path_uids, or any TCP caller the
   // transport admitted (over TCP the roots themselves are the grant; docs/daemon.md).
   bool by_path = false;
+  // May take the operator's reserved job and upload places: root and this daemon's uid on the
+  // unix socket, and every admin (uid or certificate).
+  bool privileged = false;
 };
 
 // What Status reports; updated by the services.
@@ -115,6 +157,7 @@ class Daemon final {
         key_(std::move(key)),
         slots_(slots),
         metrics_(metrics),
+        log_limiter_(options_.log_rate),
         started_(absl::Now()) {}
 
   // The unix listener, once it exists (peer credentials come from it).
@@ -129,6 +172,8 @@ class Daemon final {
   StallWatchdog& watchdog() { return watchdog_; }
   Stats& stats() { return stats_; }
   Metrics& metrics() { return *metrics_; }
+  // The log lines each caller's calls may write (job and admin lines).
+  LogLimiter& log_limiter() { return log_limiter_; }
   // A file judged: the status counters and the metrics.
   void Judged(const v1::FileReport& file);
   absl::Time started() const { return started_; }
@@ -140,6 +185,7 @@ class Daemon final {
   const signing::PrivateKey key_;
   JobSlots* slots_;
   Metrics* metrics_;
+  LogLimiter log_limiter_;
   Stats stats_;
   const UnixListener* listener_ = nullptr;
   const absl::Time started_;

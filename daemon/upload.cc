@@ -41,6 +41,50 @@ std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::Server
   });
 }
 
+std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
+                                                std::vector<std::string> messages,
+                                                std::shared_ptr<std::atomic<size_t>> which) {
+  return dog->Start([call = ctx->c_call(), messages = std::move(messages),
+                     which = std::move(which)] {
+    const std::string& message = messages[std::min(which->load(), messages.size() - 1)];
+    (void)grpc_call_cancel_with_status(call, GRPC_STATUS_DEADLINE_EXCEEDED, message.c_str(),
+                                       nullptr);
+  });
+}
+
+UploadDue NextUploadDue(const SpoolOptions& o, absl::Time start, uint64_t received,
+                        absl::Time now) {
+  UploadDue due{now + o.idle_timeout, UploadDue::Limit::kIdle};
+  if (o.min_bytes_per_second > 0) {
+    // The rate is owed from the start, after a grace of one idle timeout (and kRateSlack):
+    // `received` bytes pay for received / rate seconds. The slack keeps an upload that simply
+    // stopped, due by both at nearly the same time, named by the idle timeout.
+    constexpr absl::Duration kRateSlack = absl::Seconds(1);
+    const absl::Time owed = start + o.idle_timeout + kRateSlack +
+                            absl::Seconds(static_cast<double>(received) /
+                                          static_cast<double>(o.min_bytes_per_second));
+    if (owed < due.at) due = {owed, UploadDue::Limit::kMinRate};
+  }
+  if (start + o.deadline < due.at) due = {start + o.deadline, UploadDue::Limit::kDeadline};
+  return due;
+}
+
+std::string UploadStallMessage(const SpoolOptions& o, UploadDue::Limit limit) {
+  switch (limit) {
+    case UploadDue::Limit::kMinRate:
+      return absl::StrCat("the upload is too slow: under the daemon's upload_min_rate of ",
+                          o.min_bytes_per_second, " bytes a second (after its first ",
+                          absl::FormatDuration(o.idle_timeout), "): the call is cancelled");
+    case UploadDue::Limit::kDeadline:
+      return absl::StrCat("the upload did not finish within ", absl::FormatDuration(o.deadline),
+                          " (the daemon's upload_deadline): the call is cancelled");
+    case UploadDue::Limit::kIdle:
+      break;
+  }
+  return absl::StrCat("the upload sent nothing for ", absl::FormatDuration(o.idle_timeout),
+                      " (the daemon's upload_idle_timeout): the call is cancelled");
+}
+
 absl::Status SendConverted(absl::Duration idle, StallWatchdog* dog, grpc::ServerContext* ctx,
                            grpc::ServerReaderWriter<v1::ConvertChunk, v1::UploadChunk>* stream,
                            const v1::ConvertChunk& first, int output, uint64_t size) {

@@ -9,10 +9,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,9 +36,28 @@ inline constexpr size_t kMaxUploadNameBytes = 4096;
 // What an upload may be and where it goes (from ServiceOptions).
 struct SpoolOptions {
   uint64_t max_upload_bytes = 0;
+  // Liveness: a read waits at most idle_timeout for the next chunk; after its first
+  // idle_timeout (its grace) the upload must have sent min_bytes_per_second for every second
+  // since it began (0: no rate); it must be whole within `deadline`.
   absl::Duration idle_timeout;
+  uint64_t min_bytes_per_second = 0;
+  absl::Duration deadline = absl::InfiniteDuration();
   std::string spool_dir;
 };
+
+// When an upload that began at `start` and has sent `received` bytes must have sent more (or
+// be whole), and which limit says so. The earliest of: its next chunk within idle_timeout of
+// `now`; min_bytes_per_second after the grace (received / rate seconds past start +
+// idle_timeout); the deadline.
+struct UploadDue {
+  enum class Limit { kIdle, kMinRate, kDeadline };
+  absl::Time at;
+  Limit limit = Limit::kIdle;
+};
+UploadDue NextUploadDue(const SpoolOptions& options, absl::Time start, uint64_t received,
+                        absl::Time now);
+// The message a stalled upload is cancelled with, naming the limit (DEADLINE_EXCEEDED).
+std::string UploadStallMessage(const SpoolOptions& options, UploadDue::Limit limit);
 
 // The name an upload header gives: not empty, at most kMaxUploadNameBytes, no NUL.
 absl::Status CheckUploadName(const std::string& name);
@@ -47,6 +69,11 @@ absl::StatusOr<base::UniqueFd> SpoolFile(const std::string& dir);
 // the transport sends a server-side cancellation's status as the call's trailers.
 std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
                                                 const std::string& message);
+// The same with one of several messages: the one `which` holds when the watch fires (the
+// caller sets it before each Arm, to name the limit that deadline comes from).
+std::unique_ptr<StallWatchdog::Watch> WatchCall(StallWatchdog* dog, grpc::ServerContext* ctx,
+                                                std::vector<std::string> messages,
+                                                std::shared_ptr<std::atomic<size_t>> which);
 
 // One blocking stream operation under a watch: cancelled if it takes longer than `limit`.
 template <typename Op>
@@ -65,16 +92,27 @@ template <typename Stream>
 absl::StatusOr<base::UniqueFd> ReceiveUpload(const SpoolOptions& options, grpc::ServerContext* ctx,
                                              Stream* stream, JobSlots::Upload* upload,
                                              StallWatchdog* dog, v1::UploadHeader* header) {
-  const std::string stalled =
-      absl::StrCat("the upload sent nothing for ", absl::FormatDuration(options.idle_timeout),
-                   " (the daemon's upload_idle_timeout): the call is cancelled");
-  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(dog, ctx, stalled);
+  using Limit = UploadDue::Limit;
+  std::vector<std::string> stalled;
+  for (Limit l : {Limit::kIdle, Limit::kMinRate, Limit::kDeadline}) {
+    stalled.push_back(UploadStallMessage(options, l));
+  }
+  auto which = std::make_shared<std::atomic<size_t>>(0);
+  const std::unique_ptr<StallWatchdog::Watch> watch = WatchCall(dog, ctx, stalled, which);
+  const absl::Time start = absl::Now();
+  uint64_t total = 0;
   v1::UploadChunk chunk;
+  // Each read is armed with the earliest of the idle timeout, the minimum rate and the
+  // deadline: an upload that trickles a byte now and then is as stalled as a silent one.
   auto read = [&] {
-    return Watched(watch.get(), options.idle_timeout, [&] { return stream->Read(&chunk); });
+    const UploadDue due = NextUploadDue(options, start, total, absl::Now());
+    which->store(static_cast<size_t>(due.limit));
+    return Watched(watch.get(), std::max(due.at - absl::Now(), absl::ZeroDuration()),
+                   [&] { return stream->Read(&chunk); });
   };
+  auto fired = [&] { return absl::DeadlineExceededError(stalled[which->load()]); };
   if (!read()) {
-    if (watch->fired()) return absl::DeadlineExceededError(stalled);
+    if (watch->fired()) return fired();
     return absl::InvalidArgumentError("the upload ended before its header");
   }
   if (chunk.kind_case() != v1::UploadChunk::kHeader) {
@@ -89,7 +127,6 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const SpoolOptions& options, grpc::
   }
   absl::StatusOr<base::UniqueFd> fd = SpoolFile(options.spool_dir);
   if (!fd.ok()) return fd.status();
-  uint64_t total = 0;
   while (read()) {
     if (chunk.kind_case() != v1::UploadChunk::kData) {
       return absl::InvalidArgumentError("only the first message of an upload is a header");
@@ -112,7 +149,7 @@ absl::StatusOr<base::UniqueFd> ReceiveUpload(const SpoolOptions& options, grpc::
     if (absl::Status s = upload->Spool(data.size()); !s.ok()) return s;
     if (absl::Status s = base::WriteAll(fd->get(), data, "spool upload"); !s.ok()) return s;
   }
-  if (watch->fired()) return absl::DeadlineExceededError(stalled);
+  if (watch->fired()) return fired();
   if (ctx->IsCancelled()) return absl::CancelledError("the caller cancelled the upload");
   if (header->size() != 0 && total != header->size()) {
     return absl::InvalidArgumentError(absl::StrCat("the upload ended after ", total, " of the ",

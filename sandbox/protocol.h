@@ -53,6 +53,16 @@ struct ForkReply {
   int32_t error = 0;  // 0, or the errno of what failed (EINVAL: a malformed request)
 };
 inline constexpr size_t kWaitStatusBytes = sizeof(int32_t);
+// Under a root daemon each forked job runs under a uid (and gid) of its own:
+// kJobUidBase + range * kJobUidsPerHelper + slot. A helper takes its range from its pid (outside
+// its pid namespace) modulo kJobUids / kJobUidsPerHelper, and gives each job it runs a slot no
+// other running job of it holds (at most kJobUidsPerHelper jobs at once; one more is refused,
+// EAGAIN). No file, process or user of the host is expected to hold these ids (above 2^31 -
+// 2^24: what systemd and distributions never allocate), so a job can signal, ptrace or open
+// nothing of root's, of its helper's, or of another job's.
+inline constexpr uint32_t kJobUidBase = 0x7f000000u;
+inline constexpr uint32_t kJobUids = 1u << 16;
+inline constexpr uint32_t kJobUidsPerHelper = 256;
 // The name (PR_SET_NAME, /proc/PID/comm) of a fork server's job process, so that ps and tests
 // tell jobs from the server (whose argv they share).
 inline constexpr char kForkedJobName[] = "ckptscan-job";

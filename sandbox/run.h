@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/unique_fd.h"
 #include "ckptscan/worker/v1/worker.pb.h"
@@ -36,6 +37,14 @@
 namespace ckptscan::sandbox {
 
 inline constexpr uint64_t kDefaultWorkerMemory = 8ull << 30;
+
+// What a conversion's output may hold, given before its worker starts: the bytes (the worker's
+// RLIMIT_FSIZE, and a plan over them is refused before a byte is written) and the limit that
+// set them, for the message ("max_output_expansion", "max_output_bytes").
+struct OutputAllowance {
+  uint64_t bytes = 0;
+  std::string limit;
+};
 
 struct JailOptions {
   std::string worker_path;  // the ckptscan-worker binary (required)
@@ -72,6 +81,11 @@ struct JailOptions {
   // RLIMIT_FSIZE of a converting worker: the largest output it may write. 0 = four times the
   // input plus 1 GiB (views and expanded tensors may be larger than their storage).
   uint64_t max_output_bytes = 0;
+  // May be empty. Asked once per converting job with the input's size, before its output
+  // exists: the output it may write (which then replaces max_output_bytes), reserved by whoever
+  // answers (the daemon: against its spool budget, until the call ends). An error refuses the
+  // conversion (the input is still scanned) with that error.
+  std::function<absl::StatusOr<OutputAllowance>(uint64_t input_bytes)> output_allowance;
   // Polled while a worker runs (may be empty): true kills it, and the file's report is ERROR
   // with code "cancelled" (the daemon: the caller's deadline passed or it cancelled).
   std::function<bool()> cancelled;

@@ -8,11 +8,17 @@
 // non-dumpable; no_new_privs; enter the namespaces it can, and when that includes a new pid
 // namespace, fork once so that the serving process is its pid 1 (the outer process waits and
 // exits with it); compile the scan and the convert seccomp filters. It never reads a byte of
-// input. Then, per request (sandbox/protocol.h): fork a child, answer with the child's pidfd,
-// and when the child is reaped write its wait status to the job's status pipe. The child puts
-// the job's descriptors in place (0, 1, 3) and runs the job's main, whose jail entry is
-// EnterForkedJail (sandbox/worker/jail.h): the same seven steps as a per-job worker, with the
-// precompiled filter. Nothing is shared between jobs but the server's own setup.
+// input, nor of a request: per request (sandbox/protocol.h) it forks a child FIRST, and the
+// child reads the request and its descriptors off the channel and hands back only the status
+// pipe, so no job inherits an earlier caller's request from the server's buffers or heap. The
+// server answers with the child's pidfd, and when the child is reaped writes its wait status
+// to the job's status pipe. Under a root daemon the server keeps the init user namespace and
+// only CAP_SETUID, CAP_SETGID and CAP_KILL, and each child takes a uid and gid of its own
+// (kJobUidBase, sandbox/protocol.h) before anything else; every child then enters a user (root
+// helper), net and ipc namespace of its own, puts the job's descriptors in place (0, 1, 3) and
+// runs the job's main, whose jail entry is EnterForkedJail (sandbox/worker/jail.h): the same
+// seven steps as a per-job worker, with the precompiled filter. Jobs share the helper's pid,
+// mount and uts namespaces (the helper is the pid namespace's pid 1) and nothing else.
 //
 // Single-threaded; the process does nothing else.
 #ifndef CKPTSCAN_SANDBOX_WORKER_FORK_SERVER_H_

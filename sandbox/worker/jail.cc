@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/filter.h>
 #include <linux/futex.h>
 #include <linux/seccomp.h>
@@ -171,7 +172,7 @@ const std::vector<AllowedSyscall>& SeccompAllowlist() {
   return list;
 }
 
-void EnterNamespaces(JailLayers* layers) {
+void EnterNamespaces(JailLayers* layers, bool user) {
   struct Ns {
     int flag;
     bool JailLayers::*layer;
@@ -182,12 +183,16 @@ void EnterNamespaces(JailLayers* layers) {
       {CLONE_NEWNS, &JailLayers::mount_ns},  {CLONE_NEWPID, &JailLayers::pid_ns},
   };
   int all = 0;
-  for (const Ns& ns : kNamespaces) all |= ns.flag;
+  for (const Ns& ns : kNamespaces) {
+    if (user || ns.flag != CLONE_NEWUSER) all |= ns.flag;
+  }
   if (::unshare(all) == 0) {
-    for (const Ns& ns : kNamespaces) layers->*ns.layer = true;
+    for (const Ns& ns : kNamespaces) layers->*ns.layer = (all & ns.flag) != 0;
     return;
   }
-  for (const Ns& ns : kNamespaces) layers->*ns.layer = ::unshare(ns.flag) == 0;
+  for (const Ns& ns : kNamespaces) {
+    layers->*ns.layer = (all & ns.flag) != 0 && ::unshare(ns.flag) == 0;
+  }
 }
 
 // 7 (before it is loaded). The filter: default KILL_PROCESS (foreign architectures too), then
@@ -267,6 +272,21 @@ absl::StatusOr<JailLayers> EnterJailSteps(const JailConfig& config, pid_t parent
   layers.no_new_privs = true;
 
   if (inherited_ns == nullptr) {
+    // A per-job worker of a root daemon: a uid and gid of its own first (kJobUidBase + its pid
+    // modulo kJobUids: two workers alive at once share one only if their pids agree modulo
+    // 65536), so that its user namespace is an unprivileged uid's and the job holds nothing of
+    // root's. Before die-with-parent and non-dumpable: a change of credentials resets both.
+    if (::geteuid() == 0) {
+      const uid_t id = kJobUidBase + static_cast<uint32_t>(::getpid()) % kJobUids;
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(id, id, id) != 0 ||
+          ::setresuid(id, id, id) != 0) {
+        return setup_failed(Errno(errno, "set the job's uid"));
+      }
+      if (absl::Status s = DieWithParent(parent); !s.ok()) {
+        return absl::IsUnavailable(s) ? s : setup_failed(s);
+      }
+      if (absl::Status s = HardenProcess(); !s.ok()) return setup_failed(s);
+    }
     EnterNamespaces(&layers);
   } else {
     layers.user_ns = inherited_ns->user_ns;

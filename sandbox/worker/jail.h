@@ -59,8 +59,10 @@ absl::Status HardenProcess();
 // Step 5, best effort: unshare the user, net, ipc, uts, mount and pid namespaces, all at once,
 // else one by one (user first, so that the others can use its capabilities when the process
 // has none of its own). Records in `layers` which ones were entered. Note that a new pid
-// namespace holds only the caller's later children, not the caller.
-void EnterNamespaces(JailLayers* layers);
+// namespace holds only the caller's later children, not the caller. `user` false leaves the
+// user namespace out (a root fork server: its children set their own uids, which a user
+// namespace without a uid map would refuse).
+void EnterNamespaces(JailLayers* layers, bool user = true);
 
 // What a fork server set up once for all its jobs.
 struct PreparedJail {
@@ -68,6 +70,11 @@ struct PreparedJail {
   JailLayers namespaces;          // the namespaces it entered (its children are in them)
   SeccompProgram scan_filter;     // CompileSeccomp(false)
   SeccompProgram convert_filter;  // CompileSeccomp(true)
+  // A root helper (euid 0 at start): it keeps the init user namespace and only CAP_SETUID,
+  // CAP_SETGID and CAP_KILL; each child takes a uid of its own from job_uid_first on
+  // (sandbox/protocol.h, kJobUidBase) before its jail, then a user namespace of its own.
+  bool root_helper = false;
+  uid_t job_uid_first = 0;
 };
 
 // EnterJail for a child forked by a fork server: the same steps, with the die-with-parent

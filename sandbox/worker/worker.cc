@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/str_cat.h"
 #include "base/pages.h"
 #include "base/strings.h"
 #include "core/convert/convert.h"
@@ -27,12 +28,19 @@ namespace {
 // decides whether they are kept (the verdict) and re-validates them; an error is returned
 // for the result frame.
 absl::Status Convert(std::string_view input, const FileFacts& facts,
-                     const worker::v1::ConvertSpec& spec) {
+                     const worker::v1::ConvertSpec& spec, uint64_t output_bytes) {
   if (facts.shard_index.present) {
     return absl::FailedPreconditionError("a sharded checkpoint's index: its shards convert");
   }
   absl::StatusOr<convert::Plan> plan = convert::PlanFromSpec(facts, spec);
   if (!plan.ok()) return plan.status();
+  // The job's allowance (its RLIMIT_FSIZE): a plan over it writes nothing rather than die of
+  // SIGXFSZ half-way (a few bytes of input can describe a tensor of gigabytes: a stride-0 view).
+  if (plan->header.file_size > output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the output would be ",
+                                                     plan->header.file_size, " bytes, over the ",
+                                                     output_bytes, " this job may write"));
+  }
   convert::FdSink sink(kOutputFd, "write to the output descriptor");
   // `input` is the read-only mapping of descriptor 0: what was copied leaves the resident set.
   return convert::WriteSafetensors(input, facts, *plan, sink, 1 << 20, base::DropMappedPages);
@@ -71,7 +79,8 @@ int RunJob(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_
   }
   if (job.mode() == worker::v1::Job::MODE_CONVERT) {
     if (!job.jail().output()) return kExitUsage;
-    if (absl::Status s = Convert(input, facts, job.convert()); !s.ok()) {
+    if (absl::Status s = Convert(input, facts, job.convert(), job.jail().output_bytes());
+        !s.ok()) {
       result.set_convert_error(std::string(s.message()));
     }
   }

@@ -66,74 +66,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from attack_lib import ReadableCopy, as_uid, become, cannot_switch_to  # noqa: E402
 from daemon_harness import (add_client_args, check, client_package, finish,  # noqa: E402
                             log_events, require_grpc, short_tmpdir)
+from daemon_harness import MeasuredDaemon as Daemon  # noqa: E402
 
 MIB = 1 << 20
 NONE_PICKLE = b"\x80\x02N."  # pickle.dumps(None, 2): SAFE
-
-
-class Daemon:
-    """A ckptscand on a unix socket in DIR (state in DIR/state), started and waited for (its
-    "listening" log line). `flags`: (name, value or None) pairs; those it does not know are left
-    out, with a note."""
-
-    def __init__(self, binary, directory, flags, nofile=None):
-        os.makedirs(directory)
-        self.socket = os.path.join(directory, "s.sock")
-        self.log_path = os.path.join(directory, "log")
-        known = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
-        args = []
-        for name, value in flags:
-            if name + " " in known or name + "," in known:
-                args += [name] if value is None else [name, value]
-            else:
-                print("note: this ckptscand has no %s: started without it" % name)
-
-        def limits():
-            if nofile:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [binary, "--socket", self.socket, "--state-dir", os.path.join(directory, "state"),
-                 *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                preexec_fn=limits)
-        self.pid = self.proc.pid
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if any(e.get("event") == "listening" for e in log_events(self.log_path)):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.kill()
-        raise AssertionError("ckptscand did not start: " +
-                             open(self.log_path, "rb").read().decode(errors="replace")[-2000:])
-
-    def stats(self):
-        """VmRSS and VmHWM (MiB), open descriptors, threads."""
-        s = {}
-        with open("/proc/%d/status" % self.pid) as f:
-            for line in f:
-                key, value = line.split(":", 1)
-                if key in ("VmRSS", "VmHWM"):
-                    s[key] = int(value.split()[0]) // 1024
-                elif key == "Threads":
-                    s[key] = int(value)
-        s["fds"] = len(os.listdir("/proc/%d/fd" % self.pid))
-        return s
-
-    def show(self, when):
-        s = self.stats()
-        print("daemon %s: VmRSS %d MiB, VmHWM %d MiB, %d descriptors, %d threads" % (
-            when, s["VmRSS"], s["VmHWM"], s["fds"], s["Threads"]), flush=True)
-        return s
-
-    def events(self, name):
-        return [e for e in log_events(self.log_path) if e.get("event") == name]
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 def settle(predicate, seconds):

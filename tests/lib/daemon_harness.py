@@ -9,6 +9,7 @@ Stdlib only: a test calls require_grpc() before it imports grpc.
 """
 
 import json
+import resource
 import os
 import struct
 import subprocess
@@ -180,3 +181,87 @@ def slow_torch_zip(path, tensors=4, numel=1 << 20, pad=3_000_000):
         for t in range(tensors):
             z.writestr("slow/data/%d" % t, block)
         z.writestr("slow/version", "3\n")
+
+
+class MeasuredDaemon:
+    """A ckptscand on a unix socket in DIR (state in DIR/state), started and waited for (its
+    "listening" log line), whose memory, descriptors and threads a test reads (stats, show).
+    `flags`: (name, value or None) pairs; those it does not know are left out, with a note (so a
+    test of a new defence runs against an older daemon too, and shows the attack working there).
+    `nofile`: RLIMIT_NOFILE (soft = hard) to start it with."""
+
+    def __init__(self, binary, directory, flags, nofile=None, env=None):
+        os.makedirs(directory)
+        self.socket = os.path.join(directory, "s.sock")
+        self.log_path = os.path.join(directory, "log")
+        known = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+        args = []
+        for name, value in flags:
+            if name + " " in known or name + "," in known:
+                args += [name] if value is None else [name, value]
+            else:
+                print("note: this ckptscand has no %s: started without it" % name)
+
+        def limits():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--socket", self.socket, "--state-dir", os.path.join(directory, "state"),
+                 *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                preexec_fn=limits, env=env)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(e.get("event") == "listening" for e in log_events(self.log_path)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError("ckptscand did not start: " +
+                             open(self.log_path, "rb").read().decode(errors="replace")[-2000:])
+
+    def stats(self):
+        """VmRSS and VmHWM (MiB), open descriptors, threads."""
+        s = {}
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                if key in ("VmRSS", "VmHWM"):
+                    s[key] = int(value.split()[0]) // 1024
+                elif key == "Threads":
+                    s[key] = int(value)
+        s["fds"] = len(os.listdir("/proc/%d/fd" % self.pid))
+        return s
+
+    def show(self, when):
+        s = self.stats()
+        print("daemon %s: VmRSS %d MiB, VmHWM %d MiB, %d descriptors, %d threads" % (
+            when, s["VmRSS"], s["VmHWM"], s["fds"], s["Threads"]), flush=True)
+        return s
+
+    def events(self, name):
+        return [e for e in log_events(self.log_path) if e.get("event") == name]
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def stride0_torch_zip(path, numel=1 << 28):
+    """A torch archive (zip, stored) of one float32 tensor of `numel` elements that is a stride-0
+    view of a storage holding ONE float: a few hundred bytes that torch.load reads as a tensor of
+    numel x 4 bytes (1 GiB by default), and that a conversion writes out densely."""
+    def text(s):
+        b = s.encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+    p = b"\x80\x02ccollections\nOrderedDict\n)R(" + text("w")
+    p += b"ctorch._utils\n_rebuild_tensor_v2\n((" + text("storage") + b"ctorch\nFloatStorage\n"
+    p += text("0") + text("cpu") + b"K\x01tQK\x00J" + struct.pack("<i", numel) + b"\x85K\x00\x85"
+    p += b"\x89ccollections\nOrderedDict\n)RtRu."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("e/data.pkl", p)
+        z.writestr("e/data/0", struct.pack("<f", 0.5))
+        z.writestr("e/version", "3\n")
