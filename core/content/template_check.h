@@ -8,7 +8,7 @@
 //
 // A template without hits is SAFE for both environments: every access is to data of known
 // type by a constant name, every call a Jinja built-in, a global the loaders provide, a data
-// method, or the template's own macro. docs/formats.md, "Chat templates", lists the hits.
+// method, or the template's own macro. docs/templates.md lists the hits.
 //
 // A reader of untrusted bytes: worker side only. No recursion on the template's depth.
 // Thread-safe: pure functions.
@@ -44,7 +44,7 @@ struct TemplateHit {
                           // quoted (terminal-safe, at most ~60 bytes of it)
 };
 
-// Every construct id the checker reports, in the order docs/formats.md lists them. A hit's
+// Every construct id the checker reports, listed in docs/templates.md. A hit's
 // `construct` is always one of these (template_check_test and the content fuzz target hold it).
 inline constexpr std::string_view kTemplateConstructs[] = {
     "private_name", "format_method",  "code_attribute", "built_name",    "data_name",

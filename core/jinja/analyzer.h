@@ -65,7 +65,7 @@ struct Finding {
   std::string message;    // what was reached and the expression's text (escaped, short)
 };
 
-// Every construct id a Finding carries (docs/formats.md, "Chat templates", lists them).
+// Every construct id a Finding carries (docs/templates.md lists them).
 inline constexpr const char* kConstructs[] = {
     "private_name",   // a name starting with "_" (dunders, name-mangled internals)
     "format_method",  // str.format / str.format_map reached

@@ -2,7 +2,7 @@
 """The chat-template reader (core/jinja, through tests/differential/template_facts) against the
 real Jinja: Debian 12's jinja2 3.1.2 (/usr/bin/python3's) and Debian 13's 3.1.6 when a Debian
 13 root or an unpacked python3-jinja2 .deb provides it (--jinja316, or found by itself: see
-find_jinja316 below). docs/formats.md, "Chat templates", describes the reader.
+find_jinja316 below). docs/templates.md describes the reader.
 
 Templates: the generator's (template_gen.py: benign chat templates, escape constructions,
 mutations of both; a fixed --seed gives the same ones), and every template file in the
