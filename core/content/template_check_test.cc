@@ -171,7 +171,22 @@ INSTANTIATE_TEST_SUITE_P(
                "{% set a = 'XXclassXX'|replace('X','_') %}{{ (messages)[a][a] }}"},
         Escape{"ReversedLiteral", "{{ messages['__ssalc__'|reverse] }}"},
         Escape{"SetBlock", "{% set n %}__class__{% endset %}{{ messages[n] }}"},
-        Escape{"UndefinedReceiver", "{{ loop.__class__ }}"}),
+        Escape{"UndefinedReceiver", "{{ loop.__class__ }}"},
+        // Found by attacking the reader: a name stored by dict.update, read back by attribute.
+        Escape{"DictUpdateValue",
+               "{% set d = {} %}{% set _ = d.update({'a': '__class__'}) %}{{ messages[d.a] }}"},
+        Escape{"DictUpdatePairs",
+               "{% set d = {} %}{% set _ = d.update([('a', '__class__')]) %}"
+               "{{ messages[d['a']] }}"},
+        Escape{"ListAppend",
+               "{% set l = [] %}{% set _ = l.append('__class__') %}{{ messages[l[0]] }}"},
+        Escape{"CallerOutput",
+               "{% macro m() %}{{ caller() }}{% endmacro %}{% set n %}{% call m() %}__class__"
+               "{% endcall %}{% endset %}{{ messages[n] }}"},
+        Escape{"FilteredSetBlock",
+               "{% set n | replace('X', '_') %}XXclassXX{% endset %}{{ messages[n] }}"},
+        Escape{"MapAttrFilterByName", "{{ messages|map('attr', '__class__')|list }}"},
+        Escape{"KeywordNameOfDict", "{{ messages[dict(__class__=1)|first] }}"}),
     [](const ::testing::TestParamInfo<Escape>& i) { return std::string(i.param.name); });
 
 // transformers' sandbox: str.format reached through |attr (CVE-2025-27516) or stored and

@@ -1505,8 +1505,21 @@ Value Evaluator::Method(const HeapObj& m, const Args& args, uint32_t node) {
         } else if (name == "popitem") {
           Mutate(Obj(id), Value{});
           out = ValueJoin(out, Obj(MakeList(heap_, {keys, values}, true)));
-        } else {  // update, clear
-          Mutate(Obj(id), name == "update" ? ValueJoin(added, Iterate(added).element) : Value{});
+        } else if (name == "update") {
+          // Keys and values may come from a dict, from (key, value) pairs or from keywords:
+          // whatever a later lookup of this dict can give back.
+          const Value elements = Iterate(added).element;
+          Value extra = ValueJoin(ValueJoin(added, elements), Iterate(elements).element);
+          for (uint32_t aid : added.objs) {
+            const HeapObj a = heap_.Get(aid);
+            if (a.kind != ObjKind::kDict) continue;
+            for (const Value& v : a.items) extra = ValueJoin(extra, v);
+            if (const Value* w = heap_.Widened(aid)) extra = ValueJoin(extra, *w);
+          }
+          Mutate(Obj(id), extra);
+          out = ValueJoin(out, NoneValue());
+        } else {  // clear
+          Mutate(Obj(id), Value{});
           out = ValueJoin(out, NoneValue());
         }
         break;
