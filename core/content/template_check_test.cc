@@ -208,11 +208,22 @@ TEST(TemplateCheckTest, StoredFormatReferenceIsDangerousInTheSandbox) {
   EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("CVE-2024-56326"));
 }
 
-TEST(TemplateCheckTest, FormatCalledInPlaceConcernsThePlainEnvironmentOnly) {
-  const TemplateCheck c = Check("{{ '{0.__class__}'.format(messages) }}");
+TEST(TemplateCheckTest, FormatCalledInPlaceWithPlainFieldsConcernsThePlainEnvironmentOnly) {
+  const TemplateCheck c = Check("{{ '{0} {1}'.format(messages, tools) }}");
   ASSERT_EQ(c.hits.size(), 1u);
   EXPECT_EQ(c.hits[0].rule, kTemplateEscape);
   EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("llama-cpp-python"));
+}
+
+// Found by the differential (seed 7): the sandbox's own format looks fields up through its
+// getattr, whose item fallback turns dict['__x__'] into a typing alias: not SAFE there.
+TEST(TemplateCheckTest, FormatFieldsWithAttributesAreNotSafeInTheSandbox) {
+  const TemplateCheck c = Check("{{ '{0.__getattribute_attribute__}'.format(dict) }}");
+  bool sandbox = false;
+  for (const TemplateHit& h : c.hits) {
+    sandbox |= h.message.find("[transformers' sandbox]") == 0 && h.rule == kTemplateUnverified;
+  }
+  EXPECT_TRUE(sandbox);
 }
 
 TEST(TemplateCheckTest, SpecialTokensAsNamesAreDangerous) {

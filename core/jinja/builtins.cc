@@ -532,6 +532,26 @@ Value Evaluator::AccessName(const Value& r, const std::string& name, Via via, ui
            absl::StrCat("str.", name, " (its format fields reach any attribute of its "
                                       "arguments) in ",
                         path, why));
+    // Called in place, the sandbox formats through its own getattr, whose fallback to items
+    // still reaches what is not data (dict['__x__'] is a typing alias): unless every field of
+    // a constant format string is a plain index or name, the sandbox is not proven safe.
+    if ((envs & kSandboxEnv) == 0) {
+      bool fields_reach = (r.bits & (kAnyStr | kJson | kUnknown)) != 0 || r.strs.empty();
+      for (const std::string& f : r.strs) {
+        bool in_field = false;
+        for (char c : f) {
+          if (c == '{') in_field = !in_field;  // "{{" is a literal brace
+          if (c == '}') in_field = false;
+          if (in_field && (c == '.' || c == '[')) fields_reach = true;
+        }
+      }
+      if (fields_reach) {
+        Report(at, kSandboxEnv, Severity::kSuspicious, "format_method",
+               absl::StrCat("str.", name, " with format fields that take attributes or items "
+                                          "of its arguments in ",
+                            path));
+      }
+    }
     out = ValueJoin(out, Opaque());
   };
   const auto other_method = [&]() {
