@@ -226,6 +226,17 @@ TEST(TemplateCheckTest, FormatFieldsWithAttributesAreNotSafeInTheSandbox) {
   EXPECT_TRUE(sandbox);
 }
 
+// Found by the differential (seed 5): a built name as an item of a class is a typing alias in
+// the sandbox, not data.
+TEST(TemplateCheckTest, BuiltItemOfAClassIsNotSafeInTheSandbox) {
+  const TemplateCheck c = Check("{{ (dict)[['u', 'u', 'class', 'u', undefined_name] | join] }}");
+  bool sandbox = false;
+  for (const TemplateHit& h : c.hits) {
+    sandbox |= h.message.find("[transformers' sandbox]") == 0;
+  }
+  EXPECT_TRUE(sandbox);
+}
+
 TEST(TemplateCheckTest, SpecialTokensAsNamesAreDangerous) {
   const std::string t = "{{ messages[bos_token] }}";
   const TemplateCheck c = Check(t);

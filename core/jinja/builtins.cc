@@ -888,6 +888,18 @@ Value Evaluator::Access(const Value& r, const Value& key, Via via, uint32_t node
                           " (not a constant: outside the sandbox a missing item falls back to "
                           "any attribute) in ",
                           Path(node)));
+      // In the sandbox too, an item of something that is not data (a class's
+      // __class_getitem__, a function) is not data, whatever its name.
+      bool code_receiver = false;
+      for (uint32_t id : r.objs) {
+        const ObjKind k = heap_.Get(id).kind;
+        code_receiver = code_receiver || k == ObjKind::kGlobal;
+      }
+      if (code_receiver) {
+        Report(at, kSandboxEnv, Severity::kSuspicious, "code_attribute",
+               absl::StrCat("an item of a global function or class, named by ", who, ", in ",
+                            Path(node)));
+      }
     }
     out = ValueJoin(out, ValueJoin(Json(), ValueJoin(Undef(), Opaque())));
     if (r.bits & kJson) out = ValueJoin(out, Json());

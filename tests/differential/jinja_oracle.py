@@ -178,6 +178,14 @@ def main():
                     return resolve()
                 if log is not None:
                     log["names"].append([how, type_name(obj), name])
+                if (name.startswith("_") and not name.startswith("__")
+                        and isinstance(obj, (str, int, float, list, tuple, dict, type(None)))):
+                    # Plain data has no attributes named _x: the lookup gives Undefined.
+                    value = resolve()
+                    if isinstance(value, jinja2.runtime.Undefined):
+                        if log is not None:
+                            log["names"].append([how, type_name(obj), name])
+                        return value
                 if name.startswith("_") or name in ("format", "format_map") and isinstance(
                         obj, str):
                     if sandbox:
@@ -199,8 +207,9 @@ def main():
             def call(__self, __obj, *args, **kwargs):  # noqa: N805
                 if isinstance(__obj, Blocked):
                     return BLOCKED
-                # Calling an Undefined raises UndefinedError: nothing is reached.
-                ok = (isinstance(__obj, (jinja2.runtime.Macro, jinja2.runtime.LoopContext,
+                # Calling an Undefined raises UndefinedError, calling data TypeError: nothing
+                # is reached.
+                ok = (not callable(__obj) or isinstance(__obj, (jinja2.runtime.Macro, jinja2.runtime.LoopContext,
                                          jinja2.utils.Joiner, jinja2.runtime.Undefined))
                       or __obj in SAFE_CALLABLES
                       # the {% generation %} tag's own helper (transformers' extension)
