@@ -320,16 +320,26 @@ std::vector<RuleInfo> Build() {
                "with trust_remote_code=True. ckptscan does not judge Python code. Review it, or "
                "load the model without trust_remote_code.",
                kSuspicious, v1::SEVERITY_MEDIUM},
-      RuleInfo{"template.sandbox_escape", "Chat template with a sandbox-escape construct",
-               "A chat template (tokenizer_config.json chat_template, a *.jinja file) uses a "
-               "construct that Jinja sandbox escapes are built from: dunder attributes, the "
-               "attr filter, attribute chains on Jinja's globals (lipsum, cycler, joiner, "
-               "namespace, self), imports and includes, characters built from numbers. "
-               "Templates are rendered when a chat is formatted, by loaders that are not "
-               "always sandboxed (CVE-2024-34359). A heuristic: benign templates do not "
-               "contain these. Do not render the template; remove it or replace it with a "
-               "reviewed one.",
+      RuleInfo{"template.sandbox_escape", "Chat template that reaches code",
+               "A chat template (tokenizer_config.json chat_template, a *.jinja file, a GGUF "
+               "tokenizer.chat_template), read by Jinja's grammar and evaluated abstractly, "
+               "reaches Python internals (a name starting with '_', the class hierarchy), "
+               "str.format (CVE-2024-56326, CVE-2025-27516), or names an attribute by a string "
+               "it builds or the model's files hold. The message says for which environment: a "
+               "plain jinja2.Environment (llama-cpp-python before 0.2.72, CVE-2024-34359) or "
+               "transformers' sandbox. Do not render the template; replace it with a reviewed "
+               "one.",
                kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"template.unverified", "Chat template this reader cannot verify",
+               "A chat template takes an attribute or item of a value of unknown type, names "
+               "one by the user's data, calls something outside Jinja's filters, tests and the "
+               "loaders' globals, or loads another template: nothing shows it reaches code, "
+               "nothing shows it stays in data. Review the template.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"template.syntax", "Chat template Jinja refuses",
+               "Jinja would refuse to compile the chat template (or this reader does not model "
+               "a construct in it), so nothing in it was judged. Review the template.",
+               kSuspicious, v1::SEVERITY_LOW},
       // Keras archives (core/torch/keras_config.h): what config.json makes Keras build.
       RuleInfo{"keras.lambda", "Keras Lambda layer or lambda function",
                "The config holds a Lambda layer or a serialized lambda (marshalled Python "

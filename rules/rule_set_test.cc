@@ -1592,9 +1592,9 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
   // The pipeline, not the RuleSet, emits the sandbox's own finding (sandbox/run.h),
   // the findings of repository files (app/judge.h) and of file selection
   // (app/scan_set.h).
-  const std::set<std::string> emitted_by_pipeline = {"sandbox.violation", "template.sandbox_escape",
-                                                     "repo.remote_code",  "file.unknown_format",
-                                                     "manifest.unlisted", "scan.selection"};
+  const std::set<std::string> emitted_by_pipeline = {
+      "sandbox.violation", "template.sandbox_escape", "template.unverified", "template.syntax",
+      "repo.remote_code",  "file.unknown_format",     "manifest.unlisted",   "scan.selection"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
     // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
@@ -1626,6 +1626,8 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "scan.findings_truncated",
                                        "sandbox.violation",
                                        "template.sandbox_escape",
+                                       "template.unverified",
+                                       "template.syntax",
                                        "repo.remote_code",
                                        "file.unknown_format",
                                        "manifest.unlisted",

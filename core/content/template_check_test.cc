@@ -22,11 +22,24 @@ TemplateCheck Check(std::string_view text, TemplateLimits limits = {}) {
   return CheckChatTemplate(text, limits);
 }
 
-std::vector<std::string> Constructs(const TemplateCheck& c) {
-  std::vector<std::string> out;
-  for (const TemplateHit& h : c.hits) out.push_back(h.construct);
-  return out;
+// The worst rule among a check's hits: "" (none), kTemplateUnverified/kTemplateSyntax, or
+// kTemplateEscape.
+std::string Worst(const TemplateCheck& c) {
+  std::string worst;
+  for (const TemplateHit& h : c.hits) {
+    if (h.rule == kTemplateEscape) return std::string(kTemplateEscape);
+    worst = h.rule;
+  }
+  return worst;
 }
+
+bool HasHit(const TemplateCheck& c, std::string_view construct, uint64_t offset) {
+  for (const TemplateHit& h : c.hits) {
+    if (h.construct == construct && h.offset == offset) return true;
+  }
+  return false;
+}
+
 
 // Templates in the shapes real models ship (ChatML, Llama 2, Zephyr, Llama 3 with tools): the
 // constructs they use (namespace(), loop, raise_exception, strftime_now, tojson, whitespace
@@ -91,222 +104,233 @@ TEST(TemplateCheckTest, BenignTemplatesHaveNoHits) {
 }
 
 // The payload of CVE-2024-34359 (llama-cpp-python rendered GGUF chat templates without a
-// sandbox), with a harmless command.
-TEST(TemplateCheckTest, Cve2024_34359PayloadIsFlaggedAtItsOffsets) {
+// sandbox), with a harmless command: DANGEROUS at the first dunder, for the plain Environment.
+TEST(TemplateCheckTest, Cve2024_34359PayloadIsDangerousAtItsFirstDunder) {
   const std::string t =
       "{% for x in ().__class__.__base__.__subclasses__() %}{% if \"warning\" in x.__name__ %}"
       "{{ x()._module.__builtins__['__import__']('os').popen(\"true\").read() }}{% endif %}{% "
       "endfor %}";
   const TemplateCheck c = Check(t);
-  ASSERT_GE(c.hits.size(), 6u);
-  EXPECT_EQ(c.hits[0].construct, "dunder");
-  EXPECT_EQ(c.hits[0].offset, t.find("__class__"));
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_EQ(Worst(c), kTemplateEscape);
+  EXPECT_TRUE(HasHit(c, "private_name", t.find("__class__"))) << c.hits[0].offset;
   EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("__class__"));
-  for (const char* name :
-       {"__base__", "__subclasses__", "__name__", "__builtins__", "'__import__'"}) {
-    bool found = false;
-    for (const TemplateHit& h : c.hits) found |= h.offset == t.find(name);
-    EXPECT_TRUE(found) << name;
+  EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("plain Environment"));
+}
+
+// The constructions that escaped the pattern checker (SAFE on 53c603a), each reaching a dunder
+// under a plain Environment by a name the template builds.
+struct Escape {
+  const char* name;
+  const char* text;
+};
+class BuiltNameEscapeTest : public ::testing::TestWithParam<Escape> {};
+
+TEST_P(BuiltNameEscapeTest, IsDangerous) {
+  const TemplateCheck c = Check(GetParam().text);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_EQ(Worst(c), kTemplateEscape) << GetParam().text;
+  bool dunder = false;
+  for (const TemplateHit& h : c.hits) dunder |= h.message.find("'__") != std::string::npos;
+  EXPECT_TRUE(dunder) << GetParam().text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Constructions, BuiltNameEscapeTest,
+    ::testing::Values(
+        Escape{"ForLoopAccumulation",
+               "{% set ns = namespace(n='') %}{% for c in ['_','_','c','l','a','s','s','_','_'] "
+               "%}{% set ns.n = ns.n ~ c %}{% endfor %}{{ messages[ns.n] }}"},
+        Escape{"FirstAndLastOfLiterals",
+               "{{ messages[('_x'|first) ~ ('x_'|last) ~ 'class__'] }}"},
+        Escape{"NamespaceSubscript",
+               "{% set ns = namespace(k='XXclassXX'|replace('X','_')) %}"
+               "{{ messages[(ns)['k']] }}"},
+        Escape{"OneLookupPerLoopVariable",
+               "{% for a in ['__class__'] %}{% for b in ['__init__'] %}{{ x[a][b] }}"
+               "{% endfor %}{% endfor %}"},
+        Escape{"ReplaceInlineInMapAttribute",
+               "{{ messages|map(attribute='XXinitXX'|replace('X','_'))|list }}"},
+        Escape{"ReplaceParenthesisedInMapAttribute",
+               "{{ messages|map(attribute=('XXinitXX'|replace('X','_')))|list }}"},
+        Escape{"GroupbyPositional", "{{ messages|groupby('XXclassXX'|replace('X','_'))|list }}"},
+        Escape{"SumPositional", "{{ messages|sum('XXclassXX'|replace('X','_')) }}"},
+        Escape{"SelectattrPositional",
+               "{{ messages|selectattr('XXclassXX'|replace('X','_'))|list }}"},
+        Escape{"SortPositional", "{{ messages|sort(false, false, '__class__')|list }}"},
+        Escape{"UniquePositional", "{{ messages|unique(false, '_' '_class__')|list }}"},
+        Escape{"MaxAttribute", "{{ messages|max(attribute='__class__') }}"},
+        Escape{"WithBinding",
+               "{% with n = 'XXclassXX'|replace('X','_') %}{{ messages[n] }}{% endwith %}"},
+        Escape{"ForOverTuple",
+               "{% for n in ('XXclassXX'|replace('X','_'),) %}{{ messages[n] }}{% endfor %}"},
+        Escape{"MacroParameterDefault",
+               "{% macro m(n='XXclassXX'|replace('X','_')) %}{{ messages[n] }}{% endmacro %}"
+               "{{ m() }}"},
+        Escape{"ParenthesisedChain",
+               "{% set a = 'XXclassXX'|replace('X','_') %}{{ (messages)[a][a] }}"},
+        Escape{"ReversedLiteral", "{{ messages['__ssalc__'|reverse] }}"},
+        Escape{"SetBlock", "{% set n %}__class__{% endset %}{{ messages[n] }}"},
+        Escape{"UndefinedReceiver", "{{ loop.__class__ }}"},
+        // Found by attacking the reader: a name stored by dict.update, read back by attribute.
+        Escape{"DictUpdateValue",
+               "{% set d = {} %}{% set _ = d.update({'a': '__class__'}) %}{{ messages[d.a] }}"},
+        Escape{"DictUpdatePairs",
+               "{% set d = {} %}{% set _ = d.update([('a', '__class__')]) %}"
+               "{{ messages[d['a']] }}"},
+        Escape{"ListAppend",
+               "{% set l = [] %}{% set _ = l.append('__class__') %}{{ messages[l[0]] }}"},
+        Escape{"CallerOutput",
+               "{% macro m() %}{{ caller() }}{% endmacro %}{% set n %}{% call m() %}__class__"
+               "{% endcall %}{% endset %}{{ messages[n] }}"},
+        Escape{"FilteredSetBlock",
+               "{% set n | replace('X', '_') %}XXclassXX{% endset %}{{ messages[n] }}"},
+        Escape{"MapAttrFilterByName", "{{ messages|map('attr', '__class__')|list }}"},
+        Escape{"KeywordNameOfDict", "{{ messages[dict(__class__=1)|first] }}"}),
+    [](const ::testing::TestParamInfo<Escape>& i) { return std::string(i.param.name); });
+
+// transformers' sandbox: str.format reached through |attr (CVE-2025-27516) or stored and
+// called later (CVE-2024-56326) is DANGEROUS for the sandbox too; called in place, the sandbox
+// formats with its own checks.
+TEST(TemplateCheckTest, FormatThroughAttrFilterIsDangerousInTheSandbox) {
+  const TemplateCheck c = Check("{{ ('{0.__class__}'|attr('format'))(messages) }}");
+  ASSERT_FALSE(c.hits.empty());
+  EXPECT_EQ(c.hits[0].construct, "format_method");
+  EXPECT_EQ(c.hits[0].rule, kTemplateEscape);
+  EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("CVE-2025-27516"));
+  EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("sandbox"));
+}
+
+TEST(TemplateCheckTest, StoredFormatReferenceIsDangerousInTheSandbox) {
+  const TemplateCheck c = Check("{% set f = '{0.__class__}'.format %}{{ f(messages) }}");
+  ASSERT_FALSE(c.hits.empty());
+  EXPECT_EQ(c.hits[0].construct, "format_method");
+  EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("CVE-2024-56326"));
+}
+
+TEST(TemplateCheckTest, FormatCalledInPlaceWithPlainFieldsConcernsThePlainEnvironmentOnly) {
+  const TemplateCheck c = Check("{{ '{0} {1}'.format(messages, tools) }}");
+  ASSERT_EQ(c.hits.size(), 1u);
+  EXPECT_EQ(c.hits[0].rule, kTemplateEscape);
+  EXPECT_THAT(c.hits[0].message, ::testing::HasSubstr("llama-cpp-python"));
+}
+
+// Found by the differential (seed 7): the sandbox's own format looks fields up through its
+// getattr, whose item fallback turns dict['__x__'] into a typing alias: not SAFE there.
+TEST(TemplateCheckTest, FormatFieldsWithAttributesAreNotSafeInTheSandbox) {
+  const TemplateCheck c = Check("{{ '{0.__getattribute_attribute__}'.format(dict) }}");
+  bool sandbox = false;
+  for (const TemplateHit& h : c.hits) {
+    sandbox |= h.message.find("[transformers' sandbox]") == 0 && h.rule == kTemplateUnverified;
   }
-  for (size_t i = 1; i < c.hits.size(); ++i) EXPECT_LE(c.hits[i - 1].offset, c.hits[i].offset);
+  EXPECT_TRUE(sandbox);
 }
 
-TEST(TemplateCheckTest, EscapeGlobalsAreFlaggedWherever) {
-  for (const char* g : {"lipsum", "cycler", "joiner", "self", "config", "request", "url_for"}) {
-    const std::string t = std::string("{{ ") + g + ".x }}";
-    EXPECT_THAT(Constructs(Check(t)), ElementsAre("global_attribute")) << t;
+// Found by the differential (seed 5): a built name as an item of a class is a typing alias in
+// the sandbox, not data.
+TEST(TemplateCheckTest, BuiltItemOfAClassIsNotSafeInTheSandbox) {
+  const TemplateCheck c = Check("{{ (dict)[['u', 'u', 'class', 'u', undefined_name] | join] }}");
+  bool sandbox = false;
+  for (const TemplateHit& h : c.hits) {
+    sandbox |= h.message.find("[transformers' sandbox]") == 0;
   }
-  // A character picked from a global's string form is how '_' is obtained without writing it.
-  EXPECT_THAT(Constructs(Check("{{ (lipsum|string)[18] }}")),
-              ElementsAre("global_attribute", "string_index"));
-  EXPECT_THAT(Constructs(Check("{{ (raise_exception|string|list)[20] }}")),
-              ElementsAre("string_index", "string_index"));
-  EXPECT_THAT(Constructs(Check("{{ ('%s'|format(raise_exception))[18] }}")),
-              ElementsAre("string_index"));
-  EXPECT_THAT(Constructs(Check("{{ (raise_exception|pprint)[18:19] }}")),
-              ElementsAre("string_index"));
-  EXPECT_THAT(Constructs(Check("{% set u = 'x_'[1] %}")), ElementsAre("string_index"));
-  // As an attribute of something else, the name is not the global.
-  EXPECT_THAT(Check("{{ message.self }}{{ message.config }}").hits, IsEmpty());
+  EXPECT_TRUE(sandbox);
 }
 
-TEST(TemplateCheckTest, CalledGlobalsOnlyWhenTheirAttributesAreTaken) {
-  EXPECT_THAT(Check("{% set ns = namespace(a=1) %}{{ range(3)|list }}{{ dict(a=1) }}").hits,
-              IsEmpty());
-  EXPECT_THAT(Constructs(Check("{{ namespace.__init__ }}")),
-              ElementsAre("global_attribute", "dunder"));
-  EXPECT_THAT(Constructs(Check("{{ range [ 'x' ] }}")), ElementsAre("global_attribute"));
-}
-
-TEST(TemplateCheckTest, AttrFilterAndEscapedNames) {
-  const std::string t = "{{ ()|attr('\\x5f\\x5fclass\\x5f\\x5f') }}";
+TEST(TemplateCheckTest, SpecialTokensAsNamesAreDangerous) {
+  const std::string t = "{{ messages[bos_token] }}";
   const TemplateCheck c = Check(t);
-  EXPECT_THAT(Constructs(c),
-              ElementsAre("attr_filter", "dunder", "escape", "escape", "escape", "escape"));
-  EXPECT_EQ(c.hits[0].offset, t.find("attr"));
-  EXPECT_EQ(c.hits[1].offset, t.find('\''));  // the decoded string is "__class__"
-  EXPECT_EQ(c.hits[2].offset, t.find("\\x5f"));
-  // Every numeric form Python's unicode-escape decodes, and the named one.
-  for (const char* s : {"'\\u005f\\u005fclass__'", "'\\U0000005f_class__'", "'\\137\\137class__'",
-                        "'\\N{LOW LINE}_globals__'"}) {
-    const TemplateCheck e = Check(std::string("{{ x[") + s + "] }}");
-    std::vector<std::string> kinds = Constructs(e);
-    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "dunder"), kinds.end()) << s;
-    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "escape"), kinds.end()) << s;
+  EXPECT_EQ(Worst(c), kTemplateEscape);
+  ASSERT_FALSE(c.hits.empty());
+  EXPECT_EQ(c.hits[0].construct, "built_name");
+}
+
+TEST(TemplateCheckTest, ImportsAreNotJudgedAsSafe) {
+  for (const char* t : {"{% include 'other.jinja' %}", "{% import 'm.jinja' as m %}",
+                        "{% from 'm.jinja' import x %}", "{% extends 'base.jinja' %}"}) {
+    const TemplateCheck c = Check(t);
+    EXPECT_FALSE(c.hits.empty()) << t;
   }
-  // Escapes of letters are obfuscation too; "\n" and "\"" are not.
-  EXPECT_THAT(Constructs(Check("{{ '\\x6fs' }}")), ElementsAre("escape"));
-  EXPECT_THAT(Check("{{ 'a\\nb\\\"c\\'d\\\\e\\x20' }}").hits, IsEmpty());
 }
 
-TEST(TemplateCheckTest, NamesBuiltFromPieces) {
-  EXPECT_THAT(Constructs(Check("{{ x[('_' * 2) ~ 'class' ~ '_' * 2] }}")),
-              ElementsAre("computed_key", "built_name", "built_name"));
-  EXPECT_THAT(Constructs(Check("{{ x['_' + '_cla' + 'ss_' ~ '_'] }}")),
-              ElementsAre("computed_key", "built_name", "built_name", "built_name", "built_name"));
-  EXPECT_THAT(Constructs(Check("{{ '%c%c' | format(95, 95) ~ 'class' }}")),
-              ElementsAre("format_build"));
-  EXPECT_THAT(Constructs(Check("{{ '{0:c}'.format(95) }}")),
-              ElementsAre("format_build", "format_build"));
-  EXPECT_THAT(Constructs(Check("{{ '%-3c' % 95 }}")), ElementsAre("format_build"));
-  // A name that only contains an underscore inside is ordinary.
-  EXPECT_THAT(Check("{{ 'tool_call' ~ x }}").hits, IsEmpty());
-}
-
-// Names assembled from pieces that each look ordinary, used as keys: outside Jinja's sandbox
-// x[k] falls back to getattr(x, k). Each of these reaches `<class 'tuple'>` when rendered by
-// jinja2 3.1.2's plain Environment (as llama-cpp-python before 0.2.72 rendered GGUF templates),
-// with bos_token = "__class__"; none writes "__" in a string or a name.
-TEST(TemplateCheckTest, KeysBuiltFromOrdinaryPiecesAreFlaggedWhereTheyAreUsed) {
-  const std::vector<std::string> escapes = {
-      "{% set u = (dict(a_b=1)|first)[1] %}{% set c = [u,u,'class',u,u]|join %}{{ ()[c] }}",
-      "{% set u = (dict(a_b=1)|first)[1] %}{% set c = u~u~'class'~u~u %}{{ x[c] }}",
-      "{% set c %}__class__{% endset %}{{ x[c] }}",
-      "{% macro c() %}__class__{% endmacro %}{{ x[c()] }}",
-      "{% call(c) f() %}{{ x[caller()] }}{% endcall %}",
-      "{{ x[bos_token] }}",
-      "{{ [x]|map(attribute=bos_token)|list }}",
-      "{% set ns = namespace(n='') %}{% for p in ['_','_','class','_','_'] %}"
-      "{% set ns.n = ns.n ~ p %}{% endfor %}{{ x[ns.n] }}",
-      "{% set c = '%s%sclass%s%s' % (u, u, u, u) %}{{ x[c] }}",
-      "{% set c = 'XXclassXX'|replace('X', u) %}{{ x[c] }}",
-      "{{ ()[k] }}",
-      "{{ x[a][b] }}",
-  };
-  for (const std::string& t : escapes) {
-    const std::vector<std::string> kinds = Constructs(Check(t));
-    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "computed_key"), kinds.end()) << t;
+TEST(TemplateCheckTest, SyntaxErrorsAreReportedNeverSafe) {
+  for (const char* t : {"{{ x }", "{% for x in y %}", "{{ 'open }}", "{# open", "{% endif %}"}) {
+    const TemplateCheck c = Check(t);
+    ASSERT_EQ(c.hits.size(), 1u) << t;
+    EXPECT_EQ(c.hits[0].construct, "syntax") << t;
+    EXPECT_EQ(c.hits[0].rule, kTemplateSyntax) << t;
   }
-  // Computed keys of the kinds benign templates use are not hits.
-  EXPECT_THAT(Check("{{ messages[loop.index0 + 1]['role'] }}{{ ['user', 'assistant'][loop.index0 "
-                    "% 2] }}{% for key in tool %}{{ tool[key] }}{% endfor %}"
-                    "{% set content = bos_token + message['content'] %}{{ content }}"
-                    "{{ message['content'][0] }}{{ messages[-1]['content'][:100] }}")
-                  .hits,
-              IsEmpty());
 }
 
-TEST(TemplateCheckTest, ImportsAndDunderNamesOfTheRuntime) {
-  EXPECT_THAT(Constructs(Check("{% import 'x.j2' as m %}")), ElementsAre("import"));
-  EXPECT_THAT(Constructs(Check("{% from 'x.j2' import m %}")), ElementsAre("import"));
-  EXPECT_THAT(Constructs(Check("{% include 'x' %}{% extends 'y' %}")),
-              ElementsAre("import", "import"));
-  // In an expression, "import" is only a name (a variable).
-  EXPECT_THAT(Check("{{ import }}{% set y = x.include %}").hits, IsEmpty());
-  EXPECT_THAT(Constructs(Check("{{ self._TemplateReference__context }}")),
-              ElementsAre("global_attribute", "dunder"));
+TEST(TemplateCheckTest, DelimitersInsideStringsDoNotEndTheBlock) {
+  const TemplateCheck c = Check("{{ '}}' ~ \"%}\" ~ messages[0]['content'] }}{% if '{%' %}{% endif %}");
+  EXPECT_THAT(c.hits, IsEmpty()) << (c.hits.empty() ? "" : c.hits[0].message);
 }
 
-// Jinja ends a block at "}}" / "%}" only outside strings and brackets; the checker follows it,
-// so a closing delimiter inside a string or a dict does not hide what comes after it.
-TEST(TemplateCheckTest, DelimitersInsideStringsAndBracketsDoNotEndTheBlock) {
-  const std::string t = "{{ '}}' ~ {'a': {'b': 1}} ~ x.__class__ }}";
+TEST(TemplateCheckTest, DeepBracketsStopAtTheNamedLimit) {
+  const std::string t = "{{ " + std::string(100000, '(') + "x" + std::string(100000, ')') + " }}";
   const TemplateCheck c = Check(t);
-  ASSERT_THAT(Constructs(c), ElementsAre("dunder"));
-  EXPECT_EQ(c.hits[0].offset, t.find("__class__"));
-  EXPECT_THAT(Constructs(Check("{% set a = '%}' %}{{ x.__globals__ }}")), ElementsAre("dunder"));
-  EXPECT_THAT(Constructs(Check("{% set a = \"\\\"%}\" ~ x.__mro__ %}")), ElementsAre("dunder"));
-  EXPECT_THAT(Constructs(Check("{{- x.__dict__ -}}{%+ if y.__doc__ +%}{% endif %}")),
-              ElementsAre("dunder", "dunder"));
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c.status.message(), ::testing::HasSubstr("nested"));
 }
 
-TEST(TemplateCheckTest, UnbalancedInputIsReported) {
-  EXPECT_THAT(Constructs(Check("{{ x")), ElementsAre("unbalanced"));
-  EXPECT_THAT(Constructs(Check("{% if x %}{{ 'abc }}")), ElementsAre("unbalanced"));
-  EXPECT_THAT(Constructs(Check("{# no end")), ElementsAre("unbalanced"));
-  EXPECT_THAT(Constructs(Check("{{ ( }} x.__class__")), ElementsAre("unbalanced", "dunder"));
-  EXPECT_THAT(Constructs(Check("{{ 'a\\")), ElementsAre("unbalanced"));
-  // A lone brace at the end is text.
-  EXPECT_THAT(Check("text {").hits, IsEmpty());
-}
-
-// One example per construct id: each is reported under its own id, and every id the header
-// lists is reachable (the fuzz target checks that no hit carries an id outside the list).
-TEST(TemplateCheckTest, EveryListedConstructHasAnExample) {
-  const std::vector<std::pair<std::string_view, std::string>> examples = {
-      {"dunder", "{{ x.__class__ }}"},      {"attr_filter", "{{ x|attr(y) }}"},
-      {"global_attribute", "{{ lipsum }}"}, {"import", "{% import 'm' as m %}"},
-      {"escape", "{{ '\\x5f' }}"},          {"format_build", "{{ '%c' % 95 }}"},
-      {"built_name", "{{ '_' ~ 'a' }}"},    {"string_index", "{{ 'x_'[1] }}"},
-      {"computed_key", "{{ x[a ~ b] }}"},   {"unbalanced", "{{ x"},
-  };
-  std::set<std::string_view> seen;
-  for (const auto& [construct, text] : examples) {
-    const std::vector<std::string> got = Constructs(Check(text));
-    EXPECT_NE(std::find(got.begin(), got.end(), construct), got.end()) << construct << ": " << text;
-    seen.insert(construct);
-  }
-  EXPECT_EQ(seen, std::set<std::string_view>(std::begin(kTemplateConstructs),
-                                             std::end(kTemplateConstructs)));
-}
-
-// Found by attacking the GGUF reading: each renders <class 'tuple'> or reaches __import__ in
-// jinja2 3.1.2's plain Environment.
-TEST(TemplateCheckTest, PaddedJoinedAndAdjacentNamesUnderWhitespaceControl) {
-  for (const std::string t : {
-           "{% set c='class'.center(9,'_') %}{% set k=z[c] %}",
-           "{% set c='class'.ljust(7,'_').rjust(9,'_') %}{{ x[c] }}",
-           "{%- set c = ['_','_','class','_','_']|join -%}{%- set k = z[c] -%}",
-           "{%+ set c = ['_','_','class','_','_']|join +%}{{ z[c] }}",
-           "{{ ()['_' '_' 'class' '_' '_'] }}",
-           "{%- set c = '_' '_' 'class' '_' '_' -%}{{ ()[c] }}",
-       }) {
-    const std::vector<std::string> kinds = Constructs(Check(t));
-    EXPECT_NE(std::find(kinds.begin(), kinds.end(), "computed_key"), kinds.end()) << t;
-  }
-}
-
-TEST(TemplateCheckTest, UnclosedNamedEscapesAreLinear) {
-  std::string t = "{{ '";
-  for (int i = 0; i < 200000; ++i) t += "\\N";
-  EXPECT_LE(Check(t).hits.size(), 64u);  // finishes: each escape looks a bounded distance ahead
-}
-
-TEST(TemplateCheckTest, HitsAreCappedAndCounted) {
+TEST(TemplateCheckTest, DeepStatementsStopAtTheNamedLimit) {
   std::string t;
-  for (int i = 0; i < 100; ++i) t += "{{ x.__a__ }}";
+  for (int i = 0; i < 20000; ++i) t += "{% if x %}";
+  const TemplateCheck c = Check(t);
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TemplateCheckTest, LongFilterChainsAreRead) {
+  std::string t = "{{ messages";
+  for (int i = 0; i < 20000; ++i) t += "|first";
+  t += " }}";
+  const TemplateCheck c = Check(t);
+  EXPECT_TRUE(c.status.ok()) << c.status;
+}
+
+TEST(TemplateCheckTest, EvaluationStepsAreBounded) {
   TemplateLimits limits;
-  limits.max_hits = 10;
+  limits.reader.max_eval_steps = 10;
+  const TemplateCheck c = Check(
+      "{% for m in messages %}{% for n in messages %}{{ m.content ~ n.content }}{% endfor %}"
+      "{% endfor %}",
+      limits);
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TemplateCheckTest, HitsAreCappedAndCountedDangerousFirst) {
+  std::string t;
+  for (int i = 0; i < 100; ++i) t += "{{ dict.x" + std::to_string(i) + " }}";
+  t += "{{ ().__class__ }}";
+  TemplateLimits limits;
+  limits.max_hits = 8;
   const TemplateCheck c = Check(t, limits);
-  EXPECT_EQ(c.hits.size(), 10u);
-  EXPECT_EQ(c.more_hits, 90u);
-  EXPECT_EQ(c.hits[9].offset, t.find("__a__") + 9 * std::string("{{ x.__a__ }}").size());
+  ASSERT_EQ(c.hits.size(), 8u);
+  EXPECT_GT(c.more_hits, 0u);
+  EXPECT_EQ(Worst(c), kTemplateEscape);
 }
 
 TEST(TemplateCheckTest, MessagesAreTerminalSafeAndShort) {
-  const std::string t = "{{ x['__\x1b[31m" + std::string(200, 'a') + "'] }}";
+  const std::string t = "{{ messages['\\x1b[31m" + std::string(500, 'a') + "'].__class__ }}";
   const TemplateCheck c = Check(t);
-  ASSERT_THAT(Constructs(c), ElementsAre("dunder"));
-  EXPECT_EQ(c.hits[0].message.find('\x1b'), std::string::npos);
-  EXPECT_LT(c.hits[0].message.size(), 100u);
+  ASSERT_FALSE(c.hits.empty());
+  for (const TemplateHit& h : c.hits) {
+    EXPECT_EQ(h.message.find('\x1b'), std::string::npos);
+    EXPECT_LT(h.message.size(), 400u) << h.message;
+  }
 }
 
-// Deep nesting of brackets is counted, not recursed into.
-TEST(TemplateCheckTest, DeepNestingIsLinear) {
-  const std::string t =
-      "{{ " + std::string(1 << 20, '(') + " }}" + std::string(1 << 20, ')') + " }}";
-  const TemplateCheck c = Check(t);
-  EXPECT_THAT(c.hits, IsEmpty());
+TEST(TemplateCheckTest, EveryHitNamesAListedConstruct) {
+  const std::set<std::string_view> listed(std::begin(kTemplateConstructs),
+                                          std::end(kTemplateConstructs));
+  for (const char* t : {"{{ ().__class__ }}", "{{ ''|attr('format') }}", "{{ x|nosuch }}",
+                        "{{ x is nosuch }}", "{% include 'x' %}", "{{ x }", "{{ dict.x }}",
+                        "{{ messages[messages[0].content] }}", "{{ messages[bos_token] }}"}) {
+    for (const TemplateHit& h : Check(t).hits) {
+      EXPECT_TRUE(listed.count(h.construct) > 0) << t << ": " << h.construct;
+    }
+  }
 }
 
 }  // namespace

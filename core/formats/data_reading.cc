@@ -108,15 +108,21 @@ void Reader::Template(std::string_view text, std::string_view member, std::strin
     return;
   }
   const content::TemplateCheck check = content::CheckChatTemplate(text, options_.templates);
+  if (!check.status.ok()) {
+    Error(check.status,
+          absl::StrCat(base::AbslView(what), ": the template was not judged: ",
+                       check.status.message()),
+          member, offset);
+  }
   for (const content::TemplateHit& h : check.hits) {
-    Anomaly("sandbox_escape", std::string(member), in_json ? offset : offset + h.offset,
+    Anomaly(h.rule, std::string(member), in_json ? offset : offset + h.offset,
             in_json ? absl::StrCat(base::AbslView(what), ", byte ", h.offset, " of the template (",
                                    h.construct, "): ", h.message)
                     : absl::StrCat(base::AbslView(what), " (", h.construct, "): ", h.message),
             /*must_flag=*/true, "template");
   }
   if (check.more_hits > 0) {
-    Anomaly("sandbox_escape", std::string(member), offset,
+    Anomaly(check.more_rule, std::string(member), offset,
             absl::StrCat(base::AbslView(what), ": ", check.more_hits,
                          " more constructs past the first ", check.hits.size()),
             /*must_flag=*/true, "template");
