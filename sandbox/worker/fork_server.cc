@@ -416,7 +416,7 @@ int ForkServer::Serve(int argc, char** argv, JobMain job_main) {
   // user namespace (its children take uids of their own, each then a user namespace of its
   // own) and drops every capability but those it needs for that and to kill its children.
   PreparedJail prepared;
-  prepared.root_helper = ::geteuid() == 0;
+  prepared.root_helper = CanTakeJobUids();
   prepared.job_uid_first =
       kJobUidBase +
       (static_cast<uint32_t>(::getpid()) % (kJobUids / kJobUidsPerHelper)) * kJobUidsPerHelper;

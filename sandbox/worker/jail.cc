@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "absl/cleanup/cleanup.h"
@@ -237,6 +239,41 @@ absl::Status DieWithParent(pid_t parent) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether /proc/self/<map> (uid_map or gid_map) maps [first, first + count) inside.
+bool MapsRange(const char* map, uint32_t first, uint32_t count) {
+  const int fd = ::open(map, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  ssize_t n = 0;
+  size_t used = 0;
+  while (used < sizeof(buf) - 1 && (n = ::read(fd, buf + used, sizeof(buf) - 1 - used)) > 0) {
+    used += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  buf[used] = '\0';
+  const uint64_t last = uint64_t{first} + count;
+  for (char* line = buf; line != nullptr && *line != '\0';) {
+    char* next = std::strchr(line, '\n');
+    if (next != nullptr) *next++ = '\0';
+    unsigned long long inside = 0, outside = 0, length = 0;  // NOLINT(runtime/int): sscanf
+    if (std::sscanf(line, "%llu %llu %llu", &inside, &outside, &length) == 3 &&
+        inside <= first && inside + length >= last) {
+      return true;
+    }
+    line = next;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool CanTakeJobUids() {
+  return ::geteuid() == 0 && MapsRange("/proc/self/uid_map", kJobUidBase, kJobUids) &&
+         MapsRange("/proc/self/gid_map", kJobUidBase, kJobUids);
+}
+
 absl::Status HardenProcess() {
   if (::prctl(PR_SET_DUMPABLE, 0) != 0) return Errno(errno, "PR_SET_DUMPABLE");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno(errno, "PR_SET_NO_NEW_PRIVS");
@@ -276,7 +313,7 @@ absl::StatusOr<JailLayers> EnterJailSteps(const JailConfig& config, pid_t parent
     // modulo kJobUids: two workers alive at once share one only if their pids agree modulo
     // 65536), so that its user namespace is an unprivileged uid's and the job holds nothing of
     // root's. Before die-with-parent and non-dumpable: a change of credentials resets both.
-    if (::geteuid() == 0) {
+    if (CanTakeJobUids()) {
       const uid_t id = kJobUidBase + static_cast<uint32_t>(::getpid()) % kJobUids;
       if (::setgroups(0, nullptr) != 0 || ::setresgid(id, id, id) != 0 ||
           ::setresuid(id, id, id) != 0) {

@@ -56,6 +56,12 @@ absl::StatusOr<SeccompProgram> CompileSeccomp(bool output);
 absl::Status DieWithParent(pid_t parent);
 // Steps 3 and 4: non-dumpable and no_new_privs, both checked.
 absl::Status HardenProcess();
+
+// Whether this process may give jobs uids of their own (kJobUidBase, sandbox/protocol.h): it
+// runs as root, and its user namespace maps every job uid and gid (the init namespace of a root
+// daemon does). Root inside a user namespace that maps only itself (`unshare -r`, a rootless
+// container) has no such uids: its jobs keep its uid and rely on their user namespace alone.
+bool CanTakeJobUids();
 // Step 5, best effort: unshare the user, net, ipc, uts, mount and pid namespaces, all at once,
 // else one by one (user first, so that the others can use its capabilities when the process
 // has none of its own). Records in `layers` which ones were entered. Note that a new pid
