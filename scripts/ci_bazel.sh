@@ -64,13 +64,16 @@ if [[ $disk != none ]] && mkdir -p "$disk" 2>/dev/null && [[ -w $disk ]]; then
   disk_flags=(--disk_cache="$disk" --nocache_test_results)
   echo "ci_bazel.sh: disk cache $disk" >&2
 fi
-# The twins of the longest tests (over 15 s each under Bazel, 260 s of the 2 cores together) are
+# The twins of the longest tests (over 15 s each under Bazel; the loader matrix and the conversion
+# differential several minutes each) are
 # built but not run here: CI's CMake step has just run them on the same sources. Outside CI,
 # scripts/bazel.sh runs them (docs/bazel.md, "In CI").
 export BAZEL_TEST_EXCLUDE="${BAZEL_TEST_EXCLUDE-//tests/attacks:shared_mapping_rewrite_test
   //clients:surfaces_test //daemon:daemon_test //tests/differential:joblib_compressed_differential
   //tests/attacks:daemon_resources_test //tests/differential:joblib_differential
-  //tests/faults:daemon_faults_test //tests/convert:convert_readback}"
+  //tests/faults:daemon_faults_test //tests/convert:convert_readback
+  //tests/loaders:loader_matrix //tests/convert:convert_differential
+  //tests/attacks:job_isolation_test //tests/attacks:protocol_flood_test}"
 BAZEL_TEST_EXCLUDE=$(echo $BAZEL_TEST_EXCLUDE)  # one line: bazel.sh splits it on spaces
 BAZEL_FLAGS="--config=ci ${disk_flags[*]} ${BAZEL_FLAGS:-}" "$root/scripts/bazel.sh" "$@" &
 child=$!
