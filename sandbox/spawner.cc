@@ -35,9 +35,6 @@
 namespace ckptscan::sandbox {
 namespace {
 
-// Sources are moved to descriptors at or above this before the dup2 actions, so that no
-// dup2 onto 0, 1 or 3 can clobber another source.
-constexpr int kFirstSourceFd = kOutputFd + 1;
 // Bytes read from the result pipe per read().
 constexpr size_t kReadChunk = 64 << 10;
 
