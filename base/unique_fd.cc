@@ -72,6 +72,24 @@ ssize_t SendWithFds(int sock, std::string_view data, std::span<const int> fds) {
   return n;
 }
 
+ssize_t ReceiveWithFds(int sock, std::span<char> data, std::span<char> control, msghdr* msg,
+                       int flags) {
+  *msg = msghdr{};
+  iovec iov{data.data(), data.size()};
+  msg->msg_iov = &iov;
+  msg->msg_iovlen = 1;
+  msg->msg_control = control.data();
+  msg->msg_controllen = control.size();
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, msg, MSG_CMSG_CLOEXEC | flags);
+  } while (n < 0 && errno == EINTR);
+  // The iovec dies with this frame: msg_iov is not for the caller to follow.
+  msg->msg_iov = nullptr;
+  msg->msg_iovlen = 0;
+  return n;
+}
+
 std::vector<UniqueFd> TakeReceivedFds(const msghdr& msg) {
   std::vector<UniqueFd> fds;
   for (const cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr;

@@ -68,6 +68,13 @@ inline constexpr size_t kMaxSentFds = 8;
 // more than kMaxSentFds descriptors is -1 with EINVAL.
 ssize_t SendWithFds(int sock, std::string_view data, std::span<const int> fds);
 
+// One recvmsg(2) on `sock` into `data`, with `control` (aligned as a cmsghdr) for the
+// descriptors that come with it, MSG_CMSG_CLOEXEC | `flags`, retried on EINTR. `*msg` is
+// filled in (msg_flags, and the control messages for TakeReceivedFds). Returns what recvmsg
+// returned, errno set on -1.
+ssize_t ReceiveWithFds(int sock, std::span<char> data, std::span<char> control, msghdr* msg,
+                       int flags = 0);
+
 // Every descriptor the SCM_RIGHTS messages of `msg` carry, owned: whatever else is wrong with
 // the message, none is left open unowned. Only for a `msg` a recvmsg(2) filled in (it returned
 // >= 0): after a failed one, the control buffer holds whatever it held before.

@@ -239,16 +239,10 @@ absl::StatusOr<base::UniqueFd> ForkClient::Fork(const std::vector<std::string>& 
     if (ready < 0 && errno != EINTR) return absl::ErrnoToStatus(errno, "poll the fork server");
   }
   ForkReply reply;
-  iovec riov{&reply, sizeof(reply)};
-  msghdr rmsg{};
-  rmsg.msg_iov = &riov;
-  rmsg.msg_iovlen = 1;
+  msghdr rmsg;
   alignas(cmsghdr) char rcontrol[CMSG_SPACE(sizeof(int) * 4)];
-  rmsg.msg_control = rcontrol;
-  rmsg.msg_controllen = sizeof(rcontrol);
-  do {
-    n = ::recvmsg(socket_.get(), &rmsg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
+  n = base::ReceiveWithFds(socket_.get(), {reinterpret_cast<char*>(&reply), sizeof(reply)},
+                           rcontrol, &rmsg, MSG_DONTWAIT);
   if (n < 0) return lost("receive", true);
   // Owned before anything else is checked; not read after a failed recvmsg (the control buffer
   // then holds stack garbage that could name any of this process's descriptors).

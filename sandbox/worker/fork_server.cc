@@ -55,16 +55,8 @@ void WipeReceiveBuffer() { ::explicit_bzero(g_request, sizeof(g_request)); }
 Received Receive(Request* request) {
   char* const data = g_request;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kForkRequestFds + 1))];
-  iovec iov{data, sizeof(g_request)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = ::recvmsg(kForkServerFd, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  msghdr msg;
+  const ssize_t n = base::ReceiveWithFds(kForkServerFd, g_request, control, &msg);
   if (n < 0) return errno == EAGAIN ? Received::kMalformed : Received::kPeerGone;
   // Every descriptor received is owned (and closed) whatever else is wrong with the message.
   request->fds = base::TakeReceivedFds(msg);
@@ -269,16 +261,8 @@ class Server {
   // The child's word and descriptors; kMalformed when it died before saying anything.
   static std::vector<base::UniqueFd> ReceiveHandoff(int fd, char* what) {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)];
-    iovec iov{what, 1};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n;
-    do {
-      n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
+    msghdr msg;
+    const ssize_t n = base::ReceiveWithFds(fd, {what, 1}, control, &msg);
     if (n <= 0) {
       *what = kMalformed;
       return {};
@@ -290,16 +274,8 @@ class Server {
   // wiped before anything else runs, its descriptors closed, and refused with `err`.
   bool Discard(int err) {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kForkRequestFds + 1))];
-    iovec iov{g_request, sizeof(g_request)};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n;
-    do {
-      n = ::recvmsg(kForkServerFd, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
+    msghdr msg;
+    const ssize_t n = base::ReceiveWithFds(kForkServerFd, g_request, control, &msg);
     const bool gone = (n < 0 && errno != EAGAIN) || (n == 0 && base::TakeReceivedFds(msg).empty());
     if (n > 0) (void)base::TakeReceivedFds(msg);  // closed
     WipeReceiveBuffer();
