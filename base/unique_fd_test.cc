@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,34 @@ TEST(SendWithFdsTest, MoreThanTheLimitIsRefusedWithEinval) {
   errno = 0;
   EXPECT_EQ(SendWithFds(a.get(), "x", fds), -1);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// The receive every socket of the jail uses: the bytes, the descriptors (close-on-exec), a
+// truncated message flagged, and nothing waiting under MSG_DONTWAIT is EAGAIN, not a block.
+TEST(ReceiveWithFdsTest, BytesDescriptorsTruncationAndNothingWaiting) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]);
+  UniqueFd b(sv[1]);
+  const int sent[] = {a.get()};
+  ASSERT_EQ(SendWithFds(a.get(), "hello", sent), 5);
+  char data[16];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)];
+  msghdr msg;
+  ASSERT_EQ(ReceiveWithFds(b.get(), data, control, &msg), 5);
+  EXPECT_EQ(std::string_view(data, 5), "hello");
+  EXPECT_EQ(msg.msg_iov, nullptr);
+  std::vector<UniqueFd> got = TakeReceivedFds(msg);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(::fcntl(got[0].get(), F_GETFD) & FD_CLOEXEC, 0);
+
+  ASSERT_EQ(SendWithFds(a.get(), "hello", {}), 5);
+  ASSERT_EQ(ReceiveWithFds(b.get(), std::span<char>(data, 2), control, &msg), 2);
+  EXPECT_NE(msg.msg_flags & MSG_TRUNC, 0);
+
+  errno = 0;
+  EXPECT_EQ(ReceiveWithFds(b.get(), data, control, &msg, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
 }
 
 }  // namespace
