@@ -63,7 +63,11 @@ TemplateCheck CheckChatTemplate(std::string_view text, const TemplateLimits& lim
       h.construct = f.construct;
       h.rule = f.severity == jinja::Severity::kDangerous ? std::string(kTemplateEscape)
                                                           : std::string(kTemplateUnverified);
-      h.message = Envs(f.envs) + f.message;
+      // Names in a finding come from the template as written (an attribute spelled with \x0f is
+      // the name with that byte): escape what a terminal would act on, keep what is escaped.
+      h.message = Envs(f.envs);
+      base::AppendEscaped(&h.message, f.message,
+                          {.escape_backslash = false, .escape_invisible = true});
       hits.push_back(std::move(h));
     }
   }
