@@ -279,6 +279,12 @@ void ScanSet(const std::vector<ScanTarget>& targets, const std::vector<ManifestE
           v1::Finding f = RuleFinding("scan.selection", t.note);
           *file->add_findings() = std::move(f);
         }
+        if (!t.via.empty()) {
+          *file->add_findings() = RuleFinding(
+              "scan.folder_link",
+              absl::StrCat("reached through the folder link ", TerminalSafe(t.via),
+                           ": a loader given this path reads the file there"));
+        }
         if (!t.expected_sha256.empty()) {
           file->set_expected_sha256(t.expected_sha256);
           if (!file->sha256().empty() && file->sha256() != t.expected_sha256) {

@@ -7,13 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
+#include <map>
 #include <string_view>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "app/path_glob.h"
+#include "base/limit_status.h"
 
 namespace ckptscan::app {
 namespace {
@@ -127,50 +128,110 @@ std::string BlobDigest(const std::string& link) {
 struct PendingDir {
   std::string path;
   bool hf_cache = false;  // inside a cache repository folder's snapshots
+  // A symlink to a folder (opened through the link; its identity is checked once open), and
+  // the folder link every file below it was reached through ("" for none).
+  bool link = false;
+  std::string via;
 };
 
-// Walks `root` (a directory) with an explicit stack; appends what it finds to
-// `out`, sorted.
-void WalkDirectory(const std::string& root, const struct stat& root_st, Selection* selection,
-                   std::vector<ScanTarget>* out) {
-  const size_t root_prefix = root.back() == '/' ? root.size() : root.size() + 1;
-  std::vector<ScanTarget> found;
-  std::set<std::pair<dev_t, ino_t>> visited = {{root_st.st_dev, root_st.st_ino}};
-  // The root was named by the user and may be a symlink; below it, O_NOFOLLOW
-  // makes sure a directory swapped for a symlink after fstatat is not followed.
-  std::vector<PendingDir> pending;
-  {
+using DirId = std::pair<dev_t, ino_t>;
+
+// One walk of a command-line folder: the folders it holds first (their own links left for
+// later), then every folder link found, each target once by device and inode, so that a
+// folder reached both directly and through a link is listed under its own path.
+class Walk {
+ public:
+  Walk(const std::string& root, const struct stat& root_st, Selection* selection,
+       size_t max_entries)
+      : root_prefix_(root.back() == '/' ? root.size() : root.size() + 1),
+        selection_(selection),
+        max_entries_(max_entries) {
+    visited_.emplace(DirId{root_st.st_dev, root_st.st_ino}, root);
     std::string_view trimmed = root;
     while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
     const size_t slash = trimmed.rfind('/');
     const std::string_view name =
         slash == std::string_view::npos ? trimmed : trimmed.substr(slash + 1);
-    pending.push_back(PendingDir{root, IsHfCacheRepo(std::string(trimmed), name)});
+    // The root was named by the user and may be a symlink: it is opened following it.
+    PendingDir top{root, IsHfCacheRepo(std::string(trimmed), name), true, {}};
+    pending_.push_back(std::move(top));
+    root_ = true;
   }
-  bool is_root = true;
-  while (!pending.empty()) {
-    const PendingDir dir = std::move(pending.back());
-    pending.pop_back();
-    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_root ? 0 : O_NOFOLLOW);
-    is_root = false;
+
+  void Run(std::vector<ScanTarget>* out) {
+    size_t next_link = 0;
+    while (!stopped_) {
+      if (!pending_.empty()) {
+        PendingDir dir = std::move(pending_.back());
+        pending_.pop_back();
+        Directory(dir);
+        continue;
+      }
+      if (next_link == links_.size()) break;
+      // Folder links in path order (those found so far), so that the same tree gives the
+      // same walk.
+      std::sort(links_.begin() + static_cast<std::ptrdiff_t>(next_link), links_.end(),
+                [](const PendingDir& a, const PendingDir& b) { return a.path < b.path; });
+      pending_.push_back(std::move(links_[next_link++]));
+    }
+    std::sort(found_.begin(), found_.end(),
+              [](const ScanTarget& a, const ScanTarget& b) { return a.path < b.path; });
+    for (ScanTarget& t : found_) out->push_back(std::move(t));
+  }
+
+ private:
+  // Counts one entry against max_entries; false (and an ERROR entry, once) past it.
+  bool Count(const std::string& path) {
+    if (++entries_ <= max_entries_) return true;
+    stopped_ = true;
+    found_.push_back(Unreadable(
+        path, base::LimitError(absl::StrCat("the walk stopped at ", path, ": more than ",
+                                            max_entries_,
+                                            " files and folders (scan --max-walk-entries)"),
+                               "max_walk_entries", max_entries_)));
+    return false;
+  }
+
+  void Directory(const PendingDir& dir) {
+    // Below the root, O_NOFOLLOW makes sure a folder swapped for a symlink after fstatat is
+    // not followed; a folder link is opened through the link, and judged by what it opened.
+    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (dir.link ? 0 : O_NOFOLLOW);
+    const bool is_root = root_;
+    root_ = false;
     const int fd = ::open(dir.path.c_str(), flags);
     DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
     if (d == nullptr) {
       const int err = errno;
       if (fd >= 0) ::close(fd);
-      found.push_back(Unreadable(
+      found_.push_back(Unreadable(
           dir.path, absl::ErrnoToStatus(err, absl::StrCat("open directory ", dir.path))));
-      continue;
+      return;
     }
     absl::Cleanup close_dir = [d] { ::closedir(d); };
+    if (dir.link && !is_root) {
+      struct stat st;
+      if (::fstat(::dirfd(d), &st) != 0) {
+        const int err = errno;
+        found_.push_back(
+            Unreadable(dir.path, absl::ErrnoToStatus(err, absl::StrCat("stat ", dir.path))));
+        return;
+      }
+      const auto [it, fresh] = visited_.emplace(DirId{st.st_dev, st.st_ino}, dir.path);
+      if (!fresh) {
+        found_.push_back(Skipped(dir.path, absl::StrCat("symlink to a folder walked as ",
+                                                        it->second, " (each folder once)")));
+        return;
+      }
+    }
     const std::string prefix = dir.path.back() == '/' ? dir.path : dir.path + "/";
-    while (true) {
+    std::vector<PendingDir> links;
+    while (!stopped_) {
       errno = 0;
       const struct dirent* e = ::readdir(d);
       if (e == nullptr) {
         const int err = errno;
         if (err != 0) {
-          found.push_back(Unreadable(
+          found_.push_back(Unreadable(
               dir.path, absl::ErrnoToStatus(err, absl::StrCat("read directory ", dir.path))));
         }
         break;
@@ -178,75 +239,96 @@ void WalkDirectory(const std::string& root, const struct stat& root_st, Selectio
       const std::string_view name = e->d_name;
       if (name == "." || name == "..") continue;
       std::string path = prefix + std::string(name);
-      const std::string_view relative = std::string_view(path).substr(root_prefix);
-      if (name == ".git") {
-        found.push_back(Skipped(std::move(path), "git metadata (.git): no model loader reads it"));
-        continue;
-      }
-      if (dir.hf_cache && (name == "blobs" || name == "refs" || name == ".no_exist")) {
-        found.push_back(Skipped(
-            std::move(path),
-            name == "blobs"
-                ? "Hugging Face cache blobs: scanned through the snapshots that link to them"
-                : "Hugging Face cache bookkeeping, not model files"));
-        continue;
-      }
-      struct stat lst;
-      if (::fstatat(::dirfd(d), e->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
-        const int err = errno;
-        found.push_back(Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
-        continue;
-      }
-      bool is_dir = S_ISDIR(lst.st_mode);
-      struct stat st = lst;
-      if (S_ISLNK(lst.st_mode) && ::stat(path.c_str(), &st) == 0) is_dir = S_ISDIR(st.st_mode);
-      std::string note;
-      if (std::string why = selection->Skip(relative, is_dir); !why.empty()) {
-        if (is_dir || !IsIndexName(name)) {
-          found.push_back(Skipped(std::move(path), std::move(why)));
-          continue;
-        }
-        note = why + ", but scanned: a sharded checkpoint's index is always checked";
-      }
-      if (S_ISDIR(lst.st_mode)) {
-        if (visited.insert({lst.st_dev, lst.st_ino}).second) {
-          pending.push_back(PendingDir{path, IsHfCacheRepo(path, name)});
-        }
-        continue;
-      }
-      if (S_ISREG(lst.st_mode)) {
-        ScanTarget t = File(std::move(path));
-        t.note = std::move(note);
-        found.push_back(std::move(t));
-        continue;
-      }
-      if (S_ISLNK(lst.st_mode)) {
-        if (::stat(path.c_str(), &st) != 0) {
-          const int err = errno;
-          found.push_back(Unreadable(
-              path,
-              absl::ErrnoToStatus(err, absl::StrCat("dangling or unreadable symlink ", path))));
-        } else if (S_ISDIR(st.st_mode)) {
-          found.push_back(Skipped(std::move(path), "symlink to a directory, not followed"));
-        } else if (S_ISREG(st.st_mode)) {
-          std::string digest = BlobDigest(path);
-          ScanTarget t = File(std::move(path));
-          t.note = std::move(note);
-          t.expected_sha256 = std::move(digest);
-          found.push_back(std::move(t));
-        } else {
-          found.push_back(
-              Skipped(std::move(path), "symlink to a " + SpecialFileReason(st.st_mode)));
-        }
-        continue;
-      }
-      found.push_back(Skipped(std::move(path), SpecialFileReason(lst.st_mode)));
+      if (!Count(path)) break;
+      Entry(d, dir, name, std::move(path), &links);
     }
+    for (PendingDir& l : links) links_.push_back(std::move(l));
   }
-  std::sort(found.begin(), found.end(),
-            [](const ScanTarget& a, const ScanTarget& b) { return a.path < b.path; });
-  for (ScanTarget& t : found) out->push_back(std::move(t));
-}
+
+  void Entry(DIR* d, const PendingDir& dir, std::string_view name, std::string path,
+             std::vector<PendingDir>* links) {
+    const std::string_view relative = std::string_view(path).substr(root_prefix_);
+    if (name == ".git") {
+      found_.push_back(Skipped(std::move(path), "git metadata (.git): no model loader reads it"));
+      return;
+    }
+    if (dir.hf_cache && (name == "blobs" || name == "refs" || name == ".no_exist")) {
+      found_.push_back(Skipped(
+          std::move(path),
+          name == "blobs"
+              ? "Hugging Face cache blobs: scanned through the snapshots that link to them"
+              : "Hugging Face cache bookkeeping, not model files"));
+      return;
+    }
+    struct stat lst;
+    if (::fstatat(::dirfd(d), std::string(name).c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
+      const int err = errno;
+      found_.push_back(Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
+      return;
+    }
+    bool is_dir = S_ISDIR(lst.st_mode);
+    struct stat st = lst;
+    if (S_ISLNK(lst.st_mode) && ::stat(path.c_str(), &st) == 0) is_dir = S_ISDIR(st.st_mode);
+    std::string note;
+    if (std::string why = selection_->Skip(relative, is_dir); !why.empty()) {
+      if (is_dir || !IsIndexName(name)) {
+        found_.push_back(Skipped(std::move(path), std::move(why)));
+        return;
+      }
+      note = why + ", but scanned: a sharded checkpoint's index is always checked";
+    }
+    if (S_ISDIR(lst.st_mode)) {
+      if (visited_.emplace(DirId{lst.st_dev, lst.st_ino}, path).second) {
+        pending_.push_back(PendingDir{path, IsHfCacheRepo(path, name), false, dir.via});
+      }
+      return;
+    }
+    const auto file = [&](std::string digest) {
+      ScanTarget t = File(std::move(path));
+      t.note = std::move(note);
+      t.via = dir.via;
+      t.expected_sha256 = std::move(digest);
+      found_.push_back(std::move(t));
+    };
+    if (S_ISREG(lst.st_mode)) {
+      file("");
+      return;
+    }
+    if (S_ISLNK(lst.st_mode)) {
+      if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        found_.push_back(Unreadable(
+            path, absl::ErrnoToStatus(err, absl::StrCat("dangling or unreadable symlink ", path))));
+      } else if (S_ISDIR(st.st_mode)) {
+        // A loader reads through it wherever it points (a skipped folder such as .git or a
+        // cache's blobs included): walked after the real folders, each target once.
+        PendingDir l{path, IsHfCacheRepo(path, name), true, {}};
+        char target[4096];
+        const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+        l.via = path;
+        if (n > 0) absl::StrAppend(&l.via, " -> ", std::string(target, static_cast<size_t>(n)));
+        links->push_back(std::move(l));
+      } else if (S_ISREG(st.st_mode)) {
+        file(BlobDigest(path));
+      } else {
+        found_.push_back(Skipped(std::move(path), "symlink to a " + SpecialFileReason(st.st_mode)));
+      }
+      return;
+    }
+    found_.push_back(Skipped(std::move(path), SpecialFileReason(lst.st_mode)));
+  }
+
+  const size_t root_prefix_;
+  Selection* selection_;
+  const size_t max_entries_;
+  std::map<DirId, std::string> visited_;  // folders walked (or queued), by identity
+  std::vector<PendingDir> pending_;       // real folders still to walk
+  std::vector<PendingDir> links_;         // folder links, walked after the real folders
+  std::vector<ScanTarget> found_;
+  size_t entries_ = 0;
+  bool stopped_ = false;
+  bool root_ = false;
+};
 
 }  // namespace
 
@@ -273,7 +355,7 @@ absl::StatusOr<Expansion> ExpandScanPaths(const std::vector<std::string>& paths,
       out.targets.push_back(
           Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
     } else if (S_ISDIR(st.st_mode)) {
-      WalkDirectory(path, st, &selection, &out.targets);
+      Walk(path, st, &selection, options.max_entries).Run(&out.targets);
     } else {
       out.targets.push_back(File(path));
     }

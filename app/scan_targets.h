@@ -3,14 +3,20 @@
 // A path named on the command line is taken as given: symlinks are followed
 // (the user chose it), a directory is walked, anything else is a file to scan
 // (ScanFileInProcess refuses what is not a regular file, so it becomes an ERROR
-// entry). Inside a directory, walked without recursion and without following
-// symlinked directories:
-//   - regular files, and symlinks to regular files, are scanned;
-//   - symlinks to directories are skipped and reported (never followed: no
-//   loops, no escape);
+// entry). Inside a directory, walked without recursion (an explicit stack), every path a
+// loader can reach is found:
+//   - regular files, and symlinks to regular files (inside or outside the folder), are
+//   scanned;
+//   - symlinks to directories are followed wherever they point (outside the folder, into a
+//   skipped .git or cache blobs folder), after the folder's own directories: each directory
+//   is walked once, by device and inode, so a loop ends and a folder reached both directly
+//   and through a link is listed under its own path (the link is kSkipped, naming it). A
+//   file found below a folder link names it in `via`;
 //   - FIFOs, sockets and devices are skipped and reported;
 //   - dangling symlinks and unreadable directories are kUnreadable (ERROR
-//   entries).
+//   entries);
+//   - past WalkOptions::max_entries files and folders (links can reach a whole filesystem)
+//   the walk stops with a kUnreadable entry naming the limit, so the scan is not verified.
 // The entries of one command-line directory are sorted by path (bytewise), so
 // the same tree gives the same order.
 // Selection (scan --include / --exclude, app/path_glob.h): gitignore-style patterns matched
@@ -45,11 +51,16 @@ struct ScanTarget {
   std::string reason;           // kSkipped: why, e.g. "symlink to a directory, not followed"
   std::string note;             // kFile: why it is scanned although a pattern matched it
   std::string expected_sha256;  // kFile: the digest its name promises (a cache blob), or ""
+  std::string via;              // kFile: the folder link it was reached through, "LINK -> TARGET"
 };
+
+inline constexpr size_t kDefaultMaxWalkEntries = 1000000;
 
 struct WalkOptions {
   std::vector<std::string> includes;  // scan --include (none: every file)
   std::vector<std::string> excludes;  // scan --exclude
+  // scan --max-walk-entries: files and folders one command-line folder's walk may list.
+  size_t max_entries = kDefaultMaxWalkEntries;
 };
 
 struct Expansion {

@@ -67,20 +67,98 @@ TEST_F(ScanTargetsTest, TrailingSlashDoesNotDoubleTheSeparator) {
   EXPECT_EQ(t[0].path, P("a.pkl"));
 }
 
-TEST_F(ScanTargetsTest, SymlinkedDirectoryIsSkippedAndReportedNotFollowed) {
+TEST_F(ScanTargetsTest, FolderLinkToAWalkedFolderIsListedOnceAndLoopsEnd) {
   Mkdir("real");
   Touch("real/x.pkl");
   Symlink(root_ + "/real", "link");
-  Symlink(".", "real/loop");  // would loop forever if followed
+  Symlink(".", "real/loop");  // would loop forever if walked again
   const std::vector<ScanTarget> t = ExpandScanPaths({root_});
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].path, P("link"));
   EXPECT_EQ(t[0].kind, Kind::kSkipped);
-  EXPECT_THAT(t[0].reason, testing::HasSubstr("not followed"));
+  EXPECT_THAT(t[0].reason, testing::HasSubstr("walked as " + P("real")));
   EXPECT_EQ(t[1].path, P("real/loop"));
   EXPECT_EQ(t[1].kind, Kind::kSkipped);
   EXPECT_EQ(t[2].path, P("real/x.pkl"));
   EXPECT_EQ(t[2].kind, Kind::kFile);
+  EXPECT_EQ(t[2].via, "");
+}
+
+// A checkpoint behind a folder link: torch.load("repo/checkpoint-500/pytorch_model.bin")
+// reads through it, wherever it points.
+TEST_F(ScanTargetsTest, FolderLinkIsFollowedOutsideTheFolderAndIntoSkippedFolders) {
+  Mkdir("repo");
+  Mkdir("repo/.git");
+  Mkdir("repo/.git/objects");
+  Touch("repo/.git/objects/pytorch_model.bin");
+  Mkdir("vendor");
+  Touch("vendor/model.pt");
+  Symlink(".git/objects", "repo/checkpoint-500");
+  Symlink("../vendor", "repo/models");
+  const std::vector<ScanTarget> t = ExpandScanPaths({P("repo")});
+  std::vector<std::string> files;
+  for (const ScanTarget& x : t) {
+    if (x.kind == Kind::kFile) {
+      files.push_back(x.path);
+      EXPECT_THAT(x.via, testing::StartsWith(P(x.path.find("models") != std::string::npos
+                                                    ? "repo/models -> ../vendor"
+                                                    : "repo/checkpoint-500 -> .git/objects")));
+    }
+  }
+  EXPECT_THAT(files, testing::ElementsAre(P("repo/checkpoint-500/pytorch_model.bin"),
+                                          P("repo/models/model.pt")));
+}
+
+TEST_F(ScanTargetsTest, TwoLinksToOneFolderWalkItOnce) {
+  Mkdir("repo");
+  Mkdir("outside");
+  Touch("outside/w.bin");
+  Symlink("../outside", "repo/a");
+  Symlink("../outside", "repo/b");
+  Symlink("..", "repo/outside-parent");  // the repository's parent, "outside" included
+  const std::vector<ScanTarget> t = ExpandScanPaths({P("repo")});
+  int files = 0;
+  for (const ScanTarget& x : t) files += x.kind == Kind::kFile;
+  EXPECT_EQ(files, 1);
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(t[0].path, P("repo/a/w.bin"));
+  EXPECT_EQ(t[1].path, P("repo/b"));
+  EXPECT_THAT(t[1].reason, testing::HasSubstr("walked as " + P("repo/a")));
+}
+
+// A snapshot that is itself a link into the cache's blobs (which the walk skips by name).
+TEST_F(ScanTargetsTest, HfCacheSnapshotFolderLinkIntoBlobsIsWalked) {
+  Mkdir("models--org--name");
+  Mkdir("models--org--name/blobs");
+  Mkdir("models--org--name/blobs/rev");
+  Touch("models--org--name/blobs/rev/pytorch_model.bin");
+  Mkdir("models--org--name/snapshots");
+  Symlink("../blobs/rev", "models--org--name/snapshots/abc");
+  const std::vector<ScanTarget> t = ExpandScanPaths({P("models--org--name")});
+  std::vector<std::string> files;
+  for (const ScanTarget& x : t) {
+    if (x.kind == Kind::kFile) files.push_back(x.path);
+  }
+  EXPECT_THAT(files,
+              testing::ElementsAre(P("models--org--name/snapshots/abc/pytorch_model.bin")));
+}
+
+TEST_F(ScanTargetsTest, WalkPastMaxEntriesStopsWithAnErrorNamingTheLimit) {
+  Mkdir("d");
+  for (int i = 0; i < 5; ++i) Touch("d/f" + std::to_string(i));
+  Symlink("/", "d/root");  // a link can reach the whole filesystem
+  WalkOptions options;
+  options.max_entries = 4;
+  const absl::StatusOr<Expansion> e = ExpandScanPaths({root_}, options);
+  ASSERT_TRUE(e.ok());
+  int errors = 0;
+  for (const ScanTarget& x : e->targets) {
+    if (x.kind != Kind::kUnreadable) continue;
+    ++errors;
+    EXPECT_THAT(std::string(x.status.message()),
+                testing::HasSubstr("scan --max-walk-entries"));
+  }
+  EXPECT_EQ(errors, 1);
 }
 
 TEST_F(ScanTargetsTest, SymlinkedFileInsideAFolderIsScanned) {

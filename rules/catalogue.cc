@@ -314,6 +314,11 @@ std::vector<RuleInfo> Build() {
                "scanned: a sharded checkpoint's index is always checked, so that its shards are "
                "found. Informational.",
                v1::VERDICT_SAFE, v1::SEVERITY_INFO},
+      RuleInfo{"scan.folder_link", "Reached through a folder link",
+               "The file was found below a symbolic link to a folder (the walk follows them "
+               "wherever they point, each folder once, because a loader given the path reads "
+               "through them). Informational: the path shows where a loader finds it.",
+               v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       RuleInfo{"repo.remote_code", "Code the repository asks loaders to run",
                "A config's auto_map names classes in the repository's own Python files, or the "
                "file is one (*.py): transformers imports and runs them when the model is loaded "

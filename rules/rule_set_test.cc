@@ -1594,7 +1594,8 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
   // (app/scan_set.h).
   const std::set<std::string> emitted_by_pipeline = {
       "sandbox.violation", "template.sandbox_escape", "template.unverified", "template.syntax",
-      "repo.remote_code",  "file.unknown_format",     "manifest.unlisted",   "scan.selection"};
+      "repo.remote_code",  "file.unknown_format",     "manifest.unlisted",   "scan.selection",
+      "scan.folder_link"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
     // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
@@ -1632,6 +1633,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "file.unknown_format",
                                        "manifest.unlisted",
                                        "scan.selection",
+                                       "scan.folder_link",
                                        "keras.lambda",
                                        "keras.function",
                                        "keras.dangerous_object",

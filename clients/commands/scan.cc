@@ -64,6 +64,7 @@ struct ScanOptions {
   std::string fail_on = "suspicious";
   std::vector<std::string> includes;
   std::vector<std::string> excludes;
+  size_t max_walk_entries = app::kDefaultMaxWalkEntries;
   std::string unknown = "error";
   std::string manifest;
   std::string sarif_output;
@@ -168,7 +169,7 @@ CommandResult RunScan(const ScanOptions& opt) {
   // found (manifest.unlisted).
   std::vector<std::string> paths = opt.paths;
   if (paths.empty()) paths.push_back(app::ManifestFolder(opt.manifest));
-  app::WalkOptions walk{opt.includes, opt.excludes};
+  app::WalkOptions walk{opt.includes, opt.excludes, opt.max_walk_entries};
   absl::StatusOr<app::Expansion> expansion = app::ExpandScanPaths(paths, walk);
   if (!expansion.ok()) {
     return UsageError(
@@ -372,6 +373,12 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "skipped")
       ->type_name("GLOB")
       ->allow_extra_args(false);
+  scan->add_option("--max-walk-entries", scan_opt->max_walk_entries,
+                   "Files and folders one scanned folder's walk may list. Folder links are "
+                   "followed wherever they point (each folder once), so a link can reach a "
+                   "whole filesystem: past this many the walk stops with an ERROR")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   scan->add_option("--unknown", scan_opt->unknown,
                    "A file in no format ckptscan verifies: error (ERROR, exit 2), warn "
                    "(SUSPICIOUS, finding file.unknown_format) or skip (listed as skipped)")
