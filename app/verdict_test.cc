@@ -37,6 +37,7 @@ TEST(ErrorCodeNameTest, EveryCodeKeepsItsDocumentedSpelling) {
       {v1::ERROR_CODE_MISSING_SHARD, "missing_shard"},
       {v1::ERROR_CODE_DIGEST_MISMATCH, "digest_mismatch"},
       {v1::ERROR_CODE_SERVER, "server"},
+      {v1::ERROR_CODE_NOT_PRESENT, "not_present"},
   };
   ASSERT_EQ(std::size(names), static_cast<size_t>(v1::ErrorCode_MAX));  // every code listed
   for (const auto& [code, name] : names) {

@@ -17,6 +17,7 @@ printf '\x80\x02}q\x00.' >safe.pkl                      # {} (protocol 2)
 printf "cposix\nsystem\n(S'id'\ntR." >evil.pkl           # posix.system('id')
 printf '\x80\x02}q\x00' >truncated.pkl                  # no STOP
 : >empty.pkl
+: >empty.txt
 printf 'not a pickle' | gzip >model.pt.gz
 mkdir -p dir/sub && cp safe.pkl dir/a.pkl && cp evil.pkl dir/sub/b.pkl
 ln -s "$tmp/dir/sub" dir/linked
@@ -48,9 +49,16 @@ fi
 
 # An empty file holds nothing any loader could run (pickle.load raises EOFError on it): data
 # of format "empty", SAFE whatever its name, and the report says what it is.
-name=EmptyFileIsEmptyDataWhateverTheName
-if run "$name" 0 "$bin" scan --format json empty.pkl; then
+name=EmptyFileIsEmptyData
+if run "$name" 0 "$bin" scan --format json empty.txt; then
   "$py" -c 'import json; f = json.load(open("out.txt"))["files"][0]; assert (f["format"], f["kind"], f["verdict"]) == ("empty", "data", "SAFE"), f' \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+
+# Under a name loaders read weights from, an empty file means the weights are missing.
+name=EmptyWeightsFileIsNotPresent
+if run "$name" 2 "$bin" scan --format json empty.pkl; then
+  "$py" -c 'import json; f = json.load(open("out.txt"))["files"][0]; assert (f["format"], f["verdict"], [e["code"] for e in f["errors"]]) == ("empty", "ERROR", ["not_present"]), f' \
     && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
@@ -109,9 +117,9 @@ assert all(len(r["partialFingerprints"]["ckptscanFinding/v1"]) == 64 for r in ru
 '; then pass "$name"; else fail "$name" "$(head -c 2000 out.txt)"; fi
 fi
 
-name=FolderScanIsRecursiveSortedAndSkipsSymlinkedFolders
+name=FolderScanIsRecursiveSortedAndWalksEachFolderOnce
 if run "$name" 1 "$bin" scan dir; then
-  if contains out.txt "skipped: dir/linked (symlink to a directory, not followed)" &&
+  if contains out.txt "skipped: dir/linked (symlink to a folder walked as dir/sub (each folder once))" &&
      [[ "$(grep -c ': SAFE\|: DANGEROUS' out.txt)" == 2 ]] &&
      [[ "$(grep -n 'dir/a.pkl' out.txt | cut -d: -f1)" -lt "$(grep -n 'dir/sub/b.pkl' out.txt | cut -d: -f1)" ]]; then
     pass "$name"

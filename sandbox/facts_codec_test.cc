@@ -518,7 +518,7 @@ TEST(FactsCodecTest, UnknownVmErrorCode) {
 TEST(FactsCodecTest, ErrorCodeAWorkerDoesNotGiveIsRejected) {
   for (uint32_t code : {uint32_t{v1::ERROR_CODE_UNSPECIFIED}, uint32_t{v1::ERROR_CODE_CANCELLED},
                         uint32_t{v1::ERROR_CODE_DIGEST_MISMATCH}, uint32_t{v1::ERROR_CODE_SANDBOX},
-                        uint32_t{v1::ERROR_CODE_IO}, 12u, 0xffffffffu}) {
+                        uint32_t{v1::ERROR_CODE_IO}, 13u, 0xffffffffu}) {
     wv1::Result r;
     EncodeFacts(EveryFieldFacts(), r.mutable_facts());
     r.mutable_facts()->mutable_errors(0)->set_code(code);
@@ -526,7 +526,8 @@ TEST(FactsCodecTest, ErrorCodeAWorkerDoesNotGiveIsRejected) {
                    absl::StrCat("error 0: code ", code, " is not an error code a worker gives"));
   }
   for (v1::ErrorCode code :
-       {v1::ERROR_CODE_MALFORMED, v1::ERROR_CODE_UNSUPPORTED, v1::ERROR_CODE_LIMIT}) {
+       {v1::ERROR_CODE_MALFORMED, v1::ERROR_CODE_UNSUPPORTED, v1::ERROR_CODE_LIMIT,
+        v1::ERROR_CODE_NOT_PRESENT}) {
     FileFacts facts = EveryFieldFacts();
     facts.errors[0].set_code(code);
     absl::StatusOr<DecodedResult> back = DecodeResult(Payload(facts));

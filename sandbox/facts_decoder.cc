@@ -197,7 +197,7 @@ absl::Status DecodeStream(const wv1::StreamFacts& p, size_t member, pickle::Stre
 // a digest mismatch): a worker that claims one is refused, as is a number the enum lacks.
 bool WorkerErrorCode(uint32_t code) {
   return code == v1::ERROR_CODE_MALFORMED || code == v1::ERROR_CODE_UNSUPPORTED ||
-         code == v1::ERROR_CODE_LIMIT;
+         code == v1::ERROR_CODE_LIMIT || code == v1::ERROR_CODE_NOT_PRESENT;
 }
 
 absl::StatusOr<v1::ScanError> DecodeScanError(const wv1::ScanError& p, size_t index) {

@@ -190,10 +190,15 @@ class ScanTest(DaemonTestCase):
                 self.assertEqual(as_cli_text(got), want)
 
     def test_empty_upload_is_a_report_of_empty_data_not_an_rpc_error(self):
-        # Zero bytes hold nothing a loader could run: data of format "empty", whatever the name.
-        report = self.client.scan_bytes("empty.pt", b"")
+        # Zero bytes hold nothing a loader could run: data of format "empty"; under a name
+        # loaders read weights from, the weights are missing (ERROR not_present).
+        report = self.client.scan_bytes("empty.txt", b"")
         f = report_to_dict(report)["files"][0]
         self.assertEqual((f["format"], f["kind"], f["verdict"]), ("empty", "data", "SAFE"))
+        report = self.client.scan_bytes("empty.pt", b"")
+        f = report_to_dict(report)["files"][0]
+        self.assertEqual((f["format"], f["verdict"], [e["code"] for e in f["errors"]]),
+                         ("empty", "ERROR", ["not_present"]))
 
     def test_chunk_over_the_daemons_message_cap_is_refused_here(self):
         with self.assertRaises(ValueError):

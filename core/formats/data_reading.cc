@@ -32,6 +32,14 @@ bool Reader::Text(std::string_view data, torch::MemberFacts* m) {
   if (c.outcome == content::Check::Outcome::kNotClass) return false;
   out_->format = "text";
   if (!c.valid()) Error(c.status, absl::StrCat("text: ", c.status.message()), "", c.offset);
+  if (const std::optional<LfsPointer> lfs = ReadLfsPointer(data)) {
+    Error(v1::ERROR_CODE_NOT_PRESENT,
+          absl::StrCat("a Git LFS pointer, not the file's content (", base::AbslView(lfs->oid),
+                       ", ", base::AbslView(lfs->size),
+                       "): the content is not present, so nothing was verified; fetch it with "
+                       "`git lfs pull` (or check out with LFS) and scan again"),
+          "", 0);
+  }
   m->member = "(as pickle)";
   m->alternative = true;
   if (MustKeep(m->stream)) {

@@ -1,6 +1,7 @@
 #include "core/formats/read_file.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <string>
@@ -8,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/checked.h"
 #include "base/escape.h"
 #include "base/limit_status.h"
@@ -126,6 +129,35 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+bool IsWeightsName(std::string_view file_name) {
+  const size_t dot = file_name.rfind('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string ext = absl::AsciiStrToLower(std::string(file_name.substr(dot + 1)));
+  static constexpr std::string_view kExtensions[] = {
+      "bin",  "pt",  "pth",   "ckpt",  "pkl",     "pickle", "joblib", "npy",  "npz",
+      "safetensors", "gguf", "ggml", "onnx", "h5", "hdf5", "keras", "msgpack", "model", "nemo"};
+  return std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
+}
+
+std::optional<LfsPointer> ReadLfsPointer(std::string_view data) {
+  constexpr size_t kMaxPointerBytes = 1024;  // git-lfs never reads a larger blob as a pointer
+  if (data.size() > kMaxPointerBytes) return std::nullopt;
+  const size_t eol = data.find('\n');
+  const std::string_view first = data.substr(0, eol);
+  if (first.rfind("version ", 0) != 0 ||
+      (first.find("git-lfs") == std::string_view::npos &&
+       first.find("hawser") == std::string_view::npos)) {
+    return std::nullopt;
+  }
+  LfsPointer p{"no oid line", "no size line"};
+  for (absl::string_view piece : absl::StrSplit(base::AbslView(data), '\n')) {
+    const std::string_view line = base::StdView(piece);
+    if (line.rfind("oid ", 0) == 0) p.oid = Esc(line);
+    if (line.rfind("size ", 0) == 0) p.size = Esc(line);
+  }
+  return p;
+}
+
 std::string Esc(std::string_view s) {
   return base::Escaped(s, base::EscapeOptions{.escape_backslash = true, .escape_invisible = true});
 }
@@ -231,8 +263,16 @@ constexpr Reading kAlternativeOrder[] = {Reading::kTar, Reading::kJoblibCompress
 
 void Reader::File(std::string_view data) {
   if (data.empty()) {
-    // Nothing for any loader to read, and nothing to run: data.
+    // Nothing for any loader to read, and nothing to run: data. Under a weights name, though,
+    // the weights are missing (a failed download or checkout), and nothing was verified.
     out_->format = "empty";
+    if (IsWeightsName(options_.file_name)) {
+      Error(v1::ERROR_CODE_NOT_PRESENT,
+            absl::StrCat("an empty file where a loader reads weights (",
+                         base::AbslView(base::Quoted(options_.file_name)),
+                         "): the weights are not present, so nothing was verified"),
+            "", 0);
+    }
     return;
   }
   const Sniff b(data, options_.content);

@@ -53,7 +53,8 @@ struct ReadOptions {
   onnx_check::Limits onnx;            // ONNX models (core/onnx/onnx_check.h)
   // The file's name as the caller knows it (its last component), or "". Only what a loader
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
-  // chat_template.jinja). The format never comes from it.
+  // chat_template.jinja); an empty file under a weights name (IsWeightsName in reader.h) is
+  // ERROR not_present. The format never comes from it.
   std::string file_name;
   // Set by the reader itself for the config.json at the root of a zip of files: what
   // keras.saving.load_model reads from a .keras archive, whose objects are judged

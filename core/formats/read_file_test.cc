@@ -21,6 +21,7 @@
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/tensors.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -132,6 +133,47 @@ TEST(FormatsTest, EveryFixtureMatchesWhatTorchAndNumpyReported) {
     ++files;
   }
   EXPECT_GE(files, 20u);
+}
+
+// A checkout made without Git LFS holds pointers where the weights should be: never SAFE,
+// whatever the name (git-lfs reads pointers of up to 1,024 bytes).
+TEST(FormatsTest, GitLfsPointerIsNotPresentWhateverItsName) {
+  const std::string pointer =
+      "version https://git-lfs.github.com/spec/v1\n"
+      "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+      "size 12345\n";
+  for (const char* name : {"pytorch_model.bin", "model.safetensors", "tokenizer.json", ""}) {
+    ReadOptions options;
+    options.file_name = name;
+    const FileFacts f = ReadFile(pointer, pickle::Vm(), options);
+    ASSERT_EQ(f.errors.size(), 1u) << name;
+    EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_NOT_PRESENT) << name;
+    EXPECT_THAT(f.errors[0].message(), testing::HasSubstr("git lfs pull"));
+    EXPECT_THAT(f.errors[0].message(), testing::HasSubstr("size 12345"));
+  }
+  // The old spec name, no oid: still a pointer to git-lfs.
+  EXPECT_EQ(ReadFile("version https://hawser.github.com/spec/v1\n", pickle::Vm()).errors.size(),
+            1u);
+  // Text that merely mentions git-lfs, or a pointer-shaped text over 1,024 bytes, is text.
+  EXPECT_TRUE(ReadFile("see https://git-lfs.github.com/spec/v1\n", pickle::Vm()).errors.empty());
+  EXPECT_TRUE(ReadFile(pointer + std::string(1100, 'x'), pickle::Vm()).errors.empty());
+}
+
+TEST(FormatsTest, EmptyFileIsNotPresentOnlyUnderAWeightsName) {
+  for (const char* name : {"pytorch_model.bin", "model.SAFETENSORS", "x.gguf", "tokenizer.model"}) {
+    ReadOptions options;
+    options.file_name = name;
+    const FileFacts f = ReadFile("", pickle::Vm(), options);
+    ASSERT_EQ(f.errors.size(), 1u) << name;
+    EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_NOT_PRESENT) << name;
+  }
+  for (const char* name : {"__init__.py", ".gitkeep", "README.md", "bin", ""}) {
+    ReadOptions options;
+    options.file_name = name;
+    const FileFacts f = ReadFile("", pickle::Vm(), options);
+    EXPECT_TRUE(f.errors.empty()) << name;
+    EXPECT_EQ(f.format, "empty");
+  }
 }
 
 TEST(FormatsTest, LegacyMagicMustBeALiteral) {

@@ -69,6 +69,20 @@ bool StartsLikeJinja(std::string_view data);
 
 bool EndsWith(std::string_view s, std::string_view suffix);
 
+// A name loaders read weights or other model data from (pytorch_model.bin, model.safetensors,
+// x.gguf, tokenizer.model, ...), by its extension, ASCII case-insensitive.
+bool IsWeightsName(std::string_view file_name);
+
+// A Git LFS pointer (git-lfs's docs/spec.md): what a checkout made without LFS holds in place
+// of the content. Read as git-lfs reads one: at most 1,024 bytes, whose first line is
+// "version URL" with git-lfs's (or its old name hawser's) spec URL; oid and size, when the
+// lines are there, escaped for a message ("" otherwise).
+struct LfsPointer {
+  std::string oid;   // "oid sha256:..." or "no oid line"
+  std::string size;  // "size N" or "no size line"
+};
+std::optional<LfsPointer> ReadLfsPointer(std::string_view data);
+
 std::string Esc(std::string_view s);
 
 // The first bytes of a file, escaped, for a message.
