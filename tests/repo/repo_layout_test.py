@@ -375,6 +375,91 @@ def server(a, tmp, root):
         log.close()
 
 
+def links(a, tmp, expect):
+    """Folder links are followed wherever they point, each folder once; placeholders of weights
+    (a Git LFS pointer, an empty pytorch_model.bin) are ERROR. Each layout was SAFE with exit 0
+    before the walk followed folder links (issue: repositories fail closed)."""
+    def evil_dir(path):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "pytorch_model.bin"), "wb") as f:
+            f.write(EVIL_PICKLE)
+
+    def expect_dangerous(name, root, culprit, *extra):
+        rc, report, err = scan_json(a, "--fail-on", "dangerous", *extra, root)
+        files = by_rel(report, root)
+        f = files.get(culprit)
+        check(rc == 1, f"links: {name}: exit {rc}, want 1: {err.strip()[:300]}")
+        if check(f is not None, f"links: {name}: {culprit} was not scanned: {sorted(files)}"):
+            check(f["verdict"] == "DANGEROUS", f"links: {name}: {culprit} is {f['verdict']}")
+            check(any(x["rule_id"] == "scan.folder_link" for x in f["findings"]),
+                  f"links: {name}: {culprit} does not name the link it was reached through")
+        return report
+
+    # A checkpoint folder linked into .git (which the walk skips by name).
+    root = make_repo(a, tmp, "link_into_git")
+    evil_dir(os.path.join(root, ".git", "objects", "ck"))
+    os.symlink(".git/objects/ck", os.path.join(root, "checkpoint-500"))
+    expect_dangerous("checkpoint-500 -> .git/objects/ck", root, "checkpoint-500/pytorch_model.bin")
+    # A folder link out of the scanned path (the Action's `paths:`).
+    base = os.path.join(tmp, "outside_link")
+    root = make_repo(a, base, "models")
+    evil_dir(os.path.join(base, "vendor", "ckpt"))
+    os.symlink("../vendor/ckpt", os.path.join(root, "ckpt"))
+    expect_dangerous("ckpt -> ../vendor/ckpt", root, "ckpt/pytorch_model.bin")
+    # A cache snapshot that is itself a link into blobs/.
+    cache_root = os.path.join(tmp, "cache_snapshot_link")
+    shutil.copytree(os.path.join(a.fixtures, "hf-cache"), cache_root, symlinks=True)
+    repo = os.path.join(cache_root, "models--ckptscan--tiny")
+    evil_dir(os.path.join(repo, "blobs", "evil-rev"))
+    os.symlink("../blobs/evil-rev", os.path.join(repo, "snapshots", "e" * 40))
+    expect_dangerous("snapshots/REV -> ../blobs/evil-rev", cache_root,
+                     f"models--ckptscan--tiny/snapshots/{'e' * 40}/pytorch_model.bin")
+    # Manifest mode: a file behind a folder link is found, and reported as unlisted.
+    root = os.path.join(tmp, "manifest_link")
+    os.makedirs(root)
+    shutil.copyfile(os.path.join(a.fixtures, "model", "pytorch_model.bin"),
+                    os.path.join(root, "pytorch_model.bin"))
+    digest = hashlib.sha256(open(os.path.join(root, "pytorch_model.bin"), "rb").read())
+    with open(os.path.join(root, "SHA256SUMS"), "w") as f:
+        f.write(f"{digest.hexdigest()}  pytorch_model.bin\n")
+    evil_dir(os.path.join(tmp, "manifest_elsewhere"))
+    os.symlink("../manifest_elsewhere", os.path.join(root, "extra"))
+    rc, report, err = scan_json(a, "--manifest", os.path.join(root, "SHA256SUMS"))
+    f = by_rel(report, root).get("extra/pytorch_model.bin", {})
+    check(rc == 1 and "manifest.unlisted" in [x["rule_id"] for x in f.get("findings", [])],
+          f"links: manifest: the file behind a folder link: exit {rc}, {f}")
+    # Benign: a checkpoint-N link inside the repository, and a loop: exit 0, each file once.
+    root = make_repo(a, tmp, "benign_links")
+    os.makedirs(os.path.join(root, "checkpoint-1"))
+    shutil.copyfile(os.path.join(root, "pytorch_model.bin"),
+                    os.path.join(root, "checkpoint-1", "pytorch_model.bin"))
+    os.symlink("checkpoint-1", os.path.join(root, "last-checkpoint"))
+    os.symlink("..", os.path.join(root, "checkpoint-1", "parent"))
+    rc, report, err = scan_json(a, "--fail-on", "dangerous", root)
+    files = by_rel(report, root)
+    check(rc == 0, f"links: benign: exit {rc}: {err.strip()[:300]}")
+    check(len(files) == len(expect["repository"]) + 1 and
+          "checkpoint-1/pytorch_model.bin" in files and
+          not any(r.startswith("last-checkpoint/") for r in files),
+          f"links: benign: each file once under its own path: {sorted(files)}")
+    skipped = {os.path.relpath(s["path"], root): s["reason"] for s in report["skipped"]}
+    check("walked as" in skipped.get("last-checkpoint", "") and
+          "walked as" in skipped.get("checkpoint-1/parent", ""),
+          f"links: benign: the links to walked folders are not listed: {skipped}")
+    # Placeholders: a checkout without LFS, and an empty weights file.
+    root = make_repo(a, tmp, "lfs")
+    with open(os.path.join(root, "pytorch_model.bin"), "w") as f:
+        f.write("version https://git-lfs.github.com/spec/v1\n"
+                f"oid sha256:{'0' * 64}\nsize 1048576\n")
+    open(os.path.join(root, "model.safetensors"), "wb").close()
+    rc, report, err = scan_json(a, "--fail-on", "dangerous", root)
+    files = by_rel(report, root)
+    for rel in ("pytorch_model.bin", "model.safetensors"):
+        codes = [e["code"] for e in files.get(rel, {}).get("errors", [])]
+        check(rc == 2 and codes == ["not_present"], f"links: placeholder {rel}: exit {rc}, {codes}")
+    print("links: 5 layouts through folder links, 2 placeholders")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ckptscan", required=True)
@@ -391,6 +476,7 @@ def main():
         unknown(a, tmp)
         cache(a, tmp, expect)
         manifest(a, tmp)
+        links(a, tmp, expect)
         reports(a, tmp, root)
         server(a, tmp, root)
     print(f"repository: {len(expect['repository'])} files, {len(cases)} malicious variants, "
