@@ -245,11 +245,13 @@ class Parser {
     return f;
   }
 
-  bool IsTupleEnd(EndRule end) const {
-    if (Is(Tok::kVariableEnd) || Is(Tok::kBlockEnd) || Is(Tok::kRParen)) return true;
-    if (end == EndRule::kIn) return IsName("in");
-    if (end == EndRule::kRecursive) return IsName("recursive");
-    return false;
+  // Jinja's is_tuple_end (3.1.2 and 3.1.6) passes its extra_end_rules tuple to
+  // Token.test_any(*iterable) as one argument, so a rule never matches: after a comma,
+  // `{% for m, in x %}` parses `in` as a second target (and fails at `x`), and
+  // `{% for m in a, recursive %}` loops over the tuple (a, recursive). The rule is kept in
+  // the frames (it names what Jinja meant) but, as in Jinja, ends nothing.
+  bool IsTupleEnd(EndRule) const {
+    return Is(Tok::kVariableEnd) || Is(Tok::kBlockEnd) || Is(Tok::kRParen);
   }
 
   // Runs `first` to completion; *out gets its node (kNoNode when a problem was found).

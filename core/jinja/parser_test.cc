@@ -29,6 +29,25 @@ TEST(JinjaParserTest, UnknownFilterIsRefusedAsJinjaRefusesIt) {
   EXPECT_FALSE(p->problem->unsupported);
 }
 
+// Jinja's tuple end rules ("in", "recursive") never match (is_tuple_end hands test_any its
+// tuple as one argument, in 3.1.2 and 3.1.6): a trailing comma takes the next name as a
+// target. Checked with both jinja2 releases.
+TEST(JinjaParserTest, TupleEndRulesNeverMatchAsInJinja) {
+  for (const char* refused : {"{% for m, in x %}{{ m }}{% endfor %}",
+                              "{% for m ,in x %}{{ m }}{% endfor %}",
+                              "{% for m, n, in x %}{% endfor %}"}) {
+    const absl::StatusOr<Parsed> p = Parse(refused, {});
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->problem.has_value()) << refused;
+  }
+  for (const char* read : {"{% for (m,) in x %}{{ m }}{% endfor %}",
+                           "{% for m in a, recursive %}{{ m }}{% endfor %}"}) {
+    const absl::StatusOr<Parsed> p = Parse(read, {});
+    ASSERT_TRUE(p.ok());
+    EXPECT_FALSE(p->problem.has_value()) << read << ": " << p->problem->message;
+  }
+}
+
 TEST(JinjaParserTest, UnclosedForIsRefused) {
   const absl::StatusOr<Parsed> p = Parse("{% for x in y %}{{ x }}", {});
   ASSERT_TRUE(p.ok());
