@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -279,6 +280,22 @@ TEST(PinnedScanTest, ALeasedFileNobodyWritesIsSafeAndReleased) {
 
 // A writer that opens the file while the worker still runs stops the job early (the writer
 // waits less), and it is ERROR with the io error, not "cancelled".
+// Waits (up to 30 s) until /proc/locks shows a lease on `path`'s inode.
+void WaitForLease(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  const std::string inode = absl::StrCat(":", st.st_ino, " ");
+  for (int i = 0; i < 30000; ++i) {
+    std::ifstream locks("/proc/locks");
+    for (std::string line; std::getline(locks, line);) {
+      if (line.find("LEASE") != std::string::npos && line.find(inode) != std::string::npos) {
+        return;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 TEST(PinnedScanTest, ALeaseBrokenWhileTheWorkerRunsStopsItAsAnIoError) {
   SKIP_UNDER_SANITIZERS();
   // A pickle the worker needs a while for: None memoized many times.
@@ -292,7 +309,9 @@ TEST(PinnedScanTest, ALeaseBrokenWhileTheWorkerRunsStopsItAsAnIoError) {
   }
   std::string pin;
   std::thread writer([&] {
-    absl::SleepFor(absl::Milliseconds(30));
+    // Only once the scan holds its lease: opened earlier (a loaded machine sets a scan up
+    // slowly), the file is pinned by a copy and no lease is broken.
+    WaitForLease(path);
     base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));  // breaks it
   });
   absl::StatusOr<v1::FileReport> r = ScanFile(path, Rules(), {}, Options(&pin));
