@@ -42,6 +42,14 @@ ScanTarget Skipped(std::string path, std::string reason) {
   return t;
 }
 
+// A FIFO, socket or device where a file could be (or a link to one): a loader given the path
+// reads whatever its other end gives at load time, so it is an ERROR entry, never a skip.
+ScanTarget SpecialFile(std::string path, std::string_view what) {
+  std::string message = absl::StrCat(std::string(what), ": a loader reading ", path,
+                                     " gets whatever its other end gives; not verified");
+  return Unreadable(std::move(path), absl::FailedPreconditionError(message));
+}
+
 std::string SpecialFileReason(mode_t mode) {
   if (S_ISFIFO(mode)) return "FIFO, not a regular file";
   if (S_ISSOCK(mode)) return "socket, not a regular file";
@@ -311,11 +319,11 @@ class Walk {
       } else if (S_ISREG(st.st_mode)) {
         file(BlobDigest(path));
       } else {
-        found_.push_back(Skipped(std::move(path), "symlink to a " + SpecialFileReason(st.st_mode)));
+        found_.push_back(SpecialFile(std::move(path), "symlink to a " + SpecialFileReason(st.st_mode)));
       }
       return;
     }
-    found_.push_back(Skipped(std::move(path), SpecialFileReason(lst.st_mode)));
+    found_.push_back(SpecialFile(std::move(path), SpecialFileReason(lst.st_mode)));
   }
 
   const size_t root_prefix_;

@@ -12,7 +12,8 @@
 //   is walked once, by device and inode, so a loop ends and a folder reached both directly
 //   and through a link is listed under its own path (the link is kSkipped, naming it). A
 //   file found below a folder link names it in `via`;
-//   - FIFOs, sockets and devices are skipped and reported;
+//   - FIFOs, sockets and devices, and links to them, are kUnreadable (a loader reads what
+//   their other end gives when it loads);
 //   - dangling symlinks and unreadable directories are kUnreadable (ERROR
 //   entries);
 //   - past WalkOptions::max_entries files and folders (links can reach a whole filesystem)

@@ -188,12 +188,16 @@ TEST_F(ScanTargetsTest, DanglingSymlinkIsAnUnreadableEntry) {
   EXPECT_FALSE(t[0].status.ok());
 }
 
-TEST_F(ScanTargetsTest, FifoInsideAFolderIsSkippedAndReported) {
+// What a FIFO (or a link to /dev/stdin) gives a loader is decided when it loads: never SAFE.
+TEST_F(ScanTargetsTest, FifoOrLinkToADeviceInsideAFolderIsAnError) {
   ASSERT_EQ(::mkfifo(P("pipe").c_str(), 0644), 0);
+  Symlink("/dev/null", "pytorch_model.bin");
   const std::vector<ScanTarget> t = ExpandScanPaths({root_});
-  ASSERT_EQ(t.size(), 1u);
-  EXPECT_EQ(t[0].kind, Kind::kSkipped);
-  EXPECT_THAT(t[0].reason, testing::HasSubstr("FIFO"));
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].kind, Kind::kUnreadable);
+  EXPECT_THAT(std::string(t[0].status.message()), testing::HasSubstr("FIFO"));
+  EXPECT_EQ(t[1].kind, Kind::kUnreadable);
+  EXPECT_THAT(std::string(t[1].status.message()), testing::HasSubstr("symlink to a device"));
 }
 
 TEST_F(ScanTargetsTest, MissingPathIsAnUnreadableEntryInCommandLineOrder) {
