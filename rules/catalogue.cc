@@ -336,6 +336,20 @@ std::vector<RuleInfo> Build() {
                "the path (logging.os.system is os.system): hydra.utils.instantiate calls it. "
                "Do not instantiate the config.",
                kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"repo.yaml_python_tag", "YAML tag that builds a Python object",
+               "A YAML file holds a tag that resolves to tag:yaml.org,2002:python/... (written "
+               "!!python/..., through a %TAG handle, verbatim as !<...>, or percent-escaped): "
+               "PyYAML's unsafe loaders (yaml.unsafe_load, yaml.load with Loader=yaml.Loader or "
+               "UnsafeLoader, and their libyaml twins) import the name and build or call it "
+               "(python/object/apply:os.system runs a command). Load the file with "
+               "yaml.safe_load only, or not at all.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"repo.yaml_tag", "YAML tag of no standard type",
+               "A YAML file holds a tag that is none of YAML's standard types (str, int, float, "
+               "bool, null, map, seq, binary, timestamp, set, omap, pairs, merge, value): only "
+               "a constructor the loader registers builds it, which runs that loader's code. "
+               "yaml.safe_load refuses it.",
+               kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"repo.outside_reference", "Reference to a model outside the scan",
                "An adapter_config.json names its base model (base_model_name_or_path) by a path "
                "on the machine (absolute, ~, ./ or ..): PEFT loads that model under the "

@@ -22,6 +22,7 @@
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
 #include "core/torch/repo_json.h"
+#include "core/torch/repo_yaml.h"
 #include "core/torch/tar.h"
 #include "core/torch/tensors.h"
 #include "core/zip/zipfile_view.h"
@@ -45,6 +46,7 @@ bool Reader::Text(std::string_view data, torch::MemberFacts* m) {
   if (c.valid() && (EndsWith(options_.file_name, ".jinja") || StartsLikeJinja(data))) {
     Template(data, "", "chat template", 0, /*in_json=*/false);
   }
+  if (c.valid() && torch::IsYamlName(options_.file_name)) YamlDocument(data);
   return true;
 }
 
@@ -163,6 +165,46 @@ void Reader::MoreTargets(uint64_t more, uint64_t more_code, uint64_t kept, std::
                                                     "the system")
                                      : ""),
           /*must_flag=*/true, "repo");
+}
+
+void Reader::YamlDocument(std::string_view data) {
+  const torch::YamlScan scan = torch::ScanYaml(data, options_.yaml);
+  if (!scan.status.ok()) {
+    Error(scan.status, absl::StrCat("YAML: ", scan.status.message()), "", scan.error_offset);
+  }
+  for (const torch::YamlTag& t : scan.tags) {
+    const std::string seen = t.count > 1 ? absl::StrCat(" (line ", t.line, ", ", t.count, " times)")
+                                         : absl::StrCat(" (line ", t.line, ")");
+    if (t.python) {
+      Anomaly("yaml_python_tag", "", t.offset,
+              absl::StrCat("the tag ", base::AbslView(base::Quoted(t.written)), seen,
+                           " resolves to ", base::AbslView(base::Quoted(t.resolved)),
+                           ": PyYAML's unsafe loaders (yaml.unsafe_load, yaml.load with "
+                           "Loader=yaml.Loader or UnsafeLoader) import and build or call it"),
+              /*must_flag=*/true, "repo");
+    } else {
+      Anomaly("yaml_tag", "", t.offset,
+              absl::StrCat(
+                  "the tag ", base::AbslView(base::Quoted(t.written)), seen,
+                  t.resolved.empty()
+                      ? std::string(" uses a handle no %TAG directive defines")
+                      : absl::StrCat(" resolves to ", base::AbslView(base::Quoted(t.resolved))),
+                  ", no standard YAML type: only a loader's own constructor builds it"),
+              /*must_flag=*/true, "repo");
+    }
+  }
+  if (scan.more_tags > 0) {
+    Anomaly(scan.more_python ? "yaml_python_tag" : "yaml_tag", "", 0,
+            absl::StrCat(scan.more_tags, " more tags past the first ", options_.yaml.max_tags,
+                         " (YamlLimits::max_tags)",
+                         scan.more_python ? ", python/ tags among them" : ""),
+            /*must_flag=*/true, "repo");
+  }
+  for (const torch::YamlTarget& t : scan.targets) {
+    ConfigTarget(t.value, absl::StrCat("line ", t.line), t.offset);
+  }
+  MoreTargets(scan.more_targets, scan.more_code_targets, options_.yaml.max_targets,
+              "YamlLimits::max_targets");
 }
 
 void Reader::Template(std::string_view text, std::string_view member, std::string_view what,

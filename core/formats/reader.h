@@ -194,6 +194,10 @@ class Reader final {
   // (core/torch/repo_json.h).
   void JsonDocument(std::string_view data);
 
+  // A YAML file (*.yaml, *.yml; core/torch/repo_yaml.h): its python/ and other non-standard
+  // tags, and its `_target_` values.
+  void YamlDocument(std::string_view data);
+
   // One finding (repo.remote_code) for the class references a JSON key names (auto_map,
   // custom_pipelines): (key, reference) pairs, of `total`, at `offset`. `runner` says who
   // imports them.
