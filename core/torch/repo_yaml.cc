@@ -27,6 +27,12 @@ constexpr std::string_view kStandardTypes[] = {"str",  "int",   "float",  "bool"
                                                "map",  "seq",   "binary", "timestamp", "set",
                                                "omap", "pairs", "merge",  "value"};
 
+// Of a %TAG prefix, at most this many bytes are kept for messages (what is judged of it is
+// computed whole, when the directive is read).
+constexpr size_t kMaxPrefixKept = 64;
+// The longest standard tag ("tag:yaml.org,2002:timestamp").
+constexpr size_t kMaxStandardBytes = 27;
+
 // A possible simple key is at most this far (bytes) before its ':' (PyYAML: 1024 characters;
 // a byte count is never smaller, so no key PyYAML reads is missed).
 constexpr uint64_t kMaxSimpleKeyBytes = 1024 * 4;
@@ -135,8 +141,8 @@ class YamlScanner final {
  public:
   YamlScanner(std::string_view text, const YamlLimits& limits, YamlScan* out)
       : t_(text), limits_(limits), out_(out) {
-    bindings_.push_back({"!", "!"});
-    bindings_.push_back({"!!", std::string(kCoreTagPrefix)});
+    Bind("!", "!");
+    Bind("!!", kCoreTagPrefix);
     keys_.resize(1);
   }
 
@@ -159,23 +165,37 @@ class YamlScanner final {
     size_t pos = 0;
     uint64_t line = 0;
     uint64_t col = 0;
-    bool has_scalar = false;  // the key's first scalar (after its anchor or tag), decoded
-    std::string scalar;
+    bool has_scalar = false;  // the key's first scalar (after its anchor or tag) was read
+    bool target = false;      // and it is `_target_`
   };
   struct ExplicitKey {
     bool active = false;  // after '?', until the next token that is no scalar
     uint64_t line = 0;
     uint64_t col = 0;
     bool has_scalar = false;
-    std::string scalar;
+    bool target = false;
+  };
+  // An anchored scalar, for its aliases. An alias costs what its name costs: what a `_target_`
+  // value needs of the scalar (trimmed, judged) is worked out once.
+  struct Anchor {
+    std::string value;        // decoded
+    size_t target_begin = 0;  // `value` trimmed: value.substr(target_begin, target_size)
+    size_t target_size = 0;
+    std::optional<bool> runs_code;  // TargetRunsCode of it, once asked
   };
   struct Await {  // a `_target_` key's value is next
     uint64_t line = 0;
     uint64_t col = 0;
   };
-  struct Binding {
-    std::string handle;
-    std::string prefix;
+  // What the prefixes bound to one handle (its default, every %TAG for it) can make of a
+  // suffix, summed up when they are bound: judging a tag costs its length, however many
+  // directives the file has.
+  struct Handle {
+    std::string first;            // the first prefix (cut at kMaxPrefixKept)
+    bool several = false;         // bound to more than one prefix
+    bool always_python = false;   // a prefix starting with kPythonTagPrefix
+    std::string python_prefix;    // the first such prefix (cut)
+    uint32_t python_lengths = 0;  // bit k: a prefix that is kPythonTagPrefix's first k bytes
   };
 
   // One token at pos_ (PyYAML's fetch_more_tokens, in its order).
@@ -223,7 +243,7 @@ class YamlScanner final {
           allow_key_ = flow_ == 0;
           keys_[flow_].present = false;
           NotAScalar();
-          explicit_ = ExplicitKey{true, line_, col_, false, {}};
+          explicit_ = ExplicitKey{true, line_, col_, false, false};
           return Forward();
         }
         break;
@@ -365,7 +385,7 @@ class YamlScanner final {
   // --- Simple keys: one possible key per flow level, valid on its line within a bound.
   void SaveKey() {
     if (!allow_key_) return;
-    keys_[flow_] = Key{true, pos_, line_, col_, false, {}};
+    keys_[flow_] = Key{true, pos_, line_, col_, false, false};
   }
 
   // A token that is no scalar, alias, anchor or tag: an anchor before it anchors a collection,
@@ -378,23 +398,33 @@ class YamlScanner final {
 
   // A scalar (or an alias's scalar) read at `offset`: a key's text, a `_target_` value, an
   // anchor's value.
-  void Scalar(const std::string& value, size_t offset, uint64_t line) {
+  // `anchor`: the alias's anchor it comes from.
+  void Scalar(std::string_view value, size_t offset, uint64_t line, Anchor* anchor = nullptr) {
     Key& k = keys_[flow_];
     if (k.present && !k.has_scalar && k.line == line) {
       k.has_scalar = true;
-      k.scalar = value;
+      k.target = value == "_target_";
     }
     if (explicit_.active && !explicit_.has_scalar) {
       explicit_.has_scalar = true;
-      explicit_.scalar = value;
+      explicit_.target = value == "_target_";
     }
     if (await_.has_value()) {
-      Target(value, offset, line);
+      if (anchor == nullptr) {
+        Target(Trimmed(value), offset, line, nullptr);
+      } else {
+        Target(std::string_view(anchor->value).substr(anchor->target_begin, anchor->target_size),
+               offset, line, &anchor->runs_code);
+      }
       await_.reset();
     }
     if (pending_anchor_.has_value()) {
       if (anchors_.size() < limits_.max_anchors || anchors_.contains(*pending_anchor_)) {
-        anchors_[*pending_anchor_] = value;
+        const std::string_view trimmed = Trimmed(value);
+        anchors_[*pending_anchor_] =
+            Anchor{std::string(value),
+                   trimmed.empty() ? 0 : static_cast<size_t>(trimmed.data() - value.data()),
+                   trimmed.size(), std::nullopt};
       } else {
         Limit(absl::StrCat("more than ", limits_.max_anchors,
                            " anchored scalars (YamlLimits::max_anchors): aliases of the others "
@@ -405,15 +435,19 @@ class YamlScanner final {
     }
   }
 
-  void Target(std::string_view value, size_t offset, uint64_t line) {
-    const std::string_view v = Trimmed(value);
+  // A `_target_` value, trimmed. `runs_code`: where its judgement is kept (an anchor's), or
+  // null.
+  void Target(std::string_view v, size_t offset, uint64_t line, std::optional<bool>* runs_code) {
     if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return;
     if (out_->targets.size() < limits_.max_targets) {
       out_->targets.push_back(YamlTarget{std::string(v), offset, line + 1});
       return;
     }
     ++out_->more_targets;
-    if (TargetRunsCode(v)) ++out_->more_code_targets;
+    std::optional<bool> judged;
+    if (runs_code == nullptr) runs_code = &judged;
+    if (!runs_code->has_value()) *runs_code = TargetRunsCode(v);
+    if (**runs_code) ++out_->more_code_targets;
   }
 
   // ':' (PyYAML's fetch_value).
@@ -424,12 +458,12 @@ class YamlScanner final {
     if (k.present && k.line == line_ && pos_ - k.pos <= kMaxSimpleKeyBytes) {
       if (flow_ == 0) AddIndent(static_cast<int64_t>(k.col));
       allow_key_ = false;
-      target = k.has_scalar && k.scalar == "_target_";
+      target = k.has_scalar && k.target;
       where = Await{k.line, k.col};
     } else {
       if (flow_ == 0) AddIndent(static_cast<int64_t>(col_));
       allow_key_ = flow_ == 0;
-      target = explicit_.active && explicit_.has_scalar && explicit_.scalar == "_target_";
+      target = explicit_.active && explicit_.has_scalar && explicit_.target;
       where = Await{explicit_.line, explicit_.col};
     }
     k.present = false;
@@ -446,10 +480,10 @@ class YamlScanner final {
     const auto it = anchors_.find(name);
     pending_anchor_.reset();
     if (it != anchors_.end()) {
-      Scalar(it->second, start, line);
+      Scalar(it->second.value, start, line, &it->second);
     } else if (await_.has_value()) {
       // No anchored scalar of that name (a collection's, or none): judged by its name.
-      Target(absl::StrCat("*", name), start, line);
+      Target(absl::StrCat("*", name), start, line, nullptr);
       await_.reset();
     }
   }
@@ -472,7 +506,7 @@ class YamlScanner final {
     }
     SkipBlanks();
     std::string prefix = Uri(/*flow_marks=*/true);
-    if (bindings_.size() >= limits_.max_tag_directives + 2) {
+    if (++directives_ > limits_.max_tag_directives) {
       Limit(absl::StrCat("more than ", limits_.max_tag_directives,
                          " %TAG directives (YamlLimits::max_tag_directives): the tags of the "
                          "others are not resolved"),
@@ -480,8 +514,25 @@ class YamlScanner final {
       stopped_ = true;
       return;
     }
-    bindings_.push_back(Binding{std::move(handle), std::move(prefix)});
+    Bind(handle, prefix);
     SkipLine();
+  }
+  void Bind(std::string_view handle, std::string_view prefix) {
+    const auto [it, added] = handles_.try_emplace(std::string(handle));
+    Handle& h = it->second;
+    const std::string_view kept = prefix.substr(0, kMaxPrefixKept);
+    if (added) {
+      h.first = std::string(kept);
+    } else if (prefix != h.first || prefix.size() > kMaxPrefixKept) {
+      h.several = true;
+    }
+    if (prefix.substr(0, kPythonTagPrefix.size()) == kPythonTagPrefix) {
+      if (!h.always_python) h.python_prefix = std::string(kept);
+      h.always_python = true;
+    } else if (prefix.size() < kPythonTagPrefix.size() &&
+               kPythonTagPrefix.substr(0, prefix.size()) == prefix) {
+      h.python_lengths |= uint32_t{1} << prefix.size();
+    }
   }
   void SkipLine() {
     while (!End() && BreakAt(pos_) == 0) Forward();
@@ -572,30 +623,34 @@ class YamlScanner final {
 
   void Resolved(size_t start, uint64_t line, std::string_view handle, std::string suffix,
                 bool verbatim) {
-    std::vector<std::string> meanings;
-    if (verbatim) {
-      meanings.push_back(std::move(suffix));
-    } else {
-      for (const Binding& b : bindings_) {
-        if (b.handle == handle) meanings.push_back(b.prefix + suffix);
-      }
-    }
-    // The python/ meaning if there is one, else the first that is no standard type.
+    // The python/ meaning if there is one, else the first prefix's; standard only when that
+    // is the one meaning.
     bool python = false;
-    bool standard = !meanings.empty();
+    bool standard = false;
     std::string resolved;
-    for (std::string& m : meanings) {
-      if (m.substr(0, kPythonTagPrefix.size()) == kPythonTagPrefix) {
+    if (verbatim) {
+      python = suffix.substr(0, kPythonTagPrefix.size()) == kPythonTagPrefix;
+      standard = IsStandard(suffix);
+      resolved = std::move(suffix);
+    } else if (const auto it = handles_.find(base::AbslView(handle)); it != handles_.end()) {
+      const Handle& h = it->second;
+      std::string_view prefix = h.first;
+      if (h.always_python) {
         python = true;
-        resolved = std::move(m);
-        break;
+        prefix = h.python_prefix;
       }
-      if (!IsStandard(m) && standard) {
-        standard = false;
-        resolved = m;
+      for (size_t k = 0; !python && k < kPythonTagPrefix.size(); ++k) {
+        const std::string_view rest = kPythonTagPrefix.substr(k);
+        if ((h.python_lengths >> k & 1) != 0 && suffix.substr(0, rest.size()) == rest) {
+          python = true;
+          prefix = kPythonTagPrefix.substr(0, k);
+        }
       }
+      standard = !python && !h.several && h.first.size() + suffix.size() <= kMaxStandardBytes &&
+                 IsStandard(h.first + suffix);
+      resolved = absl::StrCat(base::AbslView(prefix), suffix);
     }
-    if (standard && !python) return;
+    if (standard) return;
     std::string written;
     Append(&written, t_.substr(start, pos_ - start));
     const std::string key = resolved.empty() ? absl::StrCat("\n", written) : resolved;
@@ -848,8 +903,9 @@ class YamlScanner final {
   ExplicitKey explicit_;
   std::optional<Await> await_;
   std::optional<std::string> pending_anchor_;
-  absl::flat_hash_map<std::string, std::string> anchors_;
-  std::vector<Binding> bindings_;  // the defaults, then every %TAG in the file
+  absl::flat_hash_map<std::string, Anchor> anchors_;
+  absl::flat_hash_map<std::string, Handle> handles_;  // the defaults and every %TAG's
+  uint64_t directives_ = 0;                           // %TAG directives read
   absl::flat_hash_map<std::string, size_t> tag_index_;
 };
 

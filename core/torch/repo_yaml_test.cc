@@ -275,6 +275,39 @@ TEST(RepoYamlTest, TooManyTagDirectivesStop) {
   EXPECT_EQ(base::LimitOf(s.status)->name, "max_yaml_tag_directives");
 }
 
+TEST(RepoYamlTest, LongDirectivePrefixIsJudgedWhole) {
+  const std::string prefix = "tag:yaml.org,2002:python/" + std::string(300, 'x');
+  const YamlScan s = Scan("%TAG !e! " + prefix + "\n---\na: !e!y ''\n");
+  ASSERT_EQ(s.tags.size(), 1u);
+  EXPECT_TRUE(s.tags[0].python);
+}
+
+TEST(RepoYamlTest, ManyDirectivesDoNotMultiplyTheCostOfATag) {
+  // 256 long bindings of one handle, then 200,000 tags: judged from the handle's summary, not
+  // by resolving each tag under each binding (that would copy ~100 GB).
+  std::string text;
+  for (int i = 0; i < 256; ++i) {
+    text += "%TAG !e! tag:example.com," + std::to_string(i) + ":" + std::string(4000, 'p') + "\n";
+  }
+  text += "---\n";
+  for (int i = 0; i < 200000; ++i) text += "- !e!x 1\n";
+  const YamlScan s = Scan(text);
+  ASSERT_EQ(s.tags.size(), 1u);
+  EXPECT_FALSE(s.tags[0].python);
+  EXPECT_EQ(s.tags[0].count, 200000u);
+}
+
+TEST(RepoYamlTest, AliasesDoNotMultiplyTheCostOfTheirScalar) {
+  // One 4 KiB anchored target, then 300,000 aliases of it as keys and as _target_ values past
+  // max_targets: each costs its name, not the scalar (that would copy ~1 GB twice).
+  std::string text = "a: &t \"" + std::string(4000, 'x') + ".os.system\"\nb:\n";
+  for (int i = 0; i < 300000; ++i) text += "- {*t : 1, _target_: *t}\n";
+  const YamlScan s = Scan(text);
+  EXPECT_EQ(s.targets.size(), 64u);
+  EXPECT_EQ(s.more_targets, 300000u - 64u);
+  EXPECT_EQ(s.more_code_targets, 300000u - 64u);
+}
+
 TEST(RepoYamlTest, LongScalarsAreCut) {
   YamlLimits limits;
   limits.max_scalar_bytes = 8;
