@@ -37,6 +37,20 @@ std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
   return std::nullopt;
 }
 
+void AppendUtf8(std::string* out, uint32_t cp) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+    return;
+  }
+  // Lead byte's marker and payload bits, then six bits a continuation byte.
+  const int continuation = cp < 0x800 ? 1 : cp < 0x10000 ? 2 : 3;
+  constexpr unsigned char kLead[] = {0, 0xc0, 0xe0, 0xf0};
+  out->push_back(static_cast<char>(kLead[continuation] | (cp >> (6 * continuation))));
+  for (int i = continuation - 1; i >= 0; --i) {
+    out->push_back(static_cast<char>(0x80 | ((cp >> (6 * i)) & 0x3f)));
+  }
+}
+
 void AppendJsonString(std::string* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->push_back('"');

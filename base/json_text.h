@@ -5,6 +5,7 @@
 #define CKPTSCAN_BASE_JSON_TEXT_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@ namespace ckptscan::base {
 // nullopt when `s` is valid UTF-8.
 std::optional<size_t> FirstInvalidUtf8(std::string_view s);
 inline bool IsValidUtf8(std::string_view s) { return !FirstInvalidUtf8(s).has_value(); }
+
+// Appends code point `cp` (at most U+10FFFF) as UTF-8; a surrogate is encoded as is (as
+// Python's surrogatepass does), so callers that must not write one replace it first.
+void AppendUtf8(std::string* out, uint32_t cp);
 
 // Appends `s` as a JSON string literal the way serde_json writes it: `"` and `\` escaped,
 // \b \f \n \r \t, other C0 controls as \u00xx (lowercase hex), everything else verbatim.

@@ -320,11 +320,47 @@ std::vector<RuleInfo> Build() {
                "through them). Informational: the path shows where a loader finds it.",
                v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       RuleInfo{"repo.remote_code", "Code the repository asks loaders to run",
-               "A config's auto_map names classes in the repository's own Python files, or the "
-               "file is one (*.py): transformers imports and runs them when the model is loaded "
-               "with trust_remote_code=True. ckptscan does not judge Python code. Review it, or "
-               "load the model without trust_remote_code.",
+               "A config's auto_map (in any form: an object, a tokenizer's list, a string) or "
+               "custom_pipelines names classes in the repository's own Python files, or in "
+               "another Hub repository (\"org/repo--module.Class\", which transformers "
+               "downloads from there), or the file is a Python file (*.py): transformers "
+               "imports and runs them when the model or pipeline is loaded with "
+               "trust_remote_code=True. ckptscan does not judge Python code. Review it, or load "
+               "the model without trust_remote_code.",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"repo.config_target", "Config names a Python object to build",
+               "A JSON or YAML config holds a Hydra/OmegaConf `_target_` key: "
+               "hydra.utils.instantiate imports the dotted path and calls it (with `_args_` and "
+               "the other keys as arguments; `_partial_` defers the call). Importing a module "
+               "runs its code. Review that every target is code you trust.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"repo.config_code", "Config target that runs code or touches the system",
+               "A `_target_` names a module or function that runs code, imports by name, loads "
+               "other files or touches the system (os, subprocess, builtins, importlib, eval, "
+               "exec, getattr, torch.load, yaml.unsafe_load, ...), reached at any component of "
+               "the path (logging.os.system is os.system): hydra.utils.instantiate calls it. "
+               "Do not instantiate the config.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"repo.yaml_python_tag", "YAML tag that builds a Python object",
+               "A YAML file holds a tag that resolves to tag:yaml.org,2002:python/... (written "
+               "!!python/..., through a %TAG handle, verbatim as !<...>, or percent-escaped): "
+               "PyYAML's unsafe loaders (yaml.unsafe_load, yaml.load with Loader=yaml.Loader or "
+               "UnsafeLoader, and their libyaml twins) import the name and build or call it "
+               "(python/object/apply:os.system runs a command). Load the file with "
+               "yaml.safe_load only, or not at all.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"repo.yaml_tag", "YAML tag of no standard type",
+               "A YAML file holds a tag that is none of YAML's standard types (str, int, float, "
+               "bool, null, map, seq, binary, timestamp, set, omap, pairs, merge, value): only "
+               "a constructor the loader registers builds it, which runs that loader's code. "
+               "yaml.safe_load refuses it.",
+               kSuspicious, v1::SEVERITY_LOW},
+      RuleInfo{"repo.outside_reference", "Reference to a model outside the scan",
+               "An adapter_config.json names its base model (base_model_name_or_path) by a path "
+               "on the machine (absolute, ~, ./ or ..): PEFT loads that model under the "
+               "adapter, and this scan never saw it. Scan it too, or point the adapter at a "
+               "reviewed Hub id.",
+               kSuspicious, v1::SEVERITY_LOW},
       RuleInfo{"template.sandbox_escape", "Chat template that reaches code",
                "A chat template (tokenizer_config.json chat_template, a *.jinja file, a GGUF "
                "tokenizer.chat_template), read by Jinja's grammar and evaluated abstractly, "

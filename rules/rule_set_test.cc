@@ -1593,9 +1593,11 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
   // the findings of repository files (app/judge.h) and of file selection
   // (app/scan_set.h).
   const std::set<std::string> emitted_by_pipeline = {
-      "sandbox.violation", "template.sandbox_escape", "template.unverified", "template.syntax",
-      "repo.remote_code",  "file.unknown_format",     "manifest.unlisted",   "scan.selection",
-      "scan.folder_link"};
+      "sandbox.violation",      "template.sandbox_escape", "template.unverified",
+      "template.syntax",        "repo.remote_code",        "repo.config_target",
+      "repo.config_code",       "repo.yaml_python_tag",    "repo.yaml_tag",
+      "repo.outside_reference", "file.unknown_format",     "manifest.unlisted",
+      "scan.selection",         "scan.folder_link"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
     // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
@@ -1630,6 +1632,11 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "template.unverified",
                                        "template.syntax",
                                        "repo.remote_code",
+                                       "repo.config_target",
+                                       "repo.config_code",
+                                       "repo.yaml_python_tag",
+                                       "repo.yaml_tag",
+                                       "repo.outside_reference",
                                        "file.unknown_format",
                                        "manifest.unlisted",
                                        "scan.selection",

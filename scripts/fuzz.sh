@@ -13,7 +13,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${CKPT_FUZZ_BUILD:-$root/build-fuzz}
-all_targets=(pickle zip legacy extract safetensors signing facts_codec rules compress content gguf onnx)
+all_targets=(pickle zip legacy extract safetensors signing facts_codec rules compress content gguf onnx
+             repo_config)
 seconds=60
 jobs=$(nproc)
 targets=()

@@ -17,10 +17,12 @@
 #include "core/content/template_check.h"
 #include "core/formats/reader.h"
 #include "core/safetensors/validator.h"
+#include "core/torch/code_names.h"
 #include "core/torch/keras_config.h"
 #include "core/torch/legacy.h"
 #include "core/torch/numpy.h"
 #include "core/torch/repo_json.h"
+#include "core/torch/repo_yaml.h"
 #include "core/torch/tar.h"
 #include "core/torch/tensors.h"
 #include "core/zip/zipfile_view.h"
@@ -52,6 +54,7 @@ bool Reader::Text(std::string_view data, torch::MemberFacts* m) {
   if (c.valid() && (EndsWith(options_.file_name, ".jinja") || StartsLikeJinja(data))) {
     Template(data, "", "chat template", 0, /*in_json=*/false);
   }
+  if (c.valid() && torch::IsYamlName(options_.file_name)) YamlDocument(data);
   return true;
 }
 
@@ -85,24 +88,131 @@ void Reader::JsonDocument(std::string_view data) {
     }
   }
   if (repo.auto_map_total > 0) {
-    std::string list;
-    for (const auto& [key, value] : repo.auto_map) {
-      absl::StrAppend(&list, list.empty() ? "" : ", ", base::AbslView(Esc(key)), " -> ",
-                      base::AbslView(Esc(value)));
-    }
-    if (repo.auto_map_total > repo.auto_map.size()) {
-      absl::StrAppend(&list, ", and ", repo.auto_map_total - repo.auto_map.size(), " more");
-    }
-    Anomaly("remote_code", "", repo.auto_map_offset,
-            absl::StrCat("auto_map names the repository's own code, which transformers "
-                         "imports and runs with trust_remote_code=True: ",
-                         list),
+    RemoteCode("auto_map", "transformers", repo.auto_map, repo.auto_map_total,
+               repo.auto_map_offset);
+  }
+  if (repo.pipelines_total > 0) {
+    std::vector<std::pair<std::string, std::string>> refs;
+    for (const torch::CustomPipeline& p : repo.pipelines) refs.emplace_back(p.task, p.impl);
+    RemoteCode("custom_pipelines", "transformers' pipeline()", refs, repo.pipelines_total,
+               repo.pipelines.empty() ? 0 : repo.pipelines[0].offset);
+  }
+  for (const torch::ConfigTarget& t : repo.targets) {
+    std::string where = t.where.empty() ? "at the top level" : absl::StrCat("at ", Esc(t.where));
+    if (t.args) absl::StrAppend(&where, ", with _args_");
+    if (t.partial) absl::StrAppend(&where, ", _partial_");
+    ConfigTarget(t.target, where, t.offset);
+  }
+  MoreTargets(repo.targets_total - repo.targets.size(), repo.targets_dropped_code,
+              torch::kMaxConfigTargets, "kMaxConfigTargets");
+  // PEFT (AutoPeftModel.from_pretrained) loads the adapter's base model by this reference: a
+  // path on the machine is a model this scan never saw.
+  if (options_.file_name == "adapter_config.json" && repo.has_base_model &&
+      torch::IsLocalModelPath(repo.base_model)) {
+    Anomaly("outside_reference", "", repo.base_model_offset,
+            absl::StrCat("the adapter loads its base model from ",
+                         base::AbslView(base::Quoted(repo.base_model)),
+                         ", outside what was scanned (PEFT loads it under the adapter: scan it "
+                         "too)"),
             /*must_flag=*/true, "repo");
   }
   for (const torch::JsonTemplate& t : repo.templates) {
     Template(t.text, "", absl::StrCat("chat_template \"", base::AbslView(Esc(t.name)), "\""),
              t.offset, /*in_json=*/true);
   }
+}
+
+void Reader::RemoteCode(std::string_view what, std::string_view runner,
+                        const std::vector<std::pair<std::string, std::string>>& refs,
+                        uint64_t total, uint64_t offset) {
+  // get_class_from_dynamic_module: "org/repo--module.Class" is code in that Hub repository.
+  std::string own;
+  std::string other;
+  for (const auto& [key, value] : refs) {
+    const std::string entry = key.empty() ? Esc(value) : absl::StrCat(Esc(key), " -> ", Esc(value));
+    const std::string_view repo = torch::HubRepoOf(value);
+    if (repo.empty()) {
+      absl::StrAppend(&own, own.empty() ? "" : ", ", entry);
+    } else {
+      absl::StrAppend(&other, other.empty() ? "" : ", ", entry, " (from ", Esc(repo), ")");
+    }
+  }
+  std::string message =
+      absl::StrCat(base::AbslView(what), " names code that ", base::AbslView(runner),
+                   " imports and runs with trust_remote_code=True");
+  if (!own.empty()) absl::StrAppend(&message, ": the repository's own: ", own);
+  if (!other.empty()) {
+    absl::StrAppend(&message, own.empty() ? ": " : "; ",
+                    "in another Hub repository, which it downloads from there and runs: ", other);
+  }
+  if (total > refs.size()) {
+    absl::StrAppend(&message, refs.empty() ? ": " : "; and ", total - refs.size(),
+                    refs.empty() ? " entries" : " more", " (kMaxAutoMapEntries)");
+  }
+  Anomaly("remote_code", "", offset, message, /*must_flag=*/true, "repo");
+}
+
+void Reader::ConfigTarget(std::string_view target, std::string_view where, uint64_t offset) {
+  const bool code = torch::TargetRunsCode(target);
+  Anomaly(code ? "config_code" : "config_target", "", offset,
+          absl::StrCat("_target_ ", base::AbslView(base::Quoted(target)), " (",
+                       base::AbslView(where), "): hydra.utils.instantiate imports it and calls it",
+                       code ? ", and it runs code, imports by name, loads other files or touches "
+                              "the system"
+                            : "; review that its module is code you trust"),
+          /*must_flag=*/true, "repo");
+}
+
+void Reader::MoreTargets(uint64_t more, uint64_t more_code, uint64_t kept, std::string_view limit) {
+  if (more == 0) return;
+  Anomaly(more_code > 0 ? "config_code" : "config_target", "", 0,
+          absl::StrCat(more, " more _target_ values past the first ", kept, " (",
+                       base::AbslView(limit), ")",
+                       more_code > 0 ? absl::StrCat(", ", more_code,
+                                                    " of them code that runs code or touches "
+                                                    "the system")
+                                     : ""),
+          /*must_flag=*/true, "repo");
+}
+
+void Reader::YamlDocument(std::string_view data) {
+  const torch::YamlScan scan = torch::ScanYaml(data, options_.yaml);
+  if (!scan.status.ok()) {
+    Error(scan.status, absl::StrCat("YAML: ", scan.status.message()), "", scan.error_offset);
+  }
+  for (const torch::YamlTag& t : scan.tags) {
+    const std::string seen = t.count > 1 ? absl::StrCat(" (line ", t.line, ", ", t.count, " times)")
+                                         : absl::StrCat(" (line ", t.line, ")");
+    if (t.python) {
+      Anomaly("yaml_python_tag", "", t.offset,
+              absl::StrCat("the tag ", base::AbslView(base::Quoted(t.written)), seen,
+                           " resolves to ", base::AbslView(base::Quoted(t.resolved)),
+                           ": PyYAML's unsafe loaders (yaml.unsafe_load, yaml.load with "
+                           "Loader=yaml.Loader or UnsafeLoader) import and build or call it"),
+              /*must_flag=*/true, "repo");
+    } else {
+      Anomaly("yaml_tag", "", t.offset,
+              absl::StrCat(
+                  "the tag ", base::AbslView(base::Quoted(t.written)), seen,
+                  t.resolved.empty()
+                      ? std::string(" uses a handle no %TAG directive defines")
+                      : absl::StrCat(" resolves to ", base::AbslView(base::Quoted(t.resolved))),
+                  ", no standard YAML type: only a loader's own constructor builds it"),
+              /*must_flag=*/true, "repo");
+    }
+  }
+  if (scan.more_tags > 0) {
+    Anomaly(scan.more_python ? "yaml_python_tag" : "yaml_tag", "", 0,
+            absl::StrCat(scan.more_tags, " more tags past the first ", options_.yaml.max_tags,
+                         " (YamlLimits::max_tags)",
+                         scan.more_python ? ", python/ tags among them" : ""),
+            /*must_flag=*/true, "repo");
+  }
+  for (const torch::YamlTarget& t : scan.targets) {
+    ConfigTarget(t.value, absl::StrCat("line ", t.line), t.offset);
+  }
+  MoreTargets(scan.more_targets, scan.more_code_targets, options_.yaml.max_targets,
+              "YamlLimits::max_targets");
 }
 
 void Reader::Template(std::string_view text, std::string_view member, std::string_view what,

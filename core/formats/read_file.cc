@@ -334,7 +334,12 @@ void Reader::Run(Reading r, std::string_view data, const Sniff& b, bool own) {
       return;
     case Reading::kJson:
       torch::ReadShardIndex(data, options_.index, out_);
-      if (out_->format == "json" && out_->errors.empty()) JsonDocument(data);
+      if (out_->format == "json" && out_->errors.empty()) {
+        JsonDocument(data);
+      } else if (torch::IsYamlName(options_.file_name)) {
+        // No JSON, but YAML (a flow mapping) to PyYAML, which reads it by the file's name.
+        YamlDocument(data);
+      }
       return;
     case Reading::kSentencePiece:
       out_->format = "sentencepiece";

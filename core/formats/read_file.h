@@ -34,6 +34,7 @@
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
+#include "core/torch/repo_yaml.h"
 #include "core/torch/tar.h"
 #include "core/zip/zip_reader.h"
 
@@ -51,10 +52,12 @@ struct ReadOptions {
   content::TemplateLimits templates;  // chat templates
   gguf::Limits gguf;                  // GGUF files (core/gguf/gguf.h)
   onnx_check::Limits onnx;            // ONNX models (core/onnx/onnx_check.h)
+  torch::YamlLimits yaml;             // YAML files (core/torch/repo_yaml.h)
   // The file's name as the caller knows it (its last component), or "". Only what a loader
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
-  // chat_template.jinja); an empty file under a weights name (IsWeightsName in reader.h) is
-  // ERROR not_present. The format never comes from it.
+  // chat_template.jinja), one named *.yaml or *.yml a YAML file (PyYAML, Hydra), a JSON
+  // document named adapter_config.json PEFT's adapter config; an empty file under a weights
+  // name (IsWeightsName in reader.h) is ERROR not_present. The format never comes from it.
   std::string file_name;
   // Set by the reader itself for the config.json at the root of a zip of files: what
   // keras.saving.load_model reads from a .keras archive, whose objects are judged

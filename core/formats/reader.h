@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -202,8 +203,27 @@ class Reader final {
   // a zip in its tail, are scanned as for any file.
   void Image(std::string_view data, content::Image image);
 
-  // A JSON document (no sharded index): what its auto_map and chat templates make loaders run.
+  // A JSON document (no sharded index): what its auto_map, custom_pipelines, `_target_`
+  // values, base model reference (adapter_config.json) and chat templates make loaders run
+  // (core/torch/repo_json.h).
   void JsonDocument(std::string_view data);
+
+  // A YAML file (*.yaml, *.yml; core/torch/repo_yaml.h): its python/ and other non-standard
+  // tags, and its `_target_` values.
+  void YamlDocument(std::string_view data);
+
+  // One finding (repo.remote_code) for the class references a JSON key names (auto_map,
+  // custom_pipelines): (key, reference) pairs, of `total`, at `offset`. `runner` says who
+  // imports them.
+  void RemoteCode(std::string_view what, std::string_view runner,
+                  const std::vector<std::pair<std::string, std::string>>& refs, uint64_t total,
+                  uint64_t offset);
+
+  // A Hydra `_target_` at `offset` (`where`: its place, for the message): repo.config_code
+  // when torch::TargetRunsCode, else repo.config_target.
+  void ConfigTarget(std::string_view target, std::string_view where, uint64_t offset);
+  // `more` `_target_` values past the `kept` reported (`more_code` of them run code).
+  void MoreTargets(uint64_t more, uint64_t more_code, uint64_t kept, std::string_view limit);
 
   // A chat template (core/content/template_check.h): each construct found is a finding
   // (category "template"), at `offset` (the JSON string's start) for a template inside a JSON

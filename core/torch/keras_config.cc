@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/escape.h"
 #include "base/strings.h"
+#include "core/torch/code_names.h"
 
 namespace ckptscan::torch {
 namespace {
@@ -17,24 +18,6 @@ using base::AbslView;
 bool IsKerasModule(std::string_view m) {
   return m == "keras" || (m.size() > 6 && m.substr(0, 6) == "keras.");
 }
-
-// The first component of a dotted module name.
-std::string_view TopModule(std::string_view m) { return m.substr(0, m.find('.')); }
-
-// Modules whose objects run code, load code or touch the system (the pickle denylist's
-// families, as Keras would import them by name).
-constexpr std::string_view kDangerousModules[] = {"os",         "posix",     "nt",
-                                                  "subprocess", "builtins",  "__builtin__",
-                                                  "sys",        "importlib", "runpy",
-                                                  "code",       "codeop",    "pty",
-                                                  "shutil",     "socket",    "pickle",
-                                                  "_pickle",    "dill",      "marshal",
-                                                  "types",      "ctypes",    "multiprocessing",
-                                                  "webbrowser", "platform",  "requests",
-                                                  "urllib",     "http",      "asyncio",
-                                                  "functools",  "operator",  "torch",
-                                                  "numpy",      "joblib",    "tensorflow",
-                                                  "jax",        "IPython"};
 
 // Keras's own objects that load other files, fetch URLs, wrap arbitrary framework modules or
 // turn safe mode off.
@@ -106,7 +89,7 @@ std::vector<KerasFinding> JudgeKerasObjects(const std::vector<JsonObjectRef>& ob
       continue;
     }
     if (!keras) {
-      if (In(TopModule(o.module), kDangerousModules)) {
+      if (IsSystemModule(o.module) || IsFrameworkModule(o.module)) {
         add("dangerous_object", absl::StrCat(AbslView(what),
                                              ": Keras imports this module and builds or calls "
                                              "the object (CVE-2025-1550)"));

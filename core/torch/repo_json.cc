@@ -1,13 +1,17 @@
 #include "core/torch/repo_json.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/json_python.h"
 #include "base/limit_status.h"
+#include "base/strings.h"
+#include "core/torch/code_names.h"
 #include "core/torch/file_facts.h"
 
 namespace ckptscan::torch {
@@ -15,16 +19,31 @@ namespace {
 
 // Every value is tracked by its path of frames (an explicit stack, bounded by the parser at
 // max_depth); only the few paths that matter are looked at. A repeated key is read as Python's
-// dict keeps it: the last value wins, so a key's earlier value is dropped when it comes again.
+// dict keeps it: the last value wins, so a key's earlier value is dropped when it comes again
+// (except a `_target_` and what lies below auto_map and custom_pipelines: their dropped values
+// are kept, which only adds findings).
 class RepoJsonHandler final : public base::JsonSink {
  public:
   RepoJsonHandler(RepoJson* out, bool objects) : out_(out), objects_(objects) {}
 
-  absl::Status Null(uint64_t) override { return absl::OkStatus(); }
-  absl::Status Bool(bool, uint64_t) override { return absl::OkStatus(); }
-  absl::Status Number(const base::JsonNumber&, uint64_t) override { return absl::OkStatus(); }
+  absl::Status Null(uint64_t) override {
+    Element();
+    return absl::OkStatus();
+  }
+  absl::Status Bool(bool b, uint64_t) override {
+    Element();
+    if (b && !frames_.empty() && frames_.back().object && frames_.back().key == "_partial_") {
+      frames_.back().partial = true;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Number(const base::JsonNumber&, uint64_t) override {
+    Element();
+    return absl::OkStatus();
+  }
 
   absl::Status String(std::string s, uint64_t offset) override {
+    Element();
     const size_t n = frames_.size();
     if (objects_ && n > 0 && frames_.back().object) {
       Frame& f = frames_.back();
@@ -39,12 +58,26 @@ class RepoJsonHandler final : public base::JsonSink {
         f.ref.config = s;
       }
     }
-    if (n >= 2 && frames_[0].key == "auto_map" && frames_[1].object &&
-        (n == 2 || (n == 3 && !frames_[2].object))) {
+    if (n > 0 && frames_.back().object && frames_.back().key == "_target_") Target(s, offset);
+    if (n >= 1 && frames_[0].object && frames_[0].key == "auto_map") {
+      // As transformers reads it: an object of class references or [slow, fast] lists; a
+      // tokenizer's legacy list is AutoTokenizer's; a plain string, or anything nested deeper,
+      // names code all the same.
       ++out_->auto_map_total;
       if (out_->auto_map.size() < kMaxAutoMapEntries) {
-        out_->auto_map.emplace_back(frames_[1].key, std::move(s));
+        std::string key = n == 1 ? "" : frames_[1].object ? frames_[1].key : "AutoTokenizer";
+        out_->auto_map.emplace_back(std::move(key), std::move(s));
       }
+    } else if (n == 3 && frames_[0].object && frames_[0].key == "custom_pipelines" &&
+               frames_[1].object && frames_[2].object && frames_[2].key == "impl") {
+      ++out_->pipelines_total;
+      if (out_->pipelines.size() < kMaxAutoMapEntries) {
+        out_->pipelines.push_back(CustomPipeline{frames_[1].key, std::move(s), offset});
+      }
+    } else if (n == 1 && frames_[0].object && frames_[0].key == "base_model_name_or_path") {
+      out_->has_base_model = true;
+      out_->base_model = std::move(s);
+      out_->base_model_offset = offset;
     } else if (n == 1 && frames_[0].key == "chat_template") {
       out_->templates.push_back(JsonTemplate{"default", std::move(s), offset});
     } else if (n == 3 && frames_[0].key == "chat_template" && !frames_[1].object &&
@@ -78,11 +111,21 @@ class RepoJsonHandler final : public base::JsonSink {
       f.ref.registered_name.clear();
     } else if (k == "config") {
       f.ref.config.clear();
+    } else if (k == "_args_") {
+      f.args = true;
+    } else if (k == "_partial_") {
+      f.partial = false;  // true again only if this value is
     }
     if (n == 1 && k == "auto_map") {
       out_->auto_map.clear();
       out_->auto_map_total = 0;
       out_->auto_map_offset = offset;
+    } else if (n == 1 && k == "custom_pipelines") {
+      out_->pipelines.clear();
+      out_->pipelines_total = 0;
+    } else if (n == 1 && k == "base_model_name_or_path") {
+      out_->has_base_model = false;
+      out_->base_model.clear();
     } else if (n == 1 && k == "chat_template") {
       out_->templates.clear();
     } else if (n == 2 && frames_[0].key == "auto_map") {
@@ -103,27 +146,74 @@ class RepoJsonHandler final : public base::JsonSink {
   struct Frame {
     bool object = false;
     std::string key;         // objects: the member being read
+    uint64_t elements = 0;   // arrays: the elements begun (the one being read is elements - 1)
     bool has_class = false;  // objects: a "class_name" string was read
     JsonObjectRef ref;
+    size_t target = SIZE_MAX;  // objects: its last `_target_` in out_->targets, if kept
+    bool args = false;         // objects: an `_args_` key
+    bool partial = false;      // objects: `_partial_` is true
   };
 
+  // A value begins: an array counts its elements (for a target's place).
+  void Element() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().elements;
+  }
+
+  // The place of the innermost object: the keys and indices that lead to it, cut at
+  // kMaxWhereBytes.
+  std::string Where() const {
+    std::string where;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      if (f.object) {
+        absl::StrAppend(&where, where.empty() ? "" : ".",
+                        base::AbslView(std::string_view(f.key).substr(0, kMaxWhereBytes + 1)));
+      } else {
+        absl::StrAppend(&where, "[", f.elements - 1, "]");
+      }
+      if (where.size() > kMaxWhereBytes) {
+        where.resize(kMaxWhereBytes);
+        where += "...";
+        break;
+      }
+    }
+    return where;
+  }
+
+  void Target(std::string s, uint64_t offset) {
+    ++out_->targets_total;
+    if (out_->targets.size() >= kMaxConfigTargets) {
+      if (TargetRunsCode(s)) ++out_->targets_dropped_code;
+      return;
+    }
+    frames_.back().target = out_->targets.size();
+    out_->targets.push_back(ConfigTarget{std::move(s), Where(), offset});
+  }
+
   absl::Status Open(bool object, uint64_t offset) {
+    Element();
     if (object && frames_.size() == 2 && frames_[0].key == "chat_template" && !frames_[1].object) {
       has_item_template_ = false;
       item_name_.clear();
     }
-    frames_.push_back(Frame{object, {}, false, {}});
+    frames_.push_back(Frame{});
+    frames_.back().object = object;
     frames_.back().ref.offset = offset;
     return absl::OkStatus();
   }
 
   absl::Status Close() {
     if (frames_.empty()) return absl::InvalidArgumentError("unexpected end");
-    if (frames_.back().has_class) {
+    Frame& f = frames_.back();
+    if (f.has_class) {
       ++out_->objects_total;
       if (out_->objects.size() < kMaxJsonObjectRefs) {
-        out_->objects.push_back(std::move(frames_.back().ref));
+        out_->objects.push_back(std::move(f.ref));
       }
+    }
+    if (f.target < out_->targets.size()) {
+      out_->targets[f.target].args = f.args;
+      out_->targets[f.target].partial = f.partial;
     }
     frames_.pop_back();
     if (frames_.size() == 2 && frames_[0].key == "chat_template" && !frames_[1].object &&

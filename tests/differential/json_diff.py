@@ -16,9 +16,9 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
+
+from input_files import InputFiles, fixture_inputs, scan_reports
 
 ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le",
              "utf-32-be"]
@@ -85,29 +85,13 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=2000)
     args = ap.parse_args()
-    data = []
-    for dirpath, _, names in sorted(os.walk(args.fixtures)):
-        for n in sorted(names):
-            if n.endswith(".json") and n != "manifest.json":
-                with open(os.path.join(dirpath, n), "rb") as f:
-                    data.append(f.read())
+    data = fixture_inputs(args.fixtures, [".json"], skip=["manifest.json"])
     data += inputs(random.Random(args.seed), args.count)
     failures = []
     agree_json = agree_not = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = []
-        for i, d in enumerate(data):
-            p = os.path.join(tmp, "%05d.json" % i)
-            with open(p, "wb") as f:
-                f.write(d)
-            paths.append(p)
-        ours = {}
-        for start in range(0, len(paths), 400):
-            proc = subprocess.run([args.ckptscan, "scan", "--no-sandbox", "--format", "json"]
-                                  + paths[start:start + 400], capture_output=True, text=True,
-                                  timeout=600)
-            for f in json.loads(proc.stdout)["files"]:
-                ours[f["path"]] = f
+    with InputFiles(data, "json_diff.", ".json") as files:
+        paths = files.paths
+        ours = scan_reports(args.ckptscan, paths)
         for p, d in zip(paths, data):
             r = ours.get(p)
             if r is None:

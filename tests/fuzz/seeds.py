@@ -24,7 +24,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TARGETS = ("pickle", "zip", "legacy", "extract", "safetensors", "signing", "facts_codec",
-           "rules", "compress", "content", "gguf", "onnx")
+           "rules", "compress", "content", "gguf", "onnx", "repo_config")
 MAX_SEED_BYTES = 256 << 10  # the largest input cap of any target (tests/fuzz/*_fuzz.cc)
 # Not checkpoints: generators, checkers, manifests and expectations of the fixture corpus.
 NOT_INPUTS = (".py", ".md", ".pyc")
@@ -201,6 +201,9 @@ def seeds_for(target, seed_tool):
         return from_files(files_under("tests/fixtures/gguf"))
     if target == "content":
         return from_files(repository_files()) | chat_templates()
+    if target == "repo_config":
+        # Repository JSON and YAML configs: auto_map, _target_, python tags, adapter configs.
+        return from_files(files_under("tests/fixtures/json"))
     if target == "signing":
         return signing_seeds()
     if target == "facts_codec":
