@@ -20,7 +20,8 @@
 
 namespace ckptscan::rules {
 
-void RuleSet::Impl::Run::Call(const CallSite& c) {
+void RuleSet::Impl::Run::Call(uint32_t ci) {
+  const CallSite& c = g_->calls[ci];
   switch (c.op) {
     case CallOp::kReduce:
     case CallOp::kNewObj:
@@ -129,7 +130,11 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   if (ref.via == Via::kExt || ref.via == Via::kDynamic) return;  // the global's finding carries it
   const v1::AllowedGlobal* allowed = infos_[callee->ref].allow;
   if (allowed == nullptr) return;  // the global's own finding carries this call
+  AllowedCall(c, op, ref, *allowed);
+}
 
+void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const GlobalRef& ref,
+                                     const v1::AllowedGlobal& allowed) {
   const Node* args = internal::NodeAt(*g_, c.args);
   if (args == nullptr && c.args != pickle::kNoNode)
     return;  // inconsistent facts, reported once per pickle
@@ -145,7 +150,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
       c.kwargs != pickle::kNoNode && (kw == nullptr || kw->kind != Kind::kDict);
   const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
   if (items != nullptr && !kwargs_broken) {
-    for (const v1::CallShape& s : allowed->calls()) {
+    for (const v1::CallShape& s : allowed.calls()) {
       cost_hits_.clear();
       if (ShapeMatches(s, op, *items, has_kwargs)) {
         CallCheckCost(s.check(), *items);
@@ -158,7 +163,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   }
 
   const std::string name = internal::GlobalName(ref);
-  if (allowed->calls().empty()) {
+  if (allowed.calls().empty()) {
     ShapeFinding(
         c, name,
         absl::StrCat(name, " is allowlisted as data only, but it is called: got ", GotText(op, c)));
@@ -166,7 +171,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   }
   ShapeFinding(c, name,
                absl::StrCat(name, " is allowlisted, but this call matches none of its shapes: ",
-                            "expected ", ExpectedShapes(*allowed), ", got ", GotText(op, c)));
+                            "expected ", ExpectedShapes(allowed), ", got ", GotText(op, c)));
 }
 
 void RuleSet::Impl::Run::ShapeFinding(const CallSite& c, const std::string& name,

@@ -197,7 +197,7 @@ void RuleSet::Impl::Run::Pickle(const PickleFacts& p, uint32_t index) {
         (gi < g.globals.size() && g.globals[gi].offset <= g.calls[ci].offset)) {
       Global(static_cast<uint32_t>(gi++));
     } else {
-      Call(g.calls[ci++]);
+      Call(static_cast<uint32_t>(ci++));
     }
   }
 }

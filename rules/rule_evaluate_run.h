@@ -111,7 +111,8 @@ class RuleSet::Impl::Run {
 
   // ---- call sites
 
-  void Call(const CallSite& c);
+  // Graph::calls[ci].
+  void Call(uint32_t ci);
 
   Origin OriginOf(const Node& n) const;
 
@@ -153,6 +154,10 @@ class RuleSet::Impl::Run {
   std::string GotText(v1::CallOp op, const CallSite& c) const;
 
   void Invoke(const CallSite& c, v1::CallOp op);
+
+  // A call of the allowlisted global `ref`: one of its entry's shapes, else call.shape.
+  void AllowedCall(const CallSite& c, v1::CallOp op, const GlobalRef& ref,
+                   const v1::AllowedGlobal& allowed);
 
   void ShapeFinding(const CallSite& c, const std::string& name, std::string message);
 
