@@ -22,6 +22,10 @@ namespace ckptscan::rules {
 
 void RuleSet::Impl::Run::Call(uint32_t ci) {
   const CallSite& c = g_->calls[ci];
+  if (auto r = references_.find(ci); r != references_.end()) {
+    ReferenceFinding(c, r->second);
+    return;
+  }
   switch (c.op) {
     case CallOp::kReduce:
     case CallOp::kNewObj:
@@ -78,6 +82,9 @@ std::string RuleSet::Impl::Run::Describe(NodeId id) const {
   const Node* n = internal::NodeAt(*g_, id);
   if (n == nullptr) return "<?>";
   if (n->kind == Kind::kGlobal) return absl::StrCat("global ", internal::GlobalName(*g_, *n));
+  if (const Reference* r = ReferenceAt(id)) {
+    return absl::StrCat("global ", internal::GlobalName(r->ref), " (read by getattr)");
+  }
   if (n->kind == Kind::kCall) {
     Origin o = OriginOf(*n);
     if (o.named_global) {
@@ -114,6 +121,11 @@ std::string RuleSet::Impl::Run::GotText(v1::CallOp op, const CallSite& c) const 
 void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   const Node* callee = internal::NodeAt(*g_, c.callee);
   if (callee == nullptr) return;  // inconsistent facts, reported once per pickle
+  if (const Reference* r = ReferenceAt(c.callee)) {
+    // A call of the name the reference reads; an unlisted one's finding carries this call.
+    if (r->allow != nullptr) AllowedCall(c, op, r->ref, *r->allow);
+    return;
+  }
   if (callee->kind != Kind::kGlobal) {
     v1::Finding* f =
         Add("call.callee", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
@@ -236,9 +248,9 @@ void RuleSet::Impl::Run::Mutation(const CallSite& c, absl::string_view rule_id,
   std::string what;
   v1::Severity severity = v1::SEVERITY_MEDIUM;
   std::string global;
-  if (t->kind == Kind::kGlobal) {
-    if (t->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
-    global = internal::GlobalName(*g_, *t);
+  if (std::string name = SharedName(c.callee); !name.empty() || t->kind == Kind::kGlobal) {
+    if (name.empty()) return;  // inconsistent facts, reported once per pickle
+    global = std::move(name);
     what = absl::StrCat("the global ", global,
                         " itself: it mutates shared process state in place (os.environ, "
                         "sys.modules, registries)");

@@ -189,6 +189,7 @@ void RuleSet::Impl::Run::Pickle(const PickleFacts& p, uint32_t index) {
       infos_[callee->ref].first_call = static_cast<uint32_t>(ci);
     }
   }
+  FindReferences();
 
   // Globals and call sites merged by offset (globals first at equal offsets: INST).
   size_t gi = 0, ci = 0;
