@@ -86,11 +86,12 @@ std::vector<RuleInfo> Build() {
              v1::SEVERITY_MEDIUM),
       RuleInfo{"global.unlisted", "Global not on the allowlist",
                "The pickle imports a global that is neither on the allowlist nor known "
-               "dangerous. Importing a module runs its code, and calling the global runs "
-               "more. Typical causes: a whole model object (torch.save(model)) instead of "
-               "its state_dict, or a custom class in the checkpoint. Re-save the state_dict, "
-               "or, if you trust the class, load the file with a rules file that allowlists it "
-               "(ckptscan scan --rules FILE).",
+               "dangerous, or reads one by builtins.getattr(Class, 'NAME') (how Python 3.11 "
+               "pickles an Enum member: judged as the name Class.NAME). Importing a module runs "
+               "its code, and calling the global runs more. Typical causes: a whole model "
+               "object (torch.save(model)) instead of its state_dict, or a custom class in the "
+               "checkpoint. Re-save the state_dict, or, if you trust the class, allow it with "
+               "the --allow flag the finding prints (or a rules overlay entry).",
                kSuspicious, v1::SEVERITY_MEDIUM},
       RuleInfo{"global.dunder", "Dunder attribute in a global's name",
                "A component of the global's qualified name is a dunder (__x__), e.g. "

@@ -189,6 +189,9 @@ bool RuleSet::Impl::Run::ArgMatches(NodeId id, int kind, const v1::ArgSpec& spec
       return NameIn(g_->globals[o.global], spec);
     }
     case v1::ARG_GLOBAL: {
+      if (const Reference* r = ReferenceAt(id)) {
+        return spec.global_values().empty() || NameIn(r->ref, spec);
+      }
       if (n->kind != Kind::kGlobal) return false;
       if (spec.global_values().empty()) return true;
       if (n->ref >= g_->globals.size()) return false;

@@ -20,7 +20,12 @@
 
 namespace ckptscan::rules {
 
-void RuleSet::Impl::Run::Call(const CallSite& c) {
+void RuleSet::Impl::Run::Call(uint32_t ci) {
+  const CallSite& c = g_->calls[ci];
+  if (auto r = references_.find(ci); r != references_.end()) {
+    ReferenceFinding(c, r->second);
+    return;
+  }
   switch (c.op) {
     case CallOp::kReduce:
     case CallOp::kNewObj:
@@ -77,6 +82,9 @@ std::string RuleSet::Impl::Run::Describe(NodeId id) const {
   const Node* n = internal::NodeAt(*g_, id);
   if (n == nullptr) return "<?>";
   if (n->kind == Kind::kGlobal) return absl::StrCat("global ", internal::GlobalName(*g_, *n));
+  if (const Reference* r = ReferenceAt(id)) {
+    return absl::StrCat("global ", internal::GlobalName(r->ref), " (read by getattr)");
+  }
   if (n->kind == Kind::kCall) {
     Origin o = OriginOf(*n);
     if (o.named_global) {
@@ -113,6 +121,11 @@ std::string RuleSet::Impl::Run::GotText(v1::CallOp op, const CallSite& c) const 
 void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   const Node* callee = internal::NodeAt(*g_, c.callee);
   if (callee == nullptr) return;  // inconsistent facts, reported once per pickle
+  if (const Reference* r = ReferenceAt(c.callee)) {
+    // A call of the name the reference reads; an unlisted one's finding carries this call.
+    if (r->allow != nullptr) AllowedCall(c, op, r->ref, *r->allow);
+    return;
+  }
   if (callee->kind != Kind::kGlobal) {
     v1::Finding* f =
         Add("call.callee", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
@@ -129,7 +142,11 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   if (ref.via == Via::kExt || ref.via == Via::kDynamic) return;  // the global's finding carries it
   const v1::AllowedGlobal* allowed = infos_[callee->ref].allow;
   if (allowed == nullptr) return;  // the global's own finding carries this call
+  AllowedCall(c, op, ref, *allowed);
+}
 
+void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const GlobalRef& ref,
+                                     const v1::AllowedGlobal& allowed) {
   const Node* args = internal::NodeAt(*g_, c.args);
   if (args == nullptr && c.args != pickle::kNoNode)
     return;  // inconsistent facts, reported once per pickle
@@ -145,7 +162,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
       c.kwargs != pickle::kNoNode && (kw == nullptr || kw->kind != Kind::kDict);
   const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
   if (items != nullptr && !kwargs_broken) {
-    for (const v1::CallShape& s : allowed->calls()) {
+    for (const v1::CallShape& s : allowed.calls()) {
       cost_hits_.clear();
       if (ShapeMatches(s, op, *items, has_kwargs)) {
         CallCheckCost(s.check(), *items);
@@ -158,7 +175,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   }
 
   const std::string name = internal::GlobalName(ref);
-  if (allowed->calls().empty()) {
+  if (allowed.calls().empty()) {
     ShapeFinding(
         c, name,
         absl::StrCat(name, " is allowlisted as data only, but it is called: got ", GotText(op, c)));
@@ -166,7 +183,7 @@ void RuleSet::Impl::Run::Invoke(const CallSite& c, v1::CallOp op) {
   }
   ShapeFinding(c, name,
                absl::StrCat(name, " is allowlisted, but this call matches none of its shapes: ",
-                            "expected ", ExpectedShapes(*allowed), ", got ", GotText(op, c)));
+                            "expected ", ExpectedShapes(allowed), ", got ", GotText(op, c)));
 }
 
 void RuleSet::Impl::Run::ShapeFinding(const CallSite& c, const std::string& name,
@@ -231,9 +248,9 @@ void RuleSet::Impl::Run::Mutation(const CallSite& c, absl::string_view rule_id,
   std::string what;
   v1::Severity severity = v1::SEVERITY_MEDIUM;
   std::string global;
-  if (t->kind == Kind::kGlobal) {
-    if (t->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
-    global = internal::GlobalName(*g_, *t);
+  if (std::string name = SharedName(c.callee); !name.empty() || t->kind == Kind::kGlobal) {
+    if (name.empty()) return;  // inconsistent facts, reported once per pickle
+    global = std::move(name);
     what = absl::StrCat("the global ", global,
                         " itself: it mutates shared process state in place (os.environ, "
                         "sys.modules, registries)");

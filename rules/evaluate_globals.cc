@@ -116,7 +116,7 @@ void RuleSet::Impl::Run::Global(uint32_t gi) {
                                "the file: whatever the call returns is imported"));
     return;
   }
-  if (info.allow != nullptr) return;
+  if (info.allow != nullptr || info.judged_by_references) return;
 
   const std::string name = internal::GlobalName(ref);
   const bool renamed = ref.module != ref.resolved_module || ref.name != ref.resolved_name;

@@ -23,18 +23,18 @@ namespace ckptscan::rules {
 void RuleSet::Impl::Run::Build(const CallSite& c) {
   const Node* t = internal::NodeAt(*g_, c.callee);
   if (t == nullptr) return;  // inconsistent facts, reported once per pickle
-  if (t->kind == Kind::kGlobal) {
-    if (t->ref >= g_->globals.size()) return;  // inconsistent facts, reported once per pickle
+  if (const std::string name = SharedName(c.callee); !name.empty() || t->kind == Kind::kGlobal) {
+    if (name.empty()) return;  // inconsistent facts, reported once per pickle
     v1::Finding* f =
         Add("call.build", v1::VERDICT_DANGEROUS, v1::SEVERITY_HIGH, c.offset, c.opcode);
     if (f == nullptr) return;
-    const std::string name = internal::GlobalName(*g_, *t);
     f->set_category("introspection");
     f->set_global(name);
     f->set_call(Summary(c));
     SetMessage(f, absl::StrCat("BUILD sets state on the global ", name,
-                               " itself (a class, function or module): setattr on shared "
-                               "code, the write primitive of attribute-chain gadgets"));
+                               " itself (a class, function or module, or an attribute of one): "
+                               "setattr on shared code, the write primitive of attribute-chain "
+                               "gadgets"));
     return;
   }
   std::string what;

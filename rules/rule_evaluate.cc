@@ -189,6 +189,7 @@ void RuleSet::Impl::Run::Pickle(const PickleFacts& p, uint32_t index) {
       infos_[callee->ref].first_call = static_cast<uint32_t>(ci);
     }
   }
+  FindReferences();
 
   // Globals and call sites merged by offset (globals first at equal offsets: INST).
   size_t gi = 0, ci = 0;
@@ -197,7 +198,7 @@ void RuleSet::Impl::Run::Pickle(const PickleFacts& p, uint32_t index) {
         (gi < g.globals.size() && g.globals[gi].offset <= g.calls[ci].offset)) {
       Global(static_cast<uint32_t>(gi++));
     } else {
-      Call(g.calls[ci++]);
+      Call(static_cast<uint32_t>(ci++));
     }
   }
 }

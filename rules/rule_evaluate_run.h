@@ -2,7 +2,8 @@
 // across the files that define its methods: rule_evaluate.cc (the walk, findings, the verdict),
 // evaluate_globals.cc (grading globals), evaluate_calls.cc (call sites, persistent ids),
 // evaluate_args.cc (argument specs and call shapes), evaluate_state.cc (BUILD states, numpy
-// dtype and array states). Internal to rules/: nothing outside includes it.
+// dtype and array states), evaluate_references.cc (getattr references). Internal to rules/:
+// nothing outside includes it.
 //
 // Facts are not trusted: every id is checked before use. Thread-compatible: one Run per call.
 #ifndef CKPTSCAN_RULES_RULE_EVALUATE_RUN_H_
@@ -66,6 +67,16 @@ class RuleSet::Impl::Run {
   struct GlobalInfo {
     const v1::AllowedGlobal* allow = nullptr;
     uint32_t first_call = kNone;
+    // builtins.getattr used only as the callee of references: they are judged instead.
+    bool judged_by_references = false;
+  };
+  // A call builtins.getattr(G, 'NAME') read as the name G.NAME (see FindReferences).
+  struct Reference {
+    // The name as if imported: G's module, G's qualname + ".NAME" (written and resolved), G's
+    // via; the call's offset and opcode.
+    GlobalRef ref;
+    const v1::AllowedGlobal* allow = nullptr;
+    uint32_t first_call = kNone;  // the first call of its value
   };
   // How a non-allowlisted global grades, cached per distinct name within a pickle.
   struct Grade {
@@ -109,9 +120,28 @@ class RuleSet::Impl::Run {
 
   void Global(uint32_t gi);
 
+  // ---- getattr references (evaluate_references.cc)
+
+  // Fills references_ and GlobalInfo::judged_by_references for the pickle: a REDUCE of
+  // builtins.getattr (or __builtin__.getattr) with exactly (G, 'NAME'), G a global imported by
+  // name (GLOBAL/STACK_GLOBAL) and NAME a str literal that is not empty, does not start with '_'
+  // and holds no '.', where neither G nor G.NAME is matched by a deny entry or has a dunder
+  // component, is the import of G.NAME (protocol 4's find_class reads a dotted qualname the
+  // same way). A getattr global whose every use is the callee of such a call is not graded
+  // itself.
+  void FindReferences();
+  // The reference whose value `id` is, or nullptr.
+  const Reference* ReferenceAt(NodeId id) const;
+  // The name of the shared object `id` is: a global itself, or the attribute of one a reference
+  // reads. "" for any other value (and for inconsistent facts).
+  std::string SharedName(NodeId id) const;
+  // The finding of a reference call: none when its name is allowlisted, else global.unlisted.
+  void ReferenceFinding(const CallSite& c, const Reference& r);
+
   // ---- call sites
 
-  void Call(const CallSite& c);
+  // Graph::calls[ci].
+  void Call(uint32_t ci);
 
   Origin OriginOf(const Node& n) const;
 
@@ -153,6 +183,11 @@ class RuleSet::Impl::Run {
   std::string GotText(v1::CallOp op, const CallSite& c) const;
 
   void Invoke(const CallSite& c, v1::CallOp op);
+
+  // A call of the allowlisted global `ref` (or reference): one of its entry's shapes, else
+  // call.shape.
+  void AllowedCall(const CallSite& c, v1::CallOp op, const GlobalRef& ref,
+                   const v1::AllowedGlobal& allowed);
 
   void ShapeFinding(const CallSite& c, const std::string& name, std::string message);
 
@@ -241,6 +276,7 @@ class RuleSet::Impl::Run {
   uint64_t argument_units_ = 0;     // CountArguments, per pickle
   bool budget_reported_ = false;
   absl::flat_hash_map<std::string, Grade> grades_;
+  absl::flat_hash_map<uint32_t, Reference> references_;  // by call index, per pickle
 
   Evaluation out_;
   uint64_t dropped_ = 0;
