@@ -105,8 +105,20 @@ void Reader::JsonDocument(std::string_view data) {
   }
   MoreTargets(repo.targets_total - repo.targets.size(), repo.targets_dropped_code,
               torch::kMaxConfigTargets, "kMaxConfigTargets");
+  if (options_.file_name == "modules.json") SentenceTransformerModules(repo);
   // PEFT (AutoPeftModel.from_pretrained) loads the adapter's base model by this reference: a
-  // path on the machine is a model this scan never saw.
+  // path on the machine is a model this scan never saw; one in a .git folder is the
+  // repository's own, hidden where the walk does not look.
+  if (options_.file_name == "adapter_config.json" && repo.has_base_model) {
+    if (const std::string_view why = torch::UnscannedPath(repo.base_model);
+        why == "in a .git folder") {
+      Error(v1::ERROR_CODE_UNSUPPORTED,
+            absl::StrCat("the adapter loads its base model from ",
+                         base::AbslView(base::Quoted(repo.base_model)), ", ", why,
+                         ", which a repository scan does not read: not verified"),
+            "", repo.base_model_offset);
+    }
+  }
   if (options_.file_name == "adapter_config.json" && repo.has_base_model &&
       torch::IsLocalModelPath(repo.base_model)) {
     Anomaly("outside_reference", "", repo.base_model_offset,
@@ -119,6 +131,49 @@ void Reader::JsonDocument(std::string_view data) {
   for (const torch::JsonTemplate& t : repo.templates) {
     Template(t.text, "", absl::StrCat("chat_template \"", base::AbslView(Esc(t.name)), "\""),
              t.offset, /*in_json=*/true);
+  }
+}
+
+// sentence-transformers' modules.json: each entry's class is imported by name
+// (import_from_string) and its load() called with the entry's folder. Its own classes live in
+// sentence_transformers.models (and the sparse encoder's models); any other names code. A folder
+// the scan does not read (absolute, outside, in .git) leaves the model unverified.
+void Reader::SentenceTransformerModules(const torch::RepoJson& repo) {
+  static constexpr std::string_view kDataModules[] = {"torch", "numpy", "np",     "joblib",
+                                                      "pickle", "dill", "cloudpickle", "yaml",
+                                                      "pandas", "keras", "tensorflow"};
+  for (const torch::RepoJson::ListModule& m : repo.modules) {
+    const std::string_view type = m.type;
+    const bool own = (type.rfind("sentence_transformers.models.", 0) == 0 ||
+                      type.rfind("sentence_transformers.sparse_encoder.models.", 0) == 0) &&
+                     type.find("__") == std::string_view::npos &&
+                     std::count(type.begin(), type.end(), '.') <=
+                         (type.rfind("sentence_transformers.models.", 0) == 0 ? 2 : 3);
+    const std::string_view last = type.substr(type.rfind('.') + 1);
+    const bool loader = torch::TargetRunsCode(type) ||
+                        std::find(std::begin(kDataModules), std::end(kDataModules), last) !=
+                            std::end(kDataModules);
+    if (!type.empty() && !own) {
+      Anomaly(loader ? "config_code" : "remote_code", "", m.offset,
+              absl::StrCat("modules.json names ", base::AbslView(base::Quoted(type)),
+                           ": sentence-transformers imports it by name and calls its load() "
+                           "with the module's folder",
+                           loader ? " (a loader of other files or code: its load() reads them)"
+                                  : "; it is not one of sentence-transformers' own modules"),
+              /*must_flag=*/true, "repo");
+    }
+    if (const std::string_view why = torch::UnscannedPath(m.path); !why.empty()) {
+      Error(v1::ERROR_CODE_UNSUPPORTED,
+            absl::StrCat("modules.json: a module loads from ", base::AbslView(base::Quoted(m.path)),
+                         ", ", why, ", which a repository scan does not read: not verified"),
+            "", m.offset);
+    }
+  }
+  if (repo.modules_total > repo.modules.size()) {
+    const std::string message = absl::StrCat("modules.json: ", repo.modules_total,
+                                             " modules, over the ", repo.modules.size(),
+                                             " judged (kMaxAutoMapEntries)");
+    Error(v1::ERROR_CODE_UNSUPPORTED, message, "", 0);
   }
 }
 

@@ -139,14 +139,37 @@ bool IsWeightsName(std::string_view file_name) {
   return std::find(std::begin(kExtensions), std::end(kExtensions), ext) != std::end(kExtensions);
 }
 
+// The length of the Unicode White_Space character `s` starts with (Go's unicode.IsSpace,
+// which bytes.TrimSpace uses), or 0.
+size_t LeadingSpace(std::string_view s) {
+  if (s.empty()) return 0;
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  if (b(0) == ' ' || (b(0) >= '\t' && b(0) <= '\r')) return 1;
+  if (s.size() >= 2 && b(0) == 0xC2 && (b(1) == 0x85 || b(1) == 0xA0)) return 2;  // NEL, NBSP
+  if (s.size() < 3) return 0;
+  if (b(0) == 0xE1 && b(1) == 0x9A && b(2) == 0x80) return 3;                       // U+1680
+  if (b(0) == 0xE2 && b(1) == 0x80 && (b(2) <= 0x8A || b(2) == 0xA8 || b(2) == 0xA9 ||
+                                       b(2) == 0xAF)) {
+    return b(2) >= 0x80 ? 3 : 0;                         // U+2000-200A, U+2028, U+2029, U+202F
+  }
+  if (b(0) == 0xE2 && b(1) == 0x81 && b(2) == 0x9F) return 3;  // U+205F
+  if (b(0) == 0xE3 && b(1) == 0x80 && b(2) == 0x80) return 3;  // U+3000
+  return 0;
+}
+
 std::optional<LfsPointer> ReadLfsPointer(std::string_view data) {
-  constexpr size_t kMaxPointerBytes = 1024;  // git-lfs never reads a larger blob as a pointer
-  if (data.size() > kMaxPointerBytes) return std::nullopt;
+  // git-lfs decodes a pointer from at most the first 1,024 bytes of a blob, trimmed of white
+  // space (lfs/pointer.go: DecodeFrom, decodeKV(bytes.TrimSpace(...))), and takes three version
+  // URLs (its own, hawser's and git-media's, v1Aliases).
+  constexpr size_t kMaxPointerBytes = 1024;
+  data = data.substr(0, kMaxPointerBytes);
+  for (size_t n; (n = LeadingSpace(data)) > 0;) data.remove_prefix(n);
   const size_t eol = data.find('\n');
   const std::string_view first = data.substr(0, eol);
   if (first.rfind("version ", 0) != 0 ||
       (first.find("git-lfs") == std::string_view::npos &&
-       first.find("hawser") == std::string_view::npos)) {
+       first.find("hawser") == std::string_view::npos &&
+       first.find("git-media") == std::string_view::npos)) {
     return std::nullopt;
   }
   LfsPointer p{"no oid line", "no size line"};

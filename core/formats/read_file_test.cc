@@ -21,6 +21,7 @@
 #include "core/pickle/vm.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/tensors.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -154,9 +155,67 @@ TEST(FormatsTest, GitLfsPointerIsNotPresentWhateverItsName) {
   // The old spec name, no oid: still a pointer to git-lfs.
   EXPECT_EQ(ReadFile("version https://hawser.github.com/spec/v1\n", pickle::Vm()).errors.size(),
             1u);
-  // Text that merely mentions git-lfs, or a pointer-shaped text over 1,024 bytes, is text.
+  // As git-lfs decodes one: leading white space (Go's bytes.TrimSpace: ASCII and Unicode),
+  // git-media's version URL, only the first 1,024 bytes.
+  for (const std::string& variant :
+       {"\n" + pointer, "  " + pointer, "\t" + pointer, "\r\n" + pointer, "\x0b" + pointer,
+        "\xc2\xa0" + pointer, "\xc2\x85" + pointer, "\xe3\x80\x80" + pointer,
+        pointer + std::string(2000, ' '),
+        std::string("version http://git-media.io/v/2\noid sha256:00\nsize 1\n")}) {
+    const FileFacts f = ReadFile(variant, pickle::Vm());
+    ASSERT_EQ(f.errors.size(), 1u) << variant;
+    EXPECT_EQ(f.errors[0].code(), v1::ERROR_CODE_NOT_PRESENT) << variant;
+  }
+  // Text that merely mentions git-lfs is text; a BOM is no white space to git-lfs.
   EXPECT_TRUE(ReadFile("see https://git-lfs.github.com/spec/v1\n", pickle::Vm()).errors.empty());
-  EXPECT_TRUE(ReadFile(pointer + std::string(1100, 'x'), pickle::Vm()).errors.empty());
+  EXPECT_TRUE(ReadFile("\xef\xbb\xbf" + pointer, pickle::Vm()).errors.empty());
+}
+
+// sentence-transformers' modules.json: each type is imported by name and its load() called on
+// the entry's folder (a torch module's load is torch.load); a folder the walk never reads
+// (.git, outside, absolute) leaves the model unverified.
+TEST(FormatsTest, SentenceTransformerModulesAreJudged) {
+  const auto read = [](std::string_view json, const char* name = "modules.json") {
+    ReadOptions options;
+    options.file_name = name;
+    return ReadFile(json, pickle::Vm(), options);
+  };
+  const auto kinds = [](const FileFacts& f) {
+    std::vector<std::string> out;
+    for (const auto& a : f.anomalies) out.push_back(a.kind);
+    return out;
+  };
+  const FileFacts benign = read(
+      R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+          {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])");
+  EXPECT_TRUE(benign.errors.empty());
+  EXPECT_TRUE(benign.anomalies.empty());
+  const FileFacts torch_type =
+      read(R"([{"path": "w", "type": "sentence_transformers.SentenceTransformer.torch"}])");
+  EXPECT_EQ(kinds(torch_type), std::vector<std::string>{"config_code"});
+  const FileFacts custom = read(R"([{"path": "x", "type": "my_module.Layer"}])");
+  EXPECT_EQ(kinds(custom), std::vector<std::string>{"remote_code"});
+  for (const char* path : {".git", ".git/w", "/abs/model", "../elsewhere", "a/../../b"}) {
+    const FileFacts f = read(absl::StrCat(R"([{"type": "sentence_transformers.models.Transformer", "path": ")",
+                                          path, R"("}])"));
+    ASSERT_EQ(f.errors.size(), 1u) << path;
+    EXPECT_THAT(f.errors[0].message(), testing::HasSubstr("not verified")) << path;
+  }
+  // The same list under another name is no modules.json.
+  EXPECT_TRUE(read(R"([{"path": ".git", "type": "x.torch"}])", "other.json").errors.empty());
+}
+
+TEST(FormatsTest, AdapterBaseModelInGitIsNotVerified) {
+  ReadOptions options;
+  options.file_name = "adapter_config.json";
+  for (const char* base : {".git", ".git/sub"}) {
+    const FileFacts f = ReadFile(absl::StrCat(R"({"base_model_name_or_path": ")", base, R"("})"),
+                                 pickle::Vm(), options);
+    ASSERT_EQ(f.errors.size(), 1u) << base;
+    EXPECT_THAT(f.errors[0].message(), testing::HasSubstr(".git folder"));
+  }
+  EXPECT_TRUE(ReadFile(R"({"base_model_name_or_path": "org/name"})", pickle::Vm(), options)
+                  .errors.empty());
 }
 
 TEST(FormatsTest, EmptyFileIsNotPresentOnlyUnderAWeightsName) {

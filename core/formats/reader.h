@@ -23,6 +23,7 @@
 #include "core/pickle/vm.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/file_facts.h"
+#include "core/torch/repo_json.h"
 #include "core/torch/tensors.h"
 #include "core/zip/zip_reader.h"
 #include "core/zip/zipfile_view.h"
@@ -75,9 +76,10 @@ bool EndsWith(std::string_view s, std::string_view suffix);
 bool IsWeightsName(std::string_view file_name);
 
 // A Git LFS pointer (git-lfs's docs/spec.md): what a checkout made without LFS holds in place
-// of the content. Read as git-lfs reads one: at most 1,024 bytes, whose first line is
-// "version URL" with git-lfs's (or its old name hawser's) spec URL; oid and size, when the
-// lines are there, escaped for a message ("" otherwise).
+// of the content. Read as git-lfs reads one: the first 1,024 bytes, leading white space
+// (Unicode's, as Go trims it) dropped, whose first line is "version URL" with one of the spec
+// URLs git-lfs takes (its own, hawser's, git-media's); oid and size, when the lines are
+// there, escaped for a message.
 struct LfsPointer {
   std::string oid;   // "oid sha256:..." or "no oid line"
   std::string size;  // "size N" or "no size line"
@@ -215,6 +217,7 @@ class Reader final {
   // One finding (repo.remote_code) for the class references a JSON key names (auto_map,
   // custom_pipelines): (key, reference) pairs, of `total`, at `offset`. `runner` says who
   // imports them.
+  void SentenceTransformerModules(const torch::RepoJson& repo);
   void RemoteCode(std::string_view what, std::string_view runner,
                   const std::vector<std::pair<std::string, std::string>>& refs, uint64_t total,
                   uint64_t offset);

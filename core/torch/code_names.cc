@@ -25,7 +25,11 @@ constexpr std::string_view kFrameworkModules[] = {"functools", "operator",   "to
 // Functions that evaluate, import, look up or shell out, whatever module they come from.
 constexpr std::string_view kCodeCallables[] = {
     "eval",  "exec",          "execfile",    "compile",    "getattr",  "system",
-    "popen", "import_module", "load_inline", "breakpoint", "run_path", "run_module"};
+    "popen", "import_module", "load_inline", "breakpoint", "run_path", "run_module",
+    // Model loaders by method name: another model's files (pickles under torch.load, remote
+    // code under trust_remote_code), whatever the class (AutoModelForCausalLM, Lightning's
+    // load_from_checkpoint, diffusers' from_single_file, NeMo's restore_from).
+    "from_pretrained", "load_from_checkpoint", "from_single_file", "restore_from", "read_pickle"};
 
 // Loaders that read another file (a pickle, a YAML document with python tags), fetch and run
 // remote code, or instantiate another config: a target equal to one or below it.
@@ -51,7 +55,10 @@ constexpr std::string_view kLoaderTargets[] = {"torch.load",
                                                "transformers.dynamic_module_utils",
                                                "keras.models.load_model",
                                                "keras.saving.load_model",
-                                               "tensorflow.keras.models.load_model"};
+                                               "tensorflow.keras.models.load_model",
+                                               "pandas.io.pickle",
+                                               "transformers.pipeline",
+                                               "transformers.pipelines.pipeline"};
 
 bool In(std::string_view s, std::span<const std::string_view> list) {
   for (std::string_view x : list) {
@@ -83,6 +90,9 @@ bool IsFrameworkModule(std::string_view module) { return In(TopModule(module), k
 
 bool TargetRunsCode(std::string_view target) {
   if (IsSystemModule(target)) return true;
+  // OmegaConf resolves "${...}" (an interpolation, a resolver such as oc.select or oc.decode)
+  // when Hydra reads the value: the callable is decided at load time, so it may be any.
+  if (target.find("${") != std::string_view::npos) return true;
   for (std::string_view prefix : kLoaderTargets) {
     if (AtOrBelow(target, prefix)) return true;
   }
@@ -101,9 +111,28 @@ std::string_view HubRepoOf(std::string_view class_reference) {
   return sep == std::string_view::npos ? std::string_view() : class_reference.substr(0, sep);
 }
 
+std::string_view UnscannedPath(std::string_view path) {
+  if (path.empty()) return "";
+  if (path[0] == '/' || path[0] == '\\' || path[0] == '~' ||
+      (path.size() >= 2 && path[1] == ':')) {
+    return "absolute";
+  }
+  std::string_view rest = path;
+  while (true) {
+    const size_t sep = rest.find_first_of("/\\");
+    const std::string_view part = rest.substr(0, sep);
+    if (part == "..") return "outside the folder";
+    if (part == ".git") return "in a .git folder";
+    if (sep == std::string_view::npos) return "";
+    rest.remove_prefix(sep + 1);
+  }
+}
+
 bool IsLocalModelPath(std::string_view reference) {
   if (reference.empty()) return false;
   const char first = reference[0];
+  // ".git", ".cache/x": a hidden folder is no Hub id (a repository name never starts with '.').
+  if (first == '.') return true;
   if (first == '/' || first == '\\' || first == '~') return true;
   // A Windows drive (C:\x, C:/x).
   if (reference.size() >= 2 && reference[1] == ':' &&

@@ -29,7 +29,9 @@ bool IsFrameworkModule(std::string_view module);
 // (logging.os.system reaches os through an attribute), a dunder component (__builtins__,
 // __globals__), a function that evaluates, imports or shells out whatever its module (eval,
 // exec, getattr, system, import_module, ...), or a framework loader (torch.load, torch.hub,
-// numpy.load, yaml.unsafe_load, hydra.utils.instantiate, ...).
+// numpy.load, yaml.unsafe_load, hydra.utils.instantiate, ...; a model loader by method name:
+// from_pretrained, load_from_checkpoint, ...), or a value OmegaConf interpolates ("${...}":
+// the callable is decided at load time).
 bool TargetRunsCode(std::string_view target);
 
 // transformers' get_class_from_dynamic_module takes "org/repo--module.Class" as code in
@@ -39,6 +41,11 @@ std::string_view HubRepoOf(std::string_view class_reference);
 // A model reference that is a path on the machine rather than a Hub id ("org/name"): absolute
 // (/x, \x, C:\x), starting with ~ or ./, or with a "." or ".." component.
 bool IsLocalModelPath(std::string_view reference);
+
+// Why a loader's path (a modules.json "path", a PEFT base model) reaches what a repository scan
+// never reads: "" when it stays inside; otherwise "absolute", "outside the folder" (a ".."
+// component) or "in a .git folder" (the walk skips .git at every depth).
+std::string_view UnscannedPath(std::string_view path);
 
 }  // namespace ckptscan::torch
 

@@ -39,6 +39,16 @@ TEST(CodeNamesTest, FrameworkLoadersRunCode) {
   EXPECT_TRUE(TargetRunsCode("numpy.load"));
   EXPECT_TRUE(TargetRunsCode("yaml.unsafe_load"));
   EXPECT_TRUE(TargetRunsCode("hydra.utils.instantiate"));
+  EXPECT_TRUE(TargetRunsCode("pandas.read_pickle"));
+  EXPECT_TRUE(TargetRunsCode("transformers.AutoModelForCausalLM.from_pretrained"));
+  EXPECT_TRUE(TargetRunsCode("lightning.LightningModule.load_from_checkpoint"));
+}
+
+// OmegaConf resolves interpolations and resolvers when Hydra reads the value: any callable.
+TEST(CodeNamesTest, InterpolatedTargetsRunCode) {
+  EXPECT_TRUE(TargetRunsCode("${t}"));
+  EXPECT_TRUE(TargetRunsCode("${oc.decode:'\"os.system\"'}"));
+  EXPECT_TRUE(TargetRunsCode("pkg.${name}.Model"));
 }
 
 TEST(CodeNamesTest, ClassesOfFrameworksAndProjectsOnlyImport) {
@@ -73,6 +83,19 @@ TEST(CodeNamesTest, LocalPathsAreNotHubIds) {
   EXPECT_TRUE(IsLocalModelPath("..\\base"));
   EXPECT_TRUE(IsLocalModelPath("C:\\models\\base"));
   EXPECT_TRUE(IsLocalModelPath("\\\\server\\share"));
+  EXPECT_TRUE(IsLocalModelPath(".git"));  // no Hub id starts with '.'
+  EXPECT_TRUE(IsLocalModelPath(".git/sub"));
+}
+
+TEST(CodeNamesTest, UnscannedPathsSayWhy) {
+  EXPECT_EQ(UnscannedPath(""), "");
+  EXPECT_EQ(UnscannedPath("1_Pooling"), "");
+  EXPECT_EQ(UnscannedPath("a/b.git/c"), "");
+  EXPECT_EQ(UnscannedPath("/abs"), "absolute");
+  EXPECT_EQ(UnscannedPath("~/x"), "absolute");
+  EXPECT_EQ(UnscannedPath("a/../../b"), "outside the folder");
+  EXPECT_EQ(UnscannedPath(".git"), "in a .git folder");
+  EXPECT_EQ(UnscannedPath("sub\\.git\\w"), "in a .git folder");
 }
 
 TEST(CodeNamesTest, HubIdsAreNotLocalPaths) {

@@ -74,6 +74,20 @@ class RepoJsonHandler final : public base::JsonSink {
       if (out_->pipelines.size() < kMaxAutoMapEntries) {
         out_->pipelines.push_back(CustomPipeline{frames_[1].key, std::move(s), offset});
       }
+    } else if (n == 2 && !frames_[0].object && frames_[1].object &&
+               (frames_[1].key == "type" || frames_[1].key == "path")) {
+      // One entry per list item: the item's first "type" or "path" string opens it.
+      if (module_item_ != frames_[1].ref.offset || out_->modules_total == 0) {
+        module_item_ = frames_[1].ref.offset;
+        ++out_->modules_total;
+        if (out_->modules.size() < kMaxAutoMapEntries) {
+          out_->modules.push_back(RepoJson::ListModule{{}, {}, offset});
+        }
+      }
+      if (out_->modules.size() == out_->modules_total) {
+        (frames_[1].key == "type" ? out_->modules.back().type : out_->modules.back().path) =
+            std::move(s);
+      }
     } else if (n == 1 && frames_[0].object && frames_[0].key == "base_model_name_or_path") {
       out_->has_base_model = true;
       out_->base_model = std::move(s);
@@ -225,6 +239,7 @@ class RepoJsonHandler final : public base::JsonSink {
     return absl::OkStatus();
   }
 
+  uint64_t module_item_ = 0;  // the list item the last modules entry came from
   RepoJson* out_;
   bool objects_;
   std::vector<Frame> frames_;

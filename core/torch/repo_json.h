@@ -91,6 +91,16 @@ struct RepoJson {
   std::vector<ConfigTarget> targets;
   uint64_t targets_total = 0;
   uint64_t targets_dropped_code = 0;  // of those past kMaxConfigTargets, the TargetRunsCode ones
+  // A top-level list's objects' "type" and "path" strings (sentence-transformers' modules.json:
+  // each module's class and the folder it loads from); at most kMaxAutoMapEntries, the rest
+  // counted.
+  struct ListModule {
+    std::string type;
+    std::string path;
+    uint64_t offset = 0;  // the object's first string
+  };
+  std::vector<ListModule> modules;
+  uint64_t modules_total = 0;
   // Top-level base_model_name_or_path, when it is a string.
   bool has_base_model = false;
   std::string base_model;

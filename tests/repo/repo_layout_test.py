@@ -460,6 +460,44 @@ def links(a, tmp, expect):
     print("links: 5 layouts through folder links, 2 placeholders")
 
 
+def hidden(a, tmp):
+    """An attacker's answers to the fail-closed walk (each was exit 0 under --fail-on dangerous
+    before): pointers git-lfs still reads as pointers, loaders' configs that reach into .git,
+    and a Hydra target decided at load time. Each must not pass."""
+    ptr = f"version https://git-lfs.github.com/spec/v1\noid sha256:{'0' * 64}\nsize 9\n"
+    layouts = {
+        "lfs_leading_newline": {"pytorch_model.bin": "\n" + ptr},
+        "lfs_nbsp": {"model.safetensors": "\u00a0" + ptr},
+        "lfs_git_media": {"pytorch_model.bin": "version http://git-media.io/v/2\noid sha256:00\n"},
+        "lfs_padded": {"pytorch_model.bin": ptr + " " * 2000},
+        "st_modules_into_git": {
+            "modules.json": json.dumps([{"idx": 0, "name": "0", "path": ".git/m",
+                                         "type": "sentence_transformers.models.Transformer"}]),
+            ".git/m/pytorch_model.bin": EVIL_PICKLE},
+        "st_modules_torch_type": {
+            "modules.json": json.dumps([{"idx": 0, "name": "0", "path": "w",
+                                         "type": "sentence_transformers.SentenceTransformer.torch"}]),
+            "w": "plain text: only the module type loads it as torch.load would\n"},
+        "adapter_base_in_git": {
+            "adapter_config.json": json.dumps({"base_model_name_or_path": ".git",
+                                               "peft_type": "LORA"}),
+            ".git/pytorch_model.bin": EVIL_PICKLE},
+        "hydra_interpolated_target": {
+            "config.yaml": "t: os.system\nmodel:\n  _target_: ${t}\n  _args_: ['true']\n"},
+    }
+    for name, files in layouts.items():
+        root = os.path.join(tmp, "hidden", name)
+        for rel, data in files.items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode())
+        rc, report, err = scan_json(a, "--fail-on", "dangerous", root)
+        check(rc in (1, 2), f"hidden: {name}: exit {rc}, want 1 or 2: "
+                            f"{[(x['path'], x['verdict']) for x in report.get('files', [])]}")
+    print(f"hidden: {len(layouts)} layouts, none passes")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ckptscan", required=True)
@@ -477,6 +515,7 @@ def main():
         cache(a, tmp, expect)
         manifest(a, tmp)
         links(a, tmp, expect)
+        hidden(a, tmp)
         reports(a, tmp, root)
         server(a, tmp, root)
     print(f"repository: {len(expect['repository'])} files, {len(cases)} malicious variants, "
