@@ -73,15 +73,19 @@ void Reader::JsonDocument(std::string_view data) {
     return;
   }
   if (options_.keras_config) {
+    if (repo.objects.size() > options_.max_keras_objects) {
+      repo.objects.erase(repo.objects.begin() + static_cast<ptrdiff_t>(options_.max_keras_objects),
+                         repo.objects.end());
+    }
     for (const torch::KerasFinding& k : torch::JudgeKerasObjects(repo.objects)) {
       Anomaly(k.kind, "", k.offset, k.message, /*must_flag=*/true, "keras");
     }
     if (repo.objects_total > repo.objects.size()) {
       const std::string message =
           absl::StrCat("Keras config: ", repo.objects_total, " objects, over the ",
-                       torch::kMaxJsonObjectRefs, " judged (kMaxJsonObjectRefs)");
-      Error(base::LimitError(message, "max_keras_objects", torch::kMaxJsonObjectRefs), message, "",
-            0);
+                       options_.max_keras_objects, " judged (max_keras_objects)");
+      Error(base::LimitError(message, "max_keras_objects", options_.max_keras_objects), message,
+            "", 0);
     }
   }
   if (repo.auto_map_total > 0) {
