@@ -93,13 +93,14 @@ void OneValuePerOccurrence(CLI::App* app) {
 absl::StatusOr<EngineConfig> ToEngineConfig(const EngineFlags& flags) {
   EngineConfig config;
   config.rules = {flags.rules, flags.rules_overlay, flags.allow};
-  absl::StatusOr<pickle::Limits> limits = ParseLimitFlags(flags.limits);
+  absl::StatusOr<LimitSettings> limits = ParseLimitFlags(flags.limits);
   if (!limits.ok()) return limits.status();
-  config.limits = *limits;
+  config.limits = limits->vm;
   absl::StatusOr<uint64_t> memory = SizeFlag("--worker-memory", flags.worker_memory, true);
   if (!memory.ok()) return memory.status();
   absl::StatusOr<uint64_t> copy = SizeFlag("--max-sealed-copy-bytes", flags.max_sealed_copy, false);
   if (!copy.ok()) return copy.status();
+  config.jail.format_limits = std::move(limits->format);
   config.jail.worker_path = flags.worker;
   config.jail.worker_memory = *memory;
   config.jail.max_sealed_copy_bytes = *copy;

@@ -14,7 +14,7 @@ namespace {
 using pickle::Limits;
 
 // A new Limits field must be added to Fields() below (and documented in
-// docs/cli.md).
+// docs/cli.md). Format limits come from core/formats/format_limits.h.
 static_assert(sizeof(Limits) == 14 * sizeof(uint64_t),
               "pickle::Limits changed: update the --limit table in "
               "app/limit_flags.cc");
@@ -80,10 +80,25 @@ absl::StatusOr<uint64_t> ParseValue(std::string_view text) { return base::ParseS
 
 std::string KnownNames() {
   std::string names;
-  for (const Field& f : Fields()) {
-    absl::StrAppend(&names, names.empty() ? "" : ", ", base::AbslView(f.flag.name));
+  for (const LimitFlag& f : LimitFlags()) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", base::AbslView(f.name));
   }
   return names;
+}
+
+absl::Status BadValue(std::string_view spec, const absl::Status& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--limit ", base::AbslView(spec), ": ", why.message()));
+}
+
+// A value within `max`, or InvalidArgument naming the spec.
+absl::StatusOr<uint64_t> ValueOf(std::string_view spec, std::string_view text, uint64_t max) {
+  absl::StatusOr<uint64_t> value = ParseValue(text);
+  if (value.ok() && *value > max) {
+    value = absl::InvalidArgumentError(absl::StrCat("at most ", max));
+  }
+  if (!value.ok()) return BadValue(spec, value.status());
+  return value;
 }
 
 }  // namespace
@@ -92,41 +107,51 @@ const std::vector<LimitFlag>& LimitFlags() {
   static const std::vector<LimitFlag> flags = [] {
     std::vector<LimitFlag> v;
     for (const Field& f : Fields()) v.push_back(f.flag);
+    for (const formats::FormatLimitInfo& f : formats::FormatLimits()) {
+      v.push_back({f.name, f.help, f.default_value, f.max_value});
+    }
     return v;
   }();
   return flags;
 }
 
-absl::Status ApplyLimitFlag(std::string_view spec, pickle::Limits* limits) {
+absl::Status ApplyLimitFlag(std::string_view spec, LimitSettings* limits) {
   const size_t eq = spec.find('=');
   if (eq == std::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("--limit ", base::AbslView(spec), ": expected NAME=VALUE"));
   }
   const std::string_view name = spec.substr(0, eq);
+  const std::string_view text = spec.substr(eq + 1);
   for (const Field& f : Fields()) {
     if (f.flag.name != name) continue;
-    absl::StatusOr<uint64_t> value = ParseValue(spec.substr(eq + 1));
-    if (value.ok() && *value > f.flag.max_value) {
-      value = absl::InvalidArgumentError(absl::StrCat("at most ", f.flag.max_value));
-    }
-    if (!value.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--limit ", base::AbslView(spec), ": ", value.status().message()));
-    }
+    absl::StatusOr<uint64_t> value = ValueOf(spec, text, f.flag.max_value);
+    if (!value.ok()) return value.status();
     if (f.u64 != nullptr) {
-      limits->*f.u64 = *value;
+      limits->vm.*f.u64 = *value;
     } else {
-      limits->*f.u32 = static_cast<uint32_t>(*value);
+      limits->vm.*f.u32 = static_cast<uint32_t>(*value);
     }
+    return absl::OkStatus();
+  }
+  if (const formats::FormatLimitInfo* f = formats::FindFormatLimit(name); f != nullptr) {
+    absl::StatusOr<uint64_t> value = ValueOf(spec, text, f->max_value);
+    if (!value.ok()) return value.status();
+    for (formats::FormatLimitSetting& s : limits->format) {
+      if (s.limit == f->id) {
+        s.value = *value;
+        return absl::OkStatus();
+      }
+    }
+    limits->format.push_back({f->id, *value});
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--limit ", base::AbslView(spec), ": unknown limit; known: ", KnownNames()));
 }
 
-absl::StatusOr<pickle::Limits> ParseLimitFlags(const std::vector<std::string>& specs) {
-  pickle::Limits limits;
+absl::StatusOr<LimitSettings> ParseLimitFlags(const std::vector<std::string>& specs) {
+  LimitSettings limits;
   for (const std::string& spec : specs) {
     absl::Status s = ApplyLimitFlag(spec, &limits);
     if (!s.ok()) return s;
@@ -138,9 +163,9 @@ absl::StatusOr<uint64_t> ParseSizeValue(std::string_view text) { return ParseVal
 
 std::string LimitFlagsHelp() {
   std::string out;
-  for (const Field& f : Fields()) {
-    absl::StrAppendFormat(&out, "  %-18s default %-14d %s\n", base::AbslView(f.flag.name),
-                          f.flag.default_value, base::AbslView(f.flag.help));
+  for (const LimitFlag& f : LimitFlags()) {
+    absl::StrAppendFormat(&out, "  %-28s default %-14d %s\n", base::AbslView(f.name),
+                          f.default_value, base::AbslView(f.help));
   }
   return out;
 }

@@ -264,8 +264,8 @@ class Parser {
         if (stack_.size() >= max_depth_) {
           error_offset_ = at;
           return LimitError(
-              absl::StrCat("JSON values nested deeper than ", max_depth_, " (max_depth)"),
-              "max_depth", max_depth_);
+              absl::StrCat("JSON values nested deeper than ", max_depth_, " (max_json_depth)"),
+              "max_json_depth", max_depth_);
         }
         Advance();
         const bool object = c == '{';

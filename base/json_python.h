@@ -76,7 +76,7 @@ class JsonSink {
 };
 
 // Reads one document. InvalidArgument (what json.loads raises: a decoding error, a syntax
-// error, an integer over kMaxIntDigits), LimitError "max_depth" for nesting deeper than
+// error, an integer over kMaxIntDigits), LimitError "max_json_depth" for nesting deeper than
 // `max_depth`, or the sink's status; *error_offset is the byte where it stopped.
 absl::Status ParsePythonJson(std::string_view bytes, uint32_t max_depth, JsonSink* sink,
                              uint64_t* error_offset);

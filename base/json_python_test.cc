@@ -195,7 +195,7 @@ TEST(JsonPythonTest, NestingDeeperThanTheLimitIsALimitNotRecursion) {
   const absl::Status s = Parse(deep, &r, &offset, 64);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(LimitOf(s).has_value());
-  EXPECT_EQ(LimitOf(s)->name, "max_depth");
+  EXPECT_EQ(LimitOf(s)->name, "max_json_depth");
   EXPECT_EQ(offset, 64u);
   EXPECT_TRUE(Parse(std::string(64, '[') + std::string(64, ']'), &r).ok());
   // A million levels under a limit that allows them: memory, no C stack.

@@ -103,6 +103,25 @@ assert e["code"] == "limit" and e["limit_name"] == "max_opcodes" and e["limit_va
 ' && pass "$name" || fail "$name" "$(cat out.txt)"
 fi
 
+# A worker's format limit is a --limit name: the .npz member deflated over 200:1 is ERROR naming
+# max_compression_ratio, and SAFE once --limit raises it to the value the error suggests.
+"$py" -c '
+import numpy
+numpy.savez_compressed("zeros.npz", a=numpy.zeros(100000))
+'
+name=FormatLimitIsNamedInTheError
+if run "$name" 2 "$bin" scan zeros.npz; then
+  contains out.txt "[limit max_compression_ratio=200]" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=FormatLimitFlagReachesTheWorker
+if run "$name" 0 "$bin" scan --limit max_compression_ratio=10K zeros.npz; then
+  contains out.txt "zeros.npz: SAFE" && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=FormatLimitOverItsMaximumIsUsageError64
+if run "$name" 64 "$bin" scan --limit max_container_depth=4G zeros.npz; then
+  contains err.txt "at most 4294967295" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
+
 name=SarifOutputIsValidJson
 if run "$name" 1 "$bin" scan --format sarif evil.pkl truncated.pkl; then
   if "$py" -m json.tool out.txt >/dev/null && "$py" -c '

@@ -251,7 +251,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   // reload-rules`), the VM's limits, the jail.
   app::AddRulesFlags(&app, &f.engine);
   app::AddLimitFlag(&app, &f.engine,
-                    "Set a pickle VM limit for every job, e.g. max_opcodes=1000 (the names and "
+                    "Set a limit of the pickle VM or a format reader for every job, e.g. "
+                    "max_compression_ratio=1000 (the names and "
                     "defaults of `ckptscan scan --help`; repeatable)");
   app::AddJailFlags(&app, &f.engine, "fork-server, every helper started before serving");
   app.add_option("--max-upload-bytes", f.max_upload,

@@ -97,6 +97,14 @@ pickle::Limits LimitsFromProto(const worker::v1::VmLimits& in) {
   return l;
 }
 
+void FormatLimitsToProto(const formats::FormatLimitSettings& settings, worker::v1::Job* job) {
+  for (const formats::FormatLimitSetting& s : settings) {
+    worker::v1::FormatLimit* p = job->add_format_limits();
+    p->set_name(std::string(formats::FormatLimits()[static_cast<size_t>(s.limit)].name));
+    p->set_value(s.value);
+  }
+}
+
 JailConfig JailConfigFromJob(const worker::v1::Job& job) {
   JailConfig c;
   c.address_space_bytes = job.jail().address_space_bytes();

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckptscan/worker/v1/worker.pb.h"
+#include "core/formats/format_limits.h"
 #include "core/pickle/limits.h"
 #include "sandbox/jail_types.h"
 
@@ -26,6 +27,10 @@ absl::StatusOr<worker::v1::Job> DecodeJobArg(std::string_view arg);
 
 void LimitsToProto(const pickle::Limits& limits, worker::v1::VmLimits* out);
 pickle::Limits LimitsFromProto(const worker::v1::VmLimits& in);
+
+// The settings as the job carries them (by name), and back onto `options`: InvalidArgument for
+// an unknown name or a value out of range.
+void FormatLimitsToProto(const formats::FormatLimitSettings& settings, worker::v1::Job* job);
 
 JailConfig JailConfigFromJob(const worker::v1::Job& job);
 worker::v1::JailLayers LayersToProto(const JailLayers& layers);

@@ -41,6 +41,7 @@ bool JailComplete(const worker::v1::JailLayers& l) {
 JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd output,
                  worker::v1::Job job, const pickle::Limits& limits, const JailOptions& options) {
   LimitsToProto(limits, job.mutable_vm_limits());
+  FormatLimitsToProto(options.format_limits, &job);
   const uint64_t mapped = SaturatingAdd(input_size, kPage - 1) / kPage * kPage;
   job.mutable_jail()->set_address_space_bytes(SaturatingAdd(options.worker_memory, mapped));
   job.mutable_jail()->set_cpu_seconds(CpuSeconds(options));

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "base/unique_fd.h"
 #include "ckptscan/worker/v1/worker.pb.h"
+#include "core/formats/format_limits.h"
 #include "core/pickle/limits.h"
 #include "sandbox/facts_budget.h"
 #include "sandbox/file_facts.h"
@@ -67,6 +68,8 @@ struct JailOptions {
   // may hold (at most kMaxFrameValues; each costs ~400 bytes here once decoded): past it
   // ERROR, limit "max_frame_values".
   uint64_t max_frame_values = kMaxFrameValues;
+  // The worker's format limits set away from their defaults (--limit; formats::FormatLimits()).
+  formats::FormatLimitSettings format_limits;
   // May be null. The daemon's memory for decoded results across jobs (sandbox/facts_budget.h):
   // each job reserves its estimate before decoding, waiting for room up to `timeout`; one
   // that cannot get it is ERROR, limit "facts_memory".

@@ -340,7 +340,7 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   AddVerbosityFlags(convert, &convert_opt->verbosity);
-  AddLocalFlags(convert, &convert_opt->local, "Set a VM limit (as for scan)");
+  AddLocalFlags(convert, &convert_opt->local, "Set a limit of the pickle VM or a format reader (as for scan)");
   AddServerFlags(convert, &convert_opt->server);
   convert->footer(
       "IN is scanned exactly as `scan` does (the report goes to stdout). Only a SAFE\n"

@@ -72,7 +72,7 @@ void AddDisasmCommand(CLI::App* app, Commands* out) {
                                          "Annotated opcode listing of a raw pickle stream, "
                                          "then errors and findings");
   disasm->add_option("FILE", disasm_opt->file, "The file to disassemble")->required();
-  AddLocalFlags(disasm, &disasm_opt->local, "Set a VM limit (as for scan)");
+  AddLocalFlags(disasm, &disasm_opt->local, "Set a limit of the pickle VM or a format reader (as for scan)");
   disasm->footer(
       absl::StrCat("The listing is made inside the worker (at most 16 MiB; cut with a note\n"
                    "past that), with or without --no-sandbox.\n\n",

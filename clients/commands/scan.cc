@@ -415,7 +415,7 @@ void AddScanCommand(CLI::App* app, Commands* out) {
       ->type_name("N")
       ->check(CLI::Range(1, 256));
   AddVerbosityFlags(scan, &scan_opt->verbosity);
-  AddLocalFlags(scan, &scan_opt->local, "Set a VM limit, e.g. max_opcodes=1000 (see below)");
+  AddLocalFlags(scan, &scan_opt->local, "Set a limit of the pickle VM or a format reader, e.g. max_opcodes=1000 or max_compression_ratio=1000 (see below)");
   AddServerFlags(scan, &scan_opt->server);
   scan->footer(ScanFooter());
   out->push_back({scan, [scan_opt] { return RunScan(*scan_opt); }});
@@ -436,7 +436,7 @@ void AddScanCommand(CLI::App* app, Commands* out) {
       ->type_name("N")
       ->check(CLI::Range(1, 256));
   AddVerbosityFlags(ls, &ls_opt->verbosity);
-  AddLocalFlags(ls, &ls_opt->local, "Set a VM limit, e.g. max_opcodes=1000");
+  AddLocalFlags(ls, &ls_opt->local, "Set a limit of the pickle VM or a format reader, e.g. max_compression_ratio=1000");
   AddServerFlags(ls, &ls_opt->server);
   ls->footer(absl::StrCat(
       "The file is read in the jailed worker exactly as `ckptscan scan` reads it; the verdict\n"

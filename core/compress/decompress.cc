@@ -350,9 +350,9 @@ absl::StatusOr<Decompressed> DecompressJoblib(std::string_view data, Codec codec
         return finish(End::kLimit,
                       base::LimitError(absl::StrCat(codec_name, ": ", filled,
                                                     " bytes decompressed from ", in_pos,
-                                                    ", over max_compression_ratio (",
+                                                    ", over max_joblib_compression_ratio (",
                                                     limits.max_compression_ratio, ")"),
-                                       "max_compression_ratio", limits.max_compression_ratio),
+                                       "max_joblib_compression_ratio", limits.max_compression_ratio),
                       in_pos);
       }
       const bool nothing_from_stream = filled == stream_start_out;

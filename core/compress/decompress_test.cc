@@ -255,7 +255,7 @@ TEST(DecompressTest, RatioBombIsMaxCompressionRatio) {
     EXPECT_EQ(d.end, End::kLimit) << CodecName(c);
     std::optional<base::LimitHit> hit = base::LimitOf(d.stop);
     ASSERT_TRUE(hit.has_value()) << CodecName(c);
-    EXPECT_EQ(hit->name, "max_compression_ratio");
+    EXPECT_EQ(hit->name, "max_joblib_compression_ratio");
     EXPECT_LT(d.bytes.size(), zeros.size()) << CodecName(c);
   }
 }

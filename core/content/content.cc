@@ -684,9 +684,9 @@ Check CheckText(std::string_view data, const Limits& limits) {
   if (long_line) {
     return Result(Outcome::kBroken,
                   base::LimitError(absl::StrFormat("the line at byte offset %d is over %d bytes "
-                                                   "(max_line_bytes)",
+                                                   "(max_text_line_bytes)",
                                                    long_line_at, limits.max_line_bytes),
-                                   "max_line_bytes", limits.max_line_bytes),
+                                   "max_text_line_bytes", limits.max_line_bytes),
                   long_line_at);
   }
   return Valid();

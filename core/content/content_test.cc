@@ -119,7 +119,7 @@ TEST(CheckText, LineOverLimitIsBrokenAtItsStart) {
   EXPECT_TRUE(Text("abcd\nefgh\n", limits).valid());
   const Check c = Text("abcd\nefghi\nj\n", limits);
   EXPECT_TRUE(Is(c, Outcome::kBroken, 5));
-  EXPECT_TRUE(IsLimit(c, "max_line_bytes"));
+  EXPECT_TRUE(IsLimit(c, "max_text_line_bytes"));
 }
 
 TEST(CheckText, LastLineWithoutNewlineOverLimitIsBroken) {
@@ -127,7 +127,7 @@ TEST(CheckText, LastLineWithoutNewlineOverLimitIsBroken) {
   limits.max_line_bytes = 4;
   const Check c = Text("ab\ncdefg", limits);
   EXPECT_TRUE(Is(c, Outcome::kBroken, 3));
-  EXPECT_TRUE(IsLimit(c, "max_line_bytes"));
+  EXPECT_TRUE(IsLimit(c, "max_text_line_bytes"));
 }
 
 TEST(CheckText, BadByteAfterLongLineIsStillNotText) {

@@ -76,15 +76,19 @@ void Reader::JsonDocument(std::string_view data) {
     return;
   }
   if (options_.keras_config) {
+    if (repo.objects.size() > options_.max_keras_objects) {
+      repo.objects.erase(repo.objects.begin() + static_cast<ptrdiff_t>(options_.max_keras_objects),
+                         repo.objects.end());
+    }
     for (const torch::KerasFinding& k : torch::JudgeKerasObjects(repo.objects)) {
       Anomaly(k.kind, "", k.offset, k.message, /*must_flag=*/true, "keras");
     }
     if (repo.objects_total > repo.objects.size()) {
       const std::string message =
           absl::StrCat("Keras config: ", repo.objects_total, " objects, over the ",
-                       torch::kMaxJsonObjectRefs, " judged (kMaxJsonObjectRefs)");
-      Error(base::LimitError(message, "max_keras_objects", torch::kMaxJsonObjectRefs), message, "",
-            0);
+                       options_.max_keras_objects, " judged (max_keras_objects)");
+      Error(base::LimitError(message, "max_keras_objects", options_.max_keras_objects), message,
+            "", 0);
     }
   }
   if (repo.auto_map_total > 0) {
@@ -259,7 +263,7 @@ void Reader::YamlDocument(std::string_view data) {
   if (scan.more_tags > 0) {
     Anomaly(scan.more_python ? "yaml_python_tag" : "yaml_tag", "", 0,
             absl::StrCat(scan.more_tags, " more tags past the first ", options_.yaml.max_tags,
-                         " (YamlLimits::max_tags)",
+                         " (--limit max_yaml_tags)",
                          scan.more_python ? ", python/ tags among them" : ""),
             /*must_flag=*/true, "repo");
   }
@@ -267,7 +271,7 @@ void Reader::YamlDocument(std::string_view data) {
     ConfigTarget(t.value, absl::StrCat("line ", t.line), t.offset);
   }
   MoreTargets(scan.more_targets, scan.more_code_targets, options_.yaml.max_targets,
-              "YamlLimits::max_targets");
+              "--limit max_yaml_targets");
 }
 
 void Reader::Template(std::string_view text, std::string_view member, std::string_view what,

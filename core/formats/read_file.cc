@@ -319,7 +319,7 @@ void Reader::Run(Reading r, std::string_view data, const Sniff& b, bool own) {
       return;
     case Reading::kNpy:
       out_->format = "npy";
-      torch::ReadNpy(data, "", "", 0, true, vm_, out_);
+      torch::ReadNpy(data, "", "", 0, true, vm_, out_, options_.max_npy_header_bytes);
       return;
     case Reading::kJoblibCompat:
       // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.

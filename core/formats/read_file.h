@@ -32,8 +32,11 @@
 #include "core/gguf/gguf.h"
 #include "core/onnx/onnx_check.h"
 #include "core/pickle/vm.h"
+#include "core/safetensors/validator.h"
 #include "core/torch/file_facts.h"
 #include "core/torch/hf_index.h"
+#include "core/torch/numpy.h"
+#include "core/torch/repo_json.h"
 #include "core/torch/repo_yaml.h"
 #include "core/torch/tar.h"
 #include "core/zip/zip_reader.h"
@@ -44,15 +47,20 @@ struct ReadOptions {
   zip::Limits zip;
   torch::TarLimits tar;
   torch::IndexLimits index;
-  // joblib's compressed files (core/compress/decompress.h; docs/formats.md, "joblib"). Not
-  // settable from the command line: the defaults hold in the worker.
-  compress::Limits compress;
+  compress::Limits compress;  // joblib's compressed files (core/compress/decompress.h)
   uint32_t max_container_depth = 2;   // archives inside archives (0: no nested archive is read)
   content::Limits content;            // text, images, SentencePiece models
   content::TemplateLimits templates;  // chat templates
   gguf::Limits gguf;                  // GGUF files (core/gguf/gguf.h)
   onnx_check::Limits onnx;            // ONNX models (core/onnx/onnx_check.h)
   torch::YamlLimits yaml;             // YAML files (core/torch/repo_yaml.h)
+  safetensors::ValidatorLimits safetensors;
+  // TorchScript code files read (at most torch::kMaxCodeFiles, the result frame's bound).
+  uint64_t max_code_files = torch::kMaxCodeFiles;
+  // Objects of a Keras config judged (at most torch::kMaxJsonObjectRefs, those collected).
+  uint64_t max_keras_objects = torch::kMaxJsonObjectRefs;
+  uint64_t max_npy_header_bytes = torch::kMaxNpyHeaderBytes;  // one .npy header
+  // Every limit above settable by name: read_options_limits.h (--limit, the job).
   // The file's name as the caller knows it (its last component), or "". Only what a loader
   // reads by name uses it: a text file named *.jinja is a chat template (transformers reads
   // chat_template.jinja), one named *.yaml or *.yml a YAML file (PyYAML, Hydra), a JSON

@@ -30,7 +30,7 @@ namespace ckptscan::formats {
 void Reader::Safetensors(std::string_view data) {
   out_->format = "safetensors";
   absl::StatusOr<safetensors::Layout> layout =
-      safetensors::Validate(data, safetensors::ValidatorLimits{});
+      safetensors::Validate(data, options_.safetensors);
   if (layout.ok()) {
     torch::SafetensorsFacts& f = out_->safetensors;
     f.valid = true;

@@ -107,7 +107,8 @@ void Reader::NumpyView(const zip::Archive* ar, std::string_view data, std::strin
     const std::string tensor = EndsWith(e.name, ".npy") ? e.name.substr(0, e.name.size() - 4)
                                                         : e.name;
     torch::FileFacts sub;
-    torch::ReadNpy(m->bytes(), name, tensor, base + e.data_offset, e.method == 0, vm_, &sub);
+    torch::ReadNpy(m->bytes(), name, tensor, base + e.data_offset, e.method == 0, vm_, &sub,
+                   options_.max_npy_header_bytes);
     bool content = false;
     for (const torch::MemberFacts& f : sub.members) content = content || HasContent(f.stream);
     Anomaly("polyglot", name, base + e.data_offset,
@@ -177,10 +178,11 @@ void Reader::TorchScriptCode(const zip::Archive& ar, const ZipKind& kind, std::s
         e.name.compare(e.name.size() - 3, 3, ".py") != 0) {
       continue;
     }
-    if (out_->code_files.size() >= torch::kMaxCodeFiles) {
-      Error(base::LimitError("more code files than are listed (kMaxCodeFiles)", "max_code_files",
-                             torch::kMaxCodeFiles),
-            "more code files than are listed (kMaxCodeFiles)", e.name, base + e.data_offset);
+    if (out_->code_files.size() >= options_.max_code_files) {
+      const std::string message =
+          absl::StrCat("more than ", options_.max_code_files, " code files (max_code_files)");
+      Error(base::LimitError(message, "max_code_files", options_.max_code_files), message, e.name,
+            base + e.data_offset);
       break;
     }
     torch::CodeFile code{e.name, base + e.data_offset, e.uncompressed_size, false, {}};
@@ -337,7 +339,8 @@ void Reader::ZipMember(const zip::Archive& ar, const zip::Entry& e, const ZipKin
   if (format == "npz") {
     std::string tensor = e.name.substr(0, e.name.size() - 4);
     if (torch::IsNpy(bytes)) {
-      torch::ReadNpy(bytes, name, tensor, base + e.data_offset, e.method == 0, vm_, out_);
+      torch::ReadNpy(bytes, name, tensor, base + e.data_offset, e.method == 0, vm_, out_,
+                     options_.max_npy_header_bytes);
     } else {
       Error(v1::ERROR_CODE_MALFORMED, "an .npz member that is not an .npy", name,
             base + e.data_offset);

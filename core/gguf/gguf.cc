@@ -143,8 +143,8 @@ class Reader {
     CKPT_ASSIGN_OR_RETURN(const uint64_t n_tensors, r_.ReadU64LE());
     if (n_tensors > limits_.max_tensors) {
       return Limit(absl::StrCat("the header declares ", n_tensors, " tensors, over ",
-                                limits_.max_tensors, " (max_tensors)"),
-                   "max_tensors", limits_.max_tensors);
+                                limits_.max_tensors, " (max_gguf_tensors)"),
+                   "max_gguf_tensors", limits_.max_tensors);
     }
     item_ = r_.offset();
     CKPT_ASSIGN_OR_RETURN(file_.kv_count, r_.ReadU64LE());
@@ -208,7 +208,7 @@ class Reader {
     if (IsTemplateKey(key)) return TemplateValue(key, type, value_at);
     if (key == kArchitectureKey && static_cast<ValueType>(type) == ValueType::kString) {
       CKPT_ASSIGN_OR_RETURN(const std::string_view v,
-                            String(limits_.max_string_bytes, "max_string_bytes", "a string"));
+                            String(limits_.max_string_bytes, "max_gguf_string_bytes", "a string"));
       bool plain = !v.empty() && v.size() <= 64;
       for (char c : v) plain = plain && c > 0x20 && c < 0x7f;
       if (plain) file_.architecture = std::string(v);
@@ -245,7 +245,7 @@ class Reader {
                                                      type, ", not string (8)"));
     }
     CKPT_ASSIGN_OR_RETURN(const std::string_view text,
-                          String(limits_.max_string_bytes, "max_string_bytes", "a chat template"));
+                          String(limits_.max_string_bytes, "max_gguf_string_bytes", "a chat template"));
     if (const std::optional<size_t> bad = base::FirstInvalidUtf8(text)) {
       // A loader decoding it leniently would drop or replace the byte and render what the
       // checker never saw.
@@ -324,7 +324,7 @@ class Reader {
     if (static_cast<ValueType>(type) == ValueType::kString) {
       for (uint64_t i = 0; i < count; ++i) {
         CKPT_RETURN_IF_ERROR(
-            String(limits_.max_string_bytes, "max_string_bytes", "a string").status());
+            String(limits_.max_string_bytes, "max_gguf_string_bytes", "a string").status());
       }
       return absl::OkStatus();
     }

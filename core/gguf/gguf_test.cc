@@ -293,13 +293,13 @@ TEST(GgufTest, LimitsAreNamed) {
   absl::StatusOr<File> f = Read(Small().Bytes(), l);
   ASSERT_FALSE(f.ok());
   ASSERT_TRUE(base::LimitOf(f.status()).has_value());
-  EXPECT_EQ(base::LimitOf(f.status())->name, "max_tensors");
+  EXPECT_EQ(base::LimitOf(f.status())->name, "max_gguf_tensors");
   l = Limits{};
   l.max_array_elements = 2;
   EXPECT_THAT(ErrorOf(Small().Bytes(), l), HasSubstr("max_array_elements"));
   l = Limits{};
   l.max_string_bytes = 10;
-  EXPECT_THAT(ErrorOf(Small().Bytes(), l), HasSubstr("max_string_bytes"));
+  EXPECT_THAT(ErrorOf(Small().Bytes(), l), HasSubstr("max_gguf_string_bytes"));
   // A count past the bytes that remain fails at once, not after a long loop.
   std::string huge;
   Builder::U32(&huge, 0);

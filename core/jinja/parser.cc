@@ -215,8 +215,8 @@ class Parser {
   absl::StatusOr<uint32_t> NewNode(NodeKind kind, uint32_t offset) {
     if (tree_.nodes.size() >= limits_.max_nodes) {
       return base::LimitError(
-          absl::StrCat("a template of more than ", limits_.max_nodes, " syntax nodes"),
-          "max_nodes", limits_.max_nodes);
+          absl::StrCat("a template of more than ", limits_.max_nodes, " syntax nodes (max_template_nodes)"),
+          "max_template_nodes", limits_.max_nodes);
     }
     Node n;
     n.kind = kind;

@@ -229,8 +229,8 @@ class Walker {
 
   absl::Status Node(const onnx::NodeProto& n) {
     if (++model_->nodes > limits_.max_nodes) {
-      return base::LimitError(absl::StrCat("more than ", limits_.max_nodes, " nodes (max_nodes)"),
-                              "max_nodes", limits_.max_nodes);
+      return base::LimitError(absl::StrCat("more than ", limits_.max_nodes, " nodes (max_onnx_nodes)"),
+                              "max_onnx_nodes", limits_.max_nodes);
     }
     // A node calls a model-local function by domain, name and overload (IR version 10).
     if (!IsStandardDomain(n.domain()) &&
@@ -245,7 +245,7 @@ class Walker {
   absl::Status Tensor(const onnx::TensorProto& t) {
     if (++model_->tensors > limits_.max_tensors) {
       return base::LimitError(
-          absl::StrCat("more than ", limits_.max_tensors, " tensors (max_tensors)"), "max_tensors",
+          absl::StrCat("more than ", limits_.max_tensors, " tensors (max_onnx_tensors)"), "max_onnx_tensors",
           limits_.max_tensors);
     }
     const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;

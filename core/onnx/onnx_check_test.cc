@@ -172,7 +172,7 @@ TEST(OnnxCheckTest, DeepSubgraphsHitTheLimitWithoutRecursion) {
   EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_graph_depth"));
   l = Limits{};
   l.max_nodes = 5;
-  EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_nodes"));
+  EXPECT_THAT(ErrorOf(m, l), HasSubstr("max_onnx_nodes"));
 }
 
 TEST(OnnxCheckTest, TheRuntimesMemoryAddressMarkerIsFlagged) {

@@ -51,7 +51,7 @@ absl::Status OverLimit(std::string_view what, std::string_view field, uint64_t v
                        uint64_t offset) {
   return base::LimitError(
       absl::StrFormat(
-          "safetensors: %s %d is over the limit %d (ValidatorLimits::%s; at byte offset %d)",
+          "safetensors: %s %d is over the limit %d (%s; at byte offset %d)",
           AbslView(what), value, max, AbslView(field), offset),
       field, max);
 }
@@ -227,7 +227,7 @@ class HeaderHandler final : public nlohmann::json_sax<Json> {
                                                        AbslView(*problem))));
         }
         if (tensors_->size() >= limits_.max_tensors) {
-          return Fail(OverLimit("tensor count", "max_tensors", tensors_->size() + 1,
+          return Fail(OverLimit("tensor count", "max_safetensors_tensors", tensors_->size() + 1,
                                 limits_.max_tensors, Pos()));
         }
         pending_ = ParsedTensor{};
@@ -480,7 +480,7 @@ absl::StatusOr<Layout> ValidateHeader(std::string_view prefix, uint64_t file_siz
   if (n > limits.max_header_bytes) {
     return base::LimitError(
         absl::StrFormat("safetensors: header length %d is over the limit %d "
-                        "(ValidatorLimits::max_header_bytes; file is %d bytes; at byte offset 0)",
+                        "(max_header_bytes; file is %d bytes; at byte offset 0)",
                         n, limits.max_header_bytes, file_size),
         "max_header_bytes", limits.max_header_bytes);
   }

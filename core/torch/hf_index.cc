@@ -125,14 +125,14 @@ class IndexHandler final : public base::JsonSink {
       case State::kMapKey:
         if (!names_.contains(k) && names_.size() >= limits_.max_entries) {
           return base::LimitError(absl::StrCat("weight_map has more than ", limits_.max_entries,
-                                               " entries (IndexLimits::max_entries)"),
-                                  "max_entries", limits_.max_entries);
+                                               " entries (max_index_entries)"),
+                                  "max_index_entries", limits_.max_entries);
         }
         if (k.size() > limits_.max_name_bytes) {
           return base::LimitError(
               absl::StrCat("a weight_map name of ", k.size(), " bytes is over ",
-                           limits_.max_name_bytes, " (IndexLimits::max_name_bytes)"),
-              "max_name_bytes", limits_.max_name_bytes);
+                           limits_.max_name_bytes, " (max_index_name_bytes)"),
+              "max_index_name_bytes", limits_.max_name_bytes);
         }
         pending_ = std::move(k);
         state_ = State::kMapValue;

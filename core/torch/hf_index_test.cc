@@ -195,14 +195,14 @@ TEST(HfIndexTest, LimitsAreNamed) {
   IndexLimits small;
   small.max_entries = 2;
   ExpectLimit(Read(R"({"weight_map": {"a": "s", "b": "s", "c": "s"}})", small),
-              "IndexLimits::max_entries", "max_entries", 2);
+              "max_index_entries", "max_index_entries", 2);
   small = IndexLimits{};
   small.max_name_bytes = 3;
-  ExpectLimit(Read(R"({"weight_map": {"abcd": "s"}})", small), "max_name_bytes", "max_name_bytes",
+  ExpectLimit(Read(R"({"weight_map": {"abcd": "s"}})", small), "max_index_name_bytes", "max_index_name_bytes",
               3);
   small = IndexLimits{};
   small.max_depth = 3;
-  ExpectLimit(Read(R"({"x": [[[[1]]]], "weight_map": {}})", small), "max_depth", "max_depth", 3);
+  ExpectLimit(Read(R"({"x": [[[[1]]]], "weight_map": {}})", small), "max_json_depth", "max_json_depth", 3);
   small = IndexLimits{};
   small.max_bytes = 10;
   ExpectLimit(Read(R"({"weight_map": {}})", small), "max_bytes", "max_index_bytes", 10);
@@ -214,7 +214,7 @@ TEST(HfIndexTest, DeepNestingCostsNoStack) {
   IndexLimits unlimited;
   unlimited.max_depth = 200000;
   EXPECT_TRUE(Read(deep, unlimited).errors.empty());
-  ExpectError(Read(deep), v1::ERROR_CODE_LIMIT, "max_depth");
+  ExpectError(Read(deep), v1::ERROR_CODE_LIMIT, "max_json_depth");
 }
 
 TEST(HfIndexTest, OnlyAnObjectLooksLikeJson) {

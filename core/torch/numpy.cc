@@ -16,7 +16,6 @@ namespace ckptscan::torch {
 namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
-constexpr size_t kMaxHeader = 1 << 20;  // numpy refuses headers over 10 KiB unless asked
 constexpr size_t kMaxDims = 64;         // numpy's NPY_MAXDIMS
 
 struct Header {
@@ -208,7 +207,8 @@ bool IsObjectDescr(std::string_view descr) {
 bool IsNpy(std::string_view data) { return data.substr(0, kMagic.size()) == kMagic; }
 
 void ReadNpy(std::string_view data, std::string_view member, std::string_view tensor_name,
-             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out) {
+             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out,
+             uint64_t max_header_bytes) {
   auto error = [&](v1::ErrorCode code, std::string msg, uint64_t at) {
     out->errors.push_back(ContainerError(code, std::move(msg), member, at));
   };
@@ -226,10 +226,11 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
                                                     : absl::StatusOr<uint64_t>(r.ReadU32LE());
   if (!header_len.ok())
     return error(v1::ERROR_CODE_MALFORMED, "npy: truncated header length", r.offset());
-  if (*header_len > kMaxHeader) {
+  if (*header_len > max_header_bytes) {
     std::string msg = absl::StrFormat("npy: header of %d bytes is over %d (max_npy_header_bytes)",
-                                      *header_len, kMaxHeader);
-    out->errors.push_back(StatusError(base::LimitError(msg, "max_npy_header_bytes", kMaxHeader),
+                                      *header_len, max_header_bytes);
+    out->errors.push_back(
+        StatusError(base::LimitError(msg, "max_npy_header_bytes", max_header_bytes),
                                       msg, member, r.offset()));
     return;
   }

@@ -20,8 +20,11 @@ bool IsNpy(std::string_view data);
 // Reads one .npy (a file, or an .npz member named `member`, whose first byte is at absolute
 // offset `base_offset`) and appends to `out`: the tensor (named `tensor_name`) with its data
 // location, or the pickle of an object array, plus errors and anomalies.
+// A header over `max_header_bytes` is a limit error (max_npy_header_bytes).
+inline constexpr uint64_t kMaxNpyHeaderBytes = 1 << 20;  // numpy refuses over 10 KiB unless asked
 void ReadNpy(std::string_view data, std::string_view member, std::string_view tensor_name,
-             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out);
+             uint64_t base_offset, bool stored, const pickle::Vm& vm, FileFacts* out,
+             uint64_t max_header_bytes = kMaxNpyHeaderBytes);
 
 }  // namespace ckptscan::torch
 

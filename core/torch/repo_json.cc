@@ -255,7 +255,7 @@ absl::Status ReadRepoJson(std::string_view data, const IndexLimits& limits, Repo
   *error_offset = 0;
   if (data.size() > limits.max_bytes) {
     return base::LimitError(absl::StrCat("a JSON file of ", data.size(), " bytes is over ",
-                                         limits.max_bytes, " (IndexLimits::max_bytes)"),
+                                         limits.max_bytes, " (max_index_bytes)"),
                             "max_index_bytes", limits.max_bytes);
   }
   RepoJsonHandler handler(out, objects);

@@ -12,6 +12,7 @@
 
 #include <string_view>
 
+#include "core/formats/read_file.h"
 #include "core/pickle/vm.h"
 #include "sandbox/file_facts.h"
 
@@ -22,6 +23,11 @@ namespace ckptscan::sandbox {
 // file's last path component, for what loaders read by name (formats::ReadOptions::file_name).
 FileFacts ExtractFacts(std::string_view bytes, const pickle::Limits& limits,
                        const pickle::TraceSink* trace = nullptr, std::string_view file_name = "");
+// The same with the format limits of `options` (its trace and file_name are set from the
+// arguments above).
+FileFacts ExtractFacts(std::string_view bytes, const pickle::Limits& limits,
+                       formats::ReadOptions options, const pickle::TraceSink* trace,
+                       std::string_view file_name);
 
 }  // namespace ckptscan::sandbox
 

@@ -14,6 +14,7 @@
 #include "base/pages.h"
 #include "base/strings.h"
 #include "core/convert/convert.h"
+#include "core/formats/read_options_limits.h"
 #include "sandbox/frame.h"
 #include "sandbox/job.h"
 #include "sandbox/protocol.h"
@@ -59,6 +60,10 @@ int RunJob(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_
   }
   worker::v1::Result result;
   const pickle::Limits limits = LimitsFromProto(job.vm_limits());
+  formats::ReadOptions options;
+  for (const worker::v1::FormatLimit& l : job.format_limits()) {
+    if (!formats::SetFormatLimit(l.name(), l.value(), &options).ok()) return kExitUsage;
+  }
   FileFacts facts;
   if (job.mode() == worker::v1::Job::MODE_DISASM) {
     std::string* trace = result.mutable_trace();
@@ -72,10 +77,10 @@ int RunJob(const worker::v1::Job& job, const JailLayers& layers, uint64_t input_
       trace->append(text.data(), text.size());
     });
     const pickle::TraceSink sink = listing.AsSink();
-    facts = ExtractFacts(input, limits, &sink, job.file_name());
+    facts = ExtractFacts(input, limits, options, &sink, job.file_name());
     result.set_trace_truncated(truncated);
   } else {
-    facts = ExtractFacts(input, limits, nullptr, job.file_name());
+    facts = ExtractFacts(input, limits, options, nullptr, job.file_name());
   }
   if (job.mode() == worker::v1::Job::MODE_CONVERT) {
     if (!job.jail().output()) return kExitUsage;
