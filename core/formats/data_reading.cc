@@ -51,6 +51,15 @@ bool Reader::Text(std::string_view data, torch::MemberFacts* m) {
     }
     out_->members.push_back(std::move(*m));
   }
+  // sentence-transformers' modules.json is a JSON list, which is text here (JSON documents
+  // are objects): read as json.load reads it. One that does not parse loads nothing.
+  if (c.valid() && options_.file_name == "modules.json") {
+    torch::RepoJson repo;
+    uint64_t offset = 0;
+    if (torch::ReadRepoJson(data, options_.index, &repo, &offset).ok()) {
+      SentenceTransformerModules(repo);
+    }
+  }
   if (c.valid() && (EndsWith(options_.file_name, ".jinja") || StartsLikeJinja(data))) {
     Template(data, "", "chat template", 0, /*in_json=*/false);
   }
@@ -109,7 +118,6 @@ void Reader::JsonDocument(std::string_view data) {
   }
   MoreTargets(repo.targets_total - repo.targets.size(), repo.targets_dropped_code,
               torch::kMaxConfigTargets, "kMaxConfigTargets");
-  if (options_.file_name == "modules.json") SentenceTransformerModules(repo);
   // PEFT (AutoPeftModel.from_pretrained) loads the adapter's base model by this reference: a
   // path on the machine is a model this scan never saw; one in a .git folder is the
   // repository's own, hidden where the walk does not look.
@@ -118,7 +126,7 @@ void Reader::JsonDocument(std::string_view data) {
         why == "in a .git folder") {
       Error(v1::ERROR_CODE_UNSUPPORTED,
             absl::StrCat("the adapter loads its base model from ",
-                         base::AbslView(base::Quoted(repo.base_model)), ", ", why,
+                         base::AbslView(base::Quoted(repo.base_model)), ", ", base::AbslView(why),
                          ", which a repository scan does not read: not verified"),
             "", repo.base_model_offset);
     }
@@ -169,7 +177,7 @@ void Reader::SentenceTransformerModules(const torch::RepoJson& repo) {
     if (const std::string_view why = torch::UnscannedPath(m.path); !why.empty()) {
       Error(v1::ERROR_CODE_UNSUPPORTED,
             absl::StrCat("modules.json: a module loads from ", base::AbslView(base::Quoted(m.path)),
-                         ", ", why, ", which a repository scan does not read: not verified"),
+                         ", ", base::AbslView(why), ", which a repository scan does not read: not verified"),
             "", m.offset);
     }
   }
