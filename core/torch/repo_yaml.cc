@@ -439,6 +439,9 @@ class YamlScanner final {
   // null.
   void Target(std::string_view v, size_t offset, uint64_t line, std::optional<bool>* runs_code) {
     if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return;
+    // Kept as scalars are, cut at max_scalar_bytes (an alias of no anchored scalar is judged by
+    // its name, which no other bound cuts).
+    v = v.substr(0, limits_.max_scalar_bytes);
     if (out_->targets.size() < limits_.max_targets) {
       out_->targets.push_back(YamlTarget{std::string(v), offset, line + 1});
       return;
