@@ -274,9 +274,12 @@ class Walk {
       found_.push_back(Unreadable(path, absl::ErrnoToStatus(err, absl::StrCat("stat ", path))));
       return;
     }
-    bool is_dir = S_ISDIR(lst.st_mode);
+    // A link's target, stat'ed once: for the selection (a link to a folder is a folder) and
+    // for what the link is below.
     struct stat st = lst;
-    if (S_ISLNK(lst.st_mode) && ::stat(path.c_str(), &st) == 0) is_dir = S_ISDIR(st.st_mode);
+    int link_err = 0;
+    if (S_ISLNK(lst.st_mode) && ::stat(path.c_str(), &st) != 0) link_err = errno;
+    const bool is_dir = link_err == 0 && S_ISDIR(st.st_mode);
     std::string note;
     if (std::string why = selection_->Skip(relative, is_dir); !why.empty()) {
       if (is_dir || !IsIndexName(name)) {
@@ -303,10 +306,10 @@ class Walk {
       return;
     }
     if (S_ISLNK(lst.st_mode)) {
-      if (::stat(path.c_str(), &st) != 0) {
-        const int err = errno;
+      if (link_err != 0) {
         found_.push_back(Unreadable(
-            path, absl::ErrnoToStatus(err, absl::StrCat("dangling or unreadable symlink ", path))));
+            path,
+            absl::ErrnoToStatus(link_err, absl::StrCat("dangling or unreadable symlink ", path))));
       } else if (S_ISDIR(st.st_mode)) {
         // A loader reads through it wherever it points (a skipped folder such as .git or a
         // cache's blobs included): walked after the real folders, each target once.
