@@ -109,6 +109,22 @@ TEST_F(ScanTargetsTest, FolderLinkIsFollowedOutsideTheFolderAndIntoSkippedFolder
                                           P("repo/models/model.pt")));
 }
 
+// A file link into .git (skipped by name) and a dangling one: the first is scanned through the
+// link, the second is an ERROR entry, whatever the selection makes of the link's name.
+TEST_F(ScanTargetsTest, FileLinkIntoGitIsScannedAndADanglingOneIsAnError) {
+  Mkdir(".git");
+  Touch(".git/w.bin");
+  Symlink(".git/w.bin", "pytorch_model.bin");
+  Symlink(".git/gone", "model.safetensors");
+  const std::vector<ScanTarget> t = ExpandScanPaths({root_});
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].kind, Kind::kSkipped);  // .git
+  EXPECT_EQ(t[1].path, P("model.safetensors"));
+  EXPECT_EQ(t[1].kind, Kind::kUnreadable);
+  EXPECT_EQ(t[2].path, P("pytorch_model.bin"));
+  EXPECT_EQ(t[2].kind, Kind::kFile);
+}
+
 TEST_F(ScanTargetsTest, TwoLinksToOneFolderWalkItOnce) {
   Mkdir("repo");
   Mkdir("outside");
