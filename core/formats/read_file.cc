@@ -148,9 +148,9 @@ size_t LeadingSpace(std::string_view s) {
   if (s.size() >= 2 && b(0) == 0xC2 && (b(1) == 0x85 || b(1) == 0xA0)) return 2;  // NEL, NBSP
   if (s.size() < 3) return 0;
   if (b(0) == 0xE1 && b(1) == 0x9A && b(2) == 0x80) return 3;                       // U+1680
-  if (b(0) == 0xE2 && b(1) == 0x80 && (b(2) <= 0x8A || b(2) == 0xA8 || b(2) == 0xA9 ||
-                                       b(2) == 0xAF)) {
-    return b(2) >= 0x80 ? 3 : 0;                         // U+2000-200A, U+2028, U+2029, U+202F
+  if (b(0) == 0xE2 && b(1) == 0x80 &&
+      ((b(2) >= 0x80 && b(2) <= 0x8A) || b(2) == 0xA8 || b(2) == 0xA9 || b(2) == 0xAF)) {
+    return 3;  // U+2000-200A, U+2028, U+2029, U+202F
   }
   if (b(0) == 0xE2 && b(1) == 0x81 && b(2) == 0x9F) return 3;  // U+205F
   if (b(0) == 0xE3 && b(1) == 0x80 && b(2) == 0x80) return 3;  // U+3000
