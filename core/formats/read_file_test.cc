@@ -160,6 +160,7 @@ TEST(FormatsTest, GitLfsPointerIsNotPresentWhateverItsName) {
   for (const std::string& variant :
        {"\n" + pointer, "  " + pointer, "\t" + pointer, "\r\n" + pointer, "\x0b" + pointer,
         "\xc2\xa0" + pointer, "\xc2\x85" + pointer, "\xe3\x80\x80" + pointer,
+        "\xe2\x80\xa8" + pointer, "\xe2\x80\x8a" + pointer, "\xe2\x80\x80" + pointer,
         pointer + std::string(2000, ' '),
         std::string("version http://git-media.io/v/2\noid sha256:00\nsize 1\n")}) {
     const FileFacts f = ReadFile(variant, pickle::Vm());
