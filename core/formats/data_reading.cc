@@ -156,11 +156,15 @@ void Reader::SentenceTransformerModules(const torch::RepoJson& repo) {
                                                       "pandas", "keras", "tensorflow"};
   for (const torch::RepoJson::ListModule& m : repo.modules) {
     const std::string_view type = m.type;
-    const bool own = (type.rfind("sentence_transformers.models.", 0) == 0 ||
-                      type.rfind("sentence_transformers.sparse_encoder.models.", 0) == 0) &&
-                     type.find("__") == std::string_view::npos &&
-                     std::count(type.begin(), type.end(), '.') <=
-                         (type.rfind("sentence_transformers.models.", 0) == 0 ? 2 : 3);
+    // One class name right below one of its models modules, no dunder.
+    bool own = false;
+    for (std::string_view prefix :
+         {"sentence_transformers.models.", "sentence_transformers.sparse_encoder.models."}) {
+      if (type.rfind(prefix, 0) != 0) continue;
+      const std::string_view name = type.substr(prefix.size());
+      own = !name.empty() && name.find('.') == std::string_view::npos &&
+            name.find("__") == std::string_view::npos;
+    }
     const std::string_view last = type.substr(type.rfind('.') + 1);
     const bool loader = torch::TargetRunsCode(type) ||
                         std::find(std::begin(kDataModules), std::end(kDataModules), last) !=
