@@ -196,6 +196,13 @@ TEST(FormatsTest, SentenceTransformerModulesAreJudged) {
   EXPECT_EQ(kinds(torch_type), std::vector<std::string>{"config_code"});
   const FileFacts custom = read(R"([{"path": "x", "type": "my_module.Layer"}])");
   EXPECT_EQ(kinds(custom), std::vector<std::string>{"remote_code"});
+  // Below sentence-transformers' own package but not one of its module classes.
+  for (const char* type : {"sentence_transformers.models.Transformer.torch",
+                           "sentence_transformers.models.__builtins__",
+                           "sentence_transformers.models.", "sentence_transformers.util.torch"}) {
+    const FileFacts f = read(absl::StrCat(R"([{"path": "x", "type": ")", type, R"("}])"));
+    EXPECT_FALSE(f.anomalies.empty()) << type;
+  }
   for (const char* path : {".git", ".git/w", "/abs/model", "../elsewhere", "a/../../b"}) {
     const FileFacts f = read(absl::StrCat(R"([{"type": "sentence_transformers.models.Transformer", "path": ")",
                                           path, R"("}])"));
