@@ -33,7 +33,7 @@ dicts, lists, tuples and NpzFile members, with its key path (`.name` for string 
 for indexes), dtype (the library's own name), shape and the sha256 of its raw bytes in C order.
 
 The children: one per loader (per shard with --jobs), fed paths over a pipe; results come back
-on a separate pipe. The per-file timeout is an alarm inside the child; a child that does not
+on a separate pipe. The per-file timeout is a CPU-time alarm inside the child; a child that does not
 answer by timeout + grace is killed ("hang"), one that dies ("crash", with the signal) is
 restarted for the remaining files.
 """
@@ -850,8 +850,8 @@ def _warm_up(loaders):
 
 
 # Test hooks for tests/loaders/test_harness.py (CKPT_MATRIX_SELFTEST=1): a file named
-# *__crash__* kills the child with SIGSEGV, *__hang__* blocks SIGALRM and sleeps (the parent's
-# deadline kills it), *__slow__* sleeps in Python (the alarm stops it).
+# *__crash__* kills the child with SIGSEGV, *__hang__* blocks SIGPROF and sleeps (the parent's
+# deadline kills it), *__slow__* spins in Python (the CPU-time alarm stops it).
 SELFTEST = os.environ.get("CKPT_MATRIX_SELFTEST") == "1"
 
 
@@ -860,10 +860,11 @@ def _selftest_hooks(path):
     if "__crash__" in base:
         os.kill(os.getpid(), signal.SIGSEGV)
     if "__hang__" in base:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})
         time.sleep(3600)
     if "__slow__" in base:
-        time.sleep(3600)
+        while True:
+            pass
 
 
 def _versions():
@@ -918,12 +919,15 @@ def _load_one(name, path, timeout):
     arrays = []
 
     def on_alarm(signum, frame):
-        raise Timeout("timeout after %ss" % timeout)
-    old = signal.signal(signal.SIGALRM, on_alarm)
+        raise Timeout("timeout after %ss of CPU time" % timeout)
+    # CPU time, not wall time: a load slowed by a busy machine is not cut short, and a file
+    # made to burn CPU (a huge exponent, a deep structure) is stopped as soon (the wall-clock
+    # guard, timeout + grace, still kills a child that blocks without using CPU).
+    old = signal.signal(signal.SIGPROF, on_alarm)
     old_hook, sys.excepthook = sys.excepthook, lambda *a: None
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            signal.setitimer(signal.ITIMER_PROF, timeout)
             if SELFTEST:
                 _selftest_hooks(path)
             S.active = True
@@ -938,7 +942,7 @@ def _load_one(name, path, timeout):
                 del result
             finally:
                 S.active = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(signal.ITIMER_PROF, 0)
             rec["outcome"] = "opened"
         except Timeout as e:
             rec["outcome"], rec["error"] = "timeout", "Timeout: %s" % e
@@ -955,7 +959,7 @@ def _load_one(name, path, timeout):
                 rec["outcome"], rec["error"] = "refused", _err(e)
     finally:
         S.active = False
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old)
         sys.excepthook = old_hook
     if trace_start is not None:
         S.events.extend(_traced_opens(trace_start))
@@ -1250,7 +1254,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--loaders", default=",".join(LOADERS))
-    ap.add_argument("--timeout", type=float, default=10.0, help="per file and loader, seconds")
+    ap.add_argument("--timeout", type=float, default=10.0,
+                    help="per file and loader, seconds of the child's CPU time")
     ap.add_argument("--grace", type=float, default=20.0,
                     help="seconds past --timeout before a silent child is killed")
     ap.add_argument("--memory", type=int, default=2048,

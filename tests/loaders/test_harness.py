@@ -14,7 +14,7 @@
   is stopped by the `pickle.find_class` audit event.
 - A benign torch checkpoint (zip and legacy), a .npy and an .npz: opened, with the expected
   globals and the tensors' dtype, shape and sha256 of their bytes.
-- A child that crashes, hangs (SIGALRM blocked) or sleeps is recorded as crash / hang / timeout,
+- A child that crashes, hangs (SIGPROF blocked) or spins is recorded as crash / hang / timeout,
   and the files after it still get their records.
 Needs Debian's python3-torch, python3-numpy, python3-joblib, python3-tables; a loader whose
 library is missing is skipped with the reason.
