@@ -68,6 +68,18 @@ void AddJailFlags(CLI::App* cmd, EngineFlags* f, std::string_view spawn_default)
                                base::AbslView(spawn_default)))
       ->type_name("MODE")
       ->check(CLI::IsMember({"fork-server", "per-job"}));
+  cmd->add_option("--max-frame-bytes", f->max_frame_bytes,
+                  "Largest result frame a worker may send (its facts, serialized; suffix K, M; "
+                  "at most 64M, the default); past it the file is ERROR, limit max_frame_bytes")
+      ->type_name("BYTES");
+  cmd->add_option("--max-frame-values", f->max_frame_values,
+                  absl::StrCat("Most values (graph nodes, globals, ...; 16 list items count "
+                               "as one) one file's facts may hold (each costs ~400 bytes "
+                               "decoded); past it the file is ERROR, limit max_frame_values "
+                               "(default and most: ",
+                               sandbox::kMaxFrameValues, ")"))
+      ->type_name("N")
+      ->check(CLI::Range(uint64_t{1}, sandbox::kMaxFrameValues));
   cmd->add_option("--worker", f->worker,
                   "The ckptscan-worker binary (default: the one next to this binary)")
       ->type_name("PATH");
@@ -100,6 +112,17 @@ absl::StatusOr<EngineConfig> ToEngineConfig(const EngineFlags& flags) {
   if (!memory.ok()) return memory.status();
   absl::StatusOr<uint64_t> copy = SizeFlag("--max-sealed-copy-bytes", flags.max_sealed_copy, false);
   if (!copy.ok()) return copy.status();
+  if (!flags.max_frame_bytes.empty()) {
+    absl::StatusOr<uint64_t> frame = SizeFlag("--max-frame-bytes", flags.max_frame_bytes, true);
+    if (!frame.ok()) return frame.status();
+    if (*frame > sandbox::kMaxFrameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-frame-bytes ", base::Escaped(flags.max_frame_bytes),
+                       ": at most 64M (", sandbox::kMaxFrameBytes, " bytes)"));
+    }
+    config.jail.max_frame_bytes = *frame;
+  }
+  if (flags.max_frame_values != 0) config.jail.max_frame_values = flags.max_frame_values;
   config.jail.format_limits = std::move(limits->format);
   config.jail.worker_path = flags.worker;
   config.jail.worker_memory = *memory;

@@ -1,8 +1,9 @@
 // The flags `ckptscan` and `ckptscand` share, defined once: the rules (--rules,
 // --rules-overlay, --allow), the pickle VM's limits (--limit NAME=VALUE) and the jail
-// (--worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn). Each binary adds what only
-// it has: its deadline (`ckptscan --timeout`, `ckptscand --job-timeout`), `ckptscan
-// --no-sandbox`, the daemon's frame and memory caps. ToEngineConfig turns the values into an
+// (--worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn, the result frame's caps
+// --max-frame-bytes and --max-frame-values). Each binary adds what only it has: its deadline
+// (`ckptscan --timeout`, `ckptscand --job-timeout`), `ckptscan --no-sandbox`, the daemon's
+// memory caps. ToEngineConfig turns the values into an
 // app::EngineConfig (app/engine.h).
 //
 // Not thread-safe: filled by CLI11 on the main thread, read once.
@@ -16,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "app/engine.h"
+#include "sandbox/protocol.h"
 
 namespace ckptscan::app {
 
@@ -28,11 +30,14 @@ struct EngineFlags {
   std::string worker_memory = "8G";
   std::string max_sealed_copy = "4G";
   std::string jail_spawn;  // --jail-spawn: "fork-server" or "per-job"; "" = fork-server
+  std::string max_frame_bytes;  // --max-frame-bytes ("" = sandbox::kMaxFrameBytes, 64M)
+  uint64_t max_frame_values = 0;  // --max-frame-values (0 = sandbox::kMaxFrameValues)
 
   // Whether a rules or limit flag was given (a client of a daemon refuses them: they are the
   // daemon's to set).
   bool AnyRulesOrLimits() const {
-    return !rules.empty() || !rules_overlay.empty() || !allow.empty() || !limits.empty();
+    return !rules.empty() || !rules_overlay.empty() || !allow.empty() || !limits.empty() ||
+           !max_frame_bytes.empty() || max_frame_values != 0;
   }
 };
 
@@ -40,7 +45,8 @@ struct EngineFlags {
 void AddRulesFlags(CLI::App* cmd, EngineFlags* f);
 // --limit NAME=VALUE (repeatable); `help` says what it limits here.
 void AddLimitFlag(CLI::App* cmd, EngineFlags* f, std::string_view help);
-// --worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn. `spawn_default` ends the
+// --worker, --worker-memory, --max-sealed-copy-bytes, --jail-spawn, --max-frame-bytes,
+// --max-frame-values (the result frame's caps). `spawn_default` ends the
 // --jail-spawn help with what this binary does by default.
 void AddJailFlags(CLI::App* cmd, EngineFlags* f, std::string_view spawn_default);
 

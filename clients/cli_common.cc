@@ -173,8 +173,9 @@ absl::StatusOr<std::unique_ptr<RemoteClient>> ConnectServer(const ServerFlags& f
                            !local->engine.jail_spawn.empty() || local->engine.AnyRulesOrLimits())) {
     return UsageError(
         absl::StrCat("--server", FromEnv(f.server) ? " (from CKPTSCAN_SERVER)" : "",
-                     ": --no-sandbox, --worker, --jail-spawn, --rules, --rules-overlay, --allow "
-                     "and --limit are the daemon's to set; they cannot be used with --server"));
+                     ": --no-sandbox, --worker, --jail-spawn, --rules, --rules-overlay, --allow, "
+                     "--limit, --max-frame-bytes and --max-frame-values are the daemon's to set; "
+                     "they cannot be used with --server"));
   }
   RemoteOptions options;
   options.address = f.server;

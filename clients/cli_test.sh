@@ -210,11 +210,29 @@ fi
 
 name=BadSandboxFlagsAreUsageErrors
 ok=1
-for args in "--timeout 0" "--timeout abc" "--timeout -1" "--worker-memory 8x" "--worker-memory 0"; do
+for args in "--timeout 0" "--timeout abc" "--timeout -1" "--worker-memory 8x" "--worker-memory 0" \
+            "--max-frame-bytes 0" "--max-frame-bytes 65M" "--max-frame-values 0" \
+            "--max-frame-values 8000001"; do
   # shellcheck disable=SC2086
   run "$name" 64 "$bin" scan $args safe.pkl || ok=0
 done
 [[ $ok -eq 1 ]] && pass "$name"
+
+# The trusted side's caps on a worker's result are flags as their messages name them.
+name=MaxFrameValuesUnderTheFactsIsErrorNamingItsFlag
+if run "$name" 2 "$bin" scan --max-frame-values 1 evil.pkl; then
+  contains out.txt "evil.pkl: ERROR" && contains out.txt "[limit max_frame_values=1]" \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=MaxFrameBytesUnderTheFrameIsErrorNamingItsFlag
+if run "$name" 2 "$bin" scan --max-frame-bytes 16 safe.pkl; then
+  contains out.txt "safe.pkl: ERROR" && contains out.txt "[limit max_frame_bytes=16]" \
+    && pass "$name" || fail "$name" "$(cat out.txt)"
+fi
+name=FrameFlagsWithServerAreUsage64
+if run "$name" 64 "$bin" scan --server ./no-daemon.sock --max-frame-values 5 safe.pkl; then
+  contains err.txt "--max-frame-values" && pass "$name" || fail "$name" "$(cat err.txt)"
+fi
 
 name=MissingWorkerRefusesToScanWithExitTwo
 if run "$name" 2 "$bin" scan --worker /nonexistent/ckptscan-worker safe.pkl; then

@@ -51,6 +51,22 @@ for mode in jailed unjailed; do
     else pass "$name"; fi
   fi
 
+  name="$mode: --max-output-bytes under the output refuses it naming the limit, writes nothing"
+  if run "$name" 2 "$bin" convert "${flags[@]}" "$seq" -o out/capped.safetensors \
+      --max-output-bytes 100; then
+    if [[ -e out/capped.safetensors ]]; then fail "$name" "output written"
+    elif ! grep -qF "over the 100 this conversion may write (max_output_bytes)" err.txt; then
+      fail "$name" "message: $(cat err.txt)"
+    else pass "$name"; fi
+  fi
+
+  name="$mode: --max-output-bytes 0 is a usage error (exit 64)"
+  if run "$name" 64 "$bin" convert "${flags[@]}" "$seq" -o out/zero.safetensors \
+      --max-output-bytes 0; then
+    if [[ -e out/zero.safetensors ]]; then fail "$name" "output written"
+    else pass "$name"; fi
+  fi
+
   name="$mode: an existing OUT is not overwritten without --force (exit 2)"
   printf 'keep me' >out/tied.safetensors
   if run "$name" 2 "$bin" convert "${flags[@]}" "$tied" -o out/tied.safetensors; then

@@ -16,14 +16,15 @@ import subprocess
 import sys
 import tempfile
 
-# Limits of the trusted side, named in messages but set by their own flags or fixed by the
-# protocol (sandbox/): not worker limits, so not --limit names.
+# Limits of the trusted side, named in messages and set by flags of their own (not worker
+# limits, so not --limit names): each flag must be in the help of the command named here (the
+# daemon's --max-output-expansion is used by tests/attacks/job_isolation_test.py).
 TRUSTED_SIDE = {
-    "max_sealed_copy_bytes": "--max-sealed-copy-bytes",
-    "max_frame_bytes": "sandbox::kMaxFrameBytes (the result frame)",
-    "max_frame_values": "sandbox::kMaxFrameValues (the result frame)",
-    "max_output_bytes": "--max-output-bytes / the daemon's spool budget (convert)",
-    "max_output_expansion": "convert's output bound",
+    "max_sealed_copy_bytes": ("scan", "--max-sealed-copy-bytes"),
+    "max_frame_bytes": ("scan", "--max-frame-bytes"),
+    "max_frame_values": ("scan", "--max-frame-values"),
+    "max_output_bytes": ("convert", "--max-output-bytes"),
+    "max_output_expansion": (None, "ckptscand --max-output-expansion"),
 }
 LITERAL = re.compile(r'"(max_[a-z0-9_]+)"')
 
@@ -52,6 +53,11 @@ def main() -> int:
                                text=True, check=False).stdout
     listed = dict(re.findall(r"^\s+(max_[a-z0-9_]+)\s+default\s+(\d+)\s", help_text, re.M))
     failures = []
+    helps = {cmd: subprocess.run([args.ckptscan, cmd, "--help"], capture_output=True,
+                                 text=True, check=False).stdout for cmd in ("scan", "convert")}
+    for name, (cmd, flag) in sorted(TRUSTED_SIDE.items()):
+        if cmd is not None and not re.search(r"^\s+" + re.escape(flag) + r"\b", helps[cmd], re.M):
+            failures.append(f"{name}: `ckptscan {cmd} --help` lists no {flag}")
     for name, where in sorted(names.items()):
         if name in TRUSTED_SIDE:
             continue

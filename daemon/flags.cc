@@ -58,8 +58,6 @@ struct Flags {
   uint32_t max_unix_connections_per_uid = 0;  // 0: a quarter of max_unix_connections, at least 1
   int64_t unix_connections_reserved = -1;     // -1: a sixteenth of max_unix_connections
   double first_byte_timeout = 30;
-  std::string max_frame_bytes = "64M";
-  uint64_t max_frame_values = sandbox::kMaxFrameValues;
   std::string facts_memory = "2G";
   uint32_t max_reflection_streams = 4;
   double reflection_stream_seconds = 10;
@@ -312,16 +310,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
                  "or to finish its TLS handshake (TCP) before it is closed")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
-  app.add_option("--max-frame-bytes", f.max_frame_bytes,
-                 "Largest result frame a job's worker may send (its facts, serialized; suffix K, "
-                 "M; at most 64M); past it the file is ERROR, limit max_frame_bytes")
-      ->capture_default_str();
-  app.add_option("--max-frame-values", f.max_frame_values,
-                 "Most values (graph nodes, globals, ...; 16 list items count as one) one job's "
-                 "facts may hold (each costs ~400 bytes decoded); past it ERROR, limit "
-                 "max_frame_values")
-      ->check(CLI::Range(uint64_t{1}, sandbox::kMaxFrameValues))
-      ->capture_default_str();
   app.add_option("--facts-memory", f.facts_memory,
                  "Memory for decoding workers' results, shared by all jobs (estimated: the frame "
                  "plus ~400 bytes a value); a job waits for room, and one larger than all of it "
@@ -438,11 +426,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
                                 ": must be under the job places (--max-running + --max-queued = ",
                                 places, ")"));
   }
-  absl::StatusOr<uint64_t> frame_bytes = base::ParseSize(f.max_frame_bytes);
-  if (!frame_bytes.ok() || *frame_bytes == 0 || *frame_bytes > sandbox::kMaxFrameBytes) {
-    return Invalid(
-        absl::StrCat("--max-frame-bytes: not a size from 1 to ", sandbox::kMaxFrameBytes));
-  }
   absl::StatusOr<uint64_t> facts_memory = base::ParseSize(f.facts_memory);
   if (!facts_memory.ok() || *facts_memory == 0) {
     return Invalid("--facts-memory: not a positive size");
@@ -494,8 +477,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   options.log_rate.burst = f.log_burst;
 
   c.engine.jail.timeout = absl::Seconds(f.job_timeout);
-  c.engine.jail.max_frame_bytes = *frame_bytes;
-  c.engine.jail.max_frame_values = f.max_frame_values;
   c.engine.facts_memory = *facts_memory;
   c.engine.start_helpers = true;  // every fork-server helper before any thread serves
   options.spool_dir = f.spool_dir;

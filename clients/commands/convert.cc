@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -36,6 +37,7 @@
 #include "app/shard_set.h"
 #include "app/verdict.h"
 #include "base/size_value.h"
+#include "sandbox/run.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
@@ -69,6 +71,7 @@ struct ConvertOptions {
   std::string cert;
   std::string cert_chain;
   std::string format = "text";
+  std::string max_output_bytes;  // "" = four times the input plus 1 GiB
   VerbosityFlags verbosity;
   LocalFlags local;
   ServerFlags server;
@@ -138,6 +141,11 @@ CommandResult RunConvertRemote(const ConvertOptions& opt) {
     return UsageError(
         "--server: the daemon signs with its own key (ckptscan admin public-key shows "
         "it); --key, --cert and --cert-chain cannot be used with --server");
+  }
+  if (!opt.max_output_bytes.empty()) {
+    return UsageError(
+        "--server: the daemon bounds its outputs itself (its --max-output-expansion and "
+        "--max-output-bytes); --max-output-bytes cannot be used with --server");
   }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteClient> remote,
                         ConnectServer(opt.server, &opt.local));
@@ -218,6 +226,26 @@ CommandResult RunConvert(const ConvertOptions& opt) {
   }
   app::CallOptions call;
   call.bytes_read = meter.bytes();
+  // What one file's output may hold, settled before it exists (the worker's RLIMIT_FSIZE, and
+  // a plan over it is refused before a byte is written), named in the refusal.
+  std::optional<uint64_t> max_output;
+  if (!opt.max_output_bytes.empty()) {
+    absl::StatusOr<uint64_t> bytes = base::ParseSize(opt.max_output_bytes);
+    if (!bytes.ok() || *bytes == 0) {
+      return UsageError(absl::StrCat("--max-output-bytes ", TerminalSafe(opt.max_output_bytes),
+                                     ": not a positive size (suffix K, M, G, T)"));
+    }
+    max_output = *bytes;
+  }
+  call.output_allowance =
+      [max_output](uint64_t input_bytes) -> absl::StatusOr<sandbox::OutputAllowance> {
+    if (max_output.has_value()) return sandbox::OutputAllowance{*max_output, "max_output_bytes"};
+    const uint64_t four = input_bytes > UINT64_MAX / 4 ? UINT64_MAX : input_bytes * 4;
+    return sandbox::OutputAllowance{four > UINT64_MAX - (1ull << 30) ? UINT64_MAX
+                                                                      : four + (1ull << 30),
+                                    "max_output_bytes: 4 x the input + 1 GiB by default; "
+                                    "--max-output-bytes sets it"};
+  };
   const absl::Time started = absl::Now();
   if (opt.verbosity.verbose) {
     meter.PrintLine(
@@ -336,6 +364,13 @@ void AddConvertCommand(CLI::App* app, Commands* out) {
                     "Refuse to convert when (the selected part of) IN holds any value that is "
                     "not a tensor (by default such values are listed in the report as not "
                     "written)");
+  convert
+      ->add_option("--max-output-bytes", convert_opt->max_output_bytes,
+                   "Largest output one file's conversion may write (suffix K, M, G, T; default: "
+                   "four times the input plus 1 GiB: a few bytes can describe a tensor of "
+                   "gigabytes, a stride-0 view); a larger one is not converted, naming "
+                   "max_output_bytes")
+      ->type_name("SIZE");
   convert->add_option("--format,-f", convert_opt->format, "Report format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
