@@ -6,7 +6,12 @@
 #   P/share/ckptscan/rules/default_rules.textproto           the shipped rules (--rules FILE)
 #   P/lib/systemd/system/ckptscand.service                   daemon/ckptscand.service, its
 #                                                              /usr/local paths rewritten to P
-#   P/share/doc/ckptscan/*.md                                README.md and docs/*.md
+#   SYSCONF/ckptscan/ckptscand.conf                          daemon/ckptscand.conf (SYSCONF:
+#                                                              /etc for P=/usr, else P/etc)
+#   P/share/doc/ckptscan/*.md, copyright                     README.md, docs/*.md, cmake/deb/copyright
+#   P/share/man/man1/ckptscan.1, P/share/man/man8/ckptscand.8  from --help (help2man)
+#   P/share/bash-completion/completions/{ckptscan,ckptscand}  bash completion, from --help
+#   P/share/zsh/vendor-completions/{_ckptscan,_ckptscand}     zsh completion, from --help
 #
 # The prefix is taken when installing, not when configuring, so `--prefix` and DESTDIR both work
 # and the unit names the binaries where they end up.
@@ -18,21 +23,65 @@ install(TARGETS ckptscan ckptscand ckptscan-worker RUNTIME DESTINATION bin)
 install(FILES ${CMAKE_SOURCE_DIR}/rules/default_rules.textproto
         DESTINATION share/ckptscan/rules)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION share/doc/ckptscan)
+install(FILES ${CMAKE_SOURCE_DIR}/cmake/deb/copyright DESTINATION share/doc/ckptscan)
+
+# Man pages and shell completions, made at install time from the installed binaries' own --help
+# (scripts/gen_cli_docs.py with Debian's help2man: the pages cannot drift from the flags).
+set(ckpt_docs_out ${CMAKE_BINARY_DIR}/install/cli_docs)
+install(CODE "
+  find_program(ckpt_help2man help2man)
+  if(NOT ckpt_help2man)
+    message(FATAL_ERROR \"help2man is not installed (apt-get install help2man, or scripts/setup.sh): \"
+                        \"the man pages are made from --help at install time\")
+  endif()
+  execute_process(
+    COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/scripts/gen_cli_docs.py
+            --ckptscan $<TARGET_FILE:ckptscan> --ckptscand $<TARGET_FILE:ckptscand>
+            --version ${PROJECT_VERSION} --out ${ckpt_docs_out}
+    RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR \"scripts/gen_cli_docs.py failed (\${rc}): no man pages or completions\")
+  endif()
+")
+install(FILES ${ckpt_docs_out}/man1/ckptscan.1 DESTINATION share/man/man1)
+install(FILES ${ckpt_docs_out}/man8/ckptscand.8 DESTINATION share/man/man8)
+install(FILES ${ckpt_docs_out}/bash-completion/ckptscan ${ckpt_docs_out}/bash-completion/ckptscand
+        DESTINATION share/bash-completion/completions)
+install(FILES ${ckpt_docs_out}/zsh/_ckptscan ${ckpt_docs_out}/zsh/_ckptscand
+        DESTINATION share/zsh/vendor-completions)
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION share/doc/ckptscan
         FILES_MATCHING PATTERN "*.md")
 
-# The systemd unit: written at install time with the prefix then in force.
+# The systemd unit and the daemon's config file, written at install time with the prefix then
+# in force. The config goes to SYSCONF/ckptscan/ckptscand.conf, SYSCONF being /etc for the
+# prefix /usr (the Debian package, where it is a conffile: cmake/deb/conffiles) and P/etc for
+# any other; the unit's --config names it there. An existing config file is never replaced
+# (a site's edits survive a reinstall; dpkg does the same for the package's conffile).
 set(ckpt_unit_src ${CMAKE_SOURCE_DIR}/daemon/ckptscand.service)
 set(ckpt_unit_out ${CMAKE_BINARY_DIR}/install/ckptscand.service)
+set(ckpt_conf_src ${CMAKE_SOURCE_DIR}/daemon/ckptscand.conf)
 install(CODE "
   set(prefix \"\${CMAKE_INSTALL_PREFIX}\")
   string(REGEX REPLACE \"/+$\" \"\" prefix \"\${prefix}\")
+  if(prefix STREQUAL \"/usr\")
+    set(sysconf \"/etc\")
+  else()
+    set(sysconf \"\${prefix}/etc\")
+  endif()
   file(READ \"${ckpt_unit_src}\" unit)
+  string(REPLACE \"/usr/local/etc/\" \"\${sysconf}/\" unit \"\${unit}\")
   string(REPLACE \"/usr/local/\" \"\${prefix}/\" unit \"\${unit}\")
   file(WRITE \"${ckpt_unit_out}\" \"\${unit}\")
   file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\" TYPE FILE
        PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
        FILES \"${ckpt_unit_out}\")
+  if(EXISTS \"\$ENV{DESTDIR}\${sysconf}/ckptscan/ckptscand.conf\")
+    message(STATUS \"Kept: \$ENV{DESTDIR}\${sysconf}/ckptscan/ckptscand.conf (exists)\")
+  else()
+    file(INSTALL DESTINATION \"\${sysconf}/ckptscan\" TYPE FILE
+         PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
+         FILES \"${ckpt_conf_src}\")
+  endif()
 ")
 
 # ---------------------------------------------------------------- deployment tests

@@ -144,6 +144,21 @@ if [[ -n "$package" ]]; then
   check 0 "getent passwd ckptscan"
   check 0 "ckptscand --help >/dev/null"
   check 0 "test -f /usr/lib/systemd/system/ckptscand.service"
+  # man(1), as a user who installs man-db finds it; the page is made from --help.
+  check 0 "apt-get install -y -q --no-install-recommends man-db >/dev/null 2>&1 &&
+           man -P cat ckptscan 2>/dev/null | grep -q -- --max-frame-values"
+  # Tab completion (what bash-completion sources for `ckptscan sc<TAB>`).
+  check 0 "bash -c 'source /usr/share/bash-completion/completions/ckptscan; COMP_WORDS=(ckptscan sc);
+           COMP_CWORD=1; _ckptscan; [[ \${COMPREPLY[*]} == scan ]]'"
+  # The unit's start and reload without systemd: the daemon as ckptscan with the packaged config
+  # (RuntimeDirectory and StateDirectory made as systemd would), then ExecReload's command.
+  check 0 "install -d -o ckptscan -g ckptscan -m 0750 /run/ckptscan &&
+           install -d -o ckptscan -g ckptscan -m 0700 /var/lib/ckptscan &&
+           { runuser -u ckptscan -- ckptscand --config /etc/ckptscan/ckptscand.conf 2>/tmp/d.log &
+             d=\$!
+             for i in \$(seq 300); do grep -q '\"event\":\"listening\"' /tmp/d.log && break; sleep 0.1; done
+             runuser -u ckptscan -- \$(sed -n 's/^ExecReload=//p' /usr/lib/systemd/system/ckptscand.service); r=\$?
+             kill -TERM \$d; wait \$d; tail -3 /tmp/d.log; exit \$r; }"
   echo "=== fresh root: the package check exited $rc after $((SECONDS - t0)) s in all"
   exit "$rc"
 fi

@@ -38,6 +38,8 @@ packages=(
   # Rebuilds (a second checkout, the sanitizer trees, CI on a machine that built before) compile
   # only what changed (scripts/ccache_env.sh).
   ccache
+  # The man pages, made from the binaries' --help when installing (cmake --install, cpack).
+  help2man
 )
 # What the test suite needs besides.
 test_packages=(
@@ -56,6 +58,8 @@ test_packages=(
   openssl python3-pkg-resources procps
   # cpack's Debian generator (deb_package_test) runs file(1) before dpkg-shlibdeps.
   file
+  # install_layout_test renders the man pages (man-db) and runs the zsh completion (zsh).
+  man-db zsh
   # The joblib differential (tests/differential/joblib_diff.py) loads files with the real joblib
   # (python3-lz4: joblib.load of its lz4 files).
   python3-joblib python3-numpy python3-lz4

@@ -46,7 +46,10 @@ done
 dpkg-deb -c "$deb" >"$tmp/contents.txt"
 for f in ./usr/bin/ckptscan ./usr/bin/ckptscand ./usr/bin/ckptscan-worker \
          ./usr/share/ckptscan/rules/default_rules.textproto ./usr/share/doc/ckptscan/README.md \
-         ./usr/share/doc/ckptscan/daemon.md ./usr/lib/systemd/system/ckptscand.service; do
+         ./usr/share/doc/ckptscan/daemon.md ./usr/lib/systemd/system/ckptscand.service \
+         ./usr/share/doc/ckptscan/copyright ./usr/share/man/man1/ckptscan.1 \
+         ./usr/share/man/man8/ckptscand.8 ./usr/share/bash-completion/completions/ckptscan \
+         ./usr/share/zsh/vendor-completions/_ckptscan ./etc/ckptscan/ckptscand.conf; do
   grep -q " $f\$" "$tmp/contents.txt" && pass "contains $f" || fail "missing $f"
 done
 grep -q "build/\|\.o\$\|_test\$" "$tmp/contents.txt" &&
@@ -56,9 +59,30 @@ dpkg-deb -e "$deb" "$tmp/control"
 [[ -x "$tmp/control/postinst" ]] && grep -q "useradd --system" "$tmp/control/postinst" &&
   pass "postinst creates the system user" || fail "postinst missing or not creating the user"
 
+[[ "$(cat "$tmp/control/conffiles" 2>/dev/null)" == "/etc/ckptscan/ckptscand.conf" ]] &&
+  pass "conffiles: /etc/ckptscan/ckptscand.conf (dpkg keeps a site's edits)" ||
+  fail "conffiles: '$(cat "$tmp/control/conffiles" 2>/dev/null)'"
+
 dpkg-deb -x "$deb" "$tmp/root"
+# Every static library the build links into the shipped binaries is named in the copyright file.
+copyright="$tmp/root/usr/share/doc/ckptscan/copyright"
+# (The link lines of the two static binaries: Ninja's build.ninja, or Make's link.txt files.)
+linked=$( { grep -E '^build clients/ckptscan(-worker)?: ' "$build/build.ninja" 2>/dev/null
+            cat "$build"/clients/CMakeFiles/ckptscan.dir/link.txt \
+                "$build"/sandbox/worker/CMakeFiles/ckptscan-worker.dir/link.txt 2>/dev/null; } |
+         grep -oE '/usr/lib/[^ ]*/lib[^ /]*\.a' | sed 's#.*/##' | sort -u)
+unnamed=""
+for lib in $linked; do
+  grep -qF "static:$lib" "$copyright" || grep -qF "static:${lib%%_*}_*.a" "$copyright" ||
+    unnamed+=" $lib"
+done
+[[ -n "$linked" && -z "$unnamed" ]] &&
+  pass "copyright names all $(wc -w <<<"$linked") static libraries the build links" ||
+  fail "copyright lacks static libraries:${unnamed:- (no link lines found in $build)}"
 unit="$tmp/root/usr/lib/systemd/system/ckptscand.service"
-for line in "ExecStart=/usr/bin/ckptscand" "LimitNOFILE=65536" "NoNewPrivileges=yes" \
+for line in "ExecStart=/usr/bin/ckptscand --config /etc/ckptscan/ckptscand.conf" \
+            "ExecReload=/usr/bin/ckptscan admin reload-rules --server unix:/run/ckptscan/ckptscand.sock" \
+            "LimitNOFILE=65536" "NoNewPrivileges=yes" \
             "ProtectSystem=strict" "PrivateTmp=yes" "RestrictAddressFamilies=" "User=ckptscan"; do
   grep -q "^$line" "$unit" && pass "unit: $line" || fail "unit lacks $line"
 done
