@@ -226,6 +226,14 @@ assert all(not v.startswith("VERDICT_") for v in done), done' 2>err.txt &&
     fail "status JSON" "$(tail -1 err.txt): $(head -c 300 out.txt)"
 fi
 
+# A job line names the rules that fired, so that logs can be searched and alerted on by rule.
+if grep '"event":"job"' "$tmp/main/log" | grep '"verdict":"DANGEROUS"' |
+     grep -qE '"rules":"[a-z_]+\.[a-z_.]+(,[a-z_]+\.[a-z_.]+)*"'; then
+  pass "a DANGEROUS job's log line lists its rule ids"
+else
+  fail "job line rules" "$(grep '"event":"job"' "$tmp/main/log" | grep DANGEROUS | head -2)"
+fi
+
 # --- metrics: the Prometheus text, linted by promtool, from the port and from Admin ----------
 run "admin metrics" 0 "$bin" admin metrics --server "$main_sock" && cp out.txt admin_metrics.txt
 /usr/bin/python3 -c 'import sys, urllib.request
@@ -235,8 +243,11 @@ for m in admin_metrics.txt port_metrics.txt; do
   if grep -q 'ckptscand_worker_exits_total{reason="signaled"} 1' "$m" &&
      grep -qE 'ckptscand_requests_total\{code="OK",rpc="ScanUpload"\} [1-9]' "$m" &&
      grep -qE 'ckptscand_jobs_total\{verdict="DANGEROUS"\} [1-9]' "$m" &&
-     grep -q 'ckptscand_phase_duration_seconds_count{phase="parse"}' "$m"; then
-    pass "metrics ($m): the killed worker, OK uploads by code name, the dangerous files and phase times are counted"
+     grep -q 'ckptscand_phase_duration_seconds_count{phase="parse"}' "$m" &&
+     grep -qE 'ckptscand_build_info\{version="[0-9.]+"\} 1' "$m" &&
+     grep -qE 'ckptscand_rules_info\{version="[^"]+"\} 1' "$m" &&
+     grep -q 'ckptscand_rules_reloads_total{result="failed"} 0' "$m"; then
+    pass "metrics ($m): the killed worker, OK uploads by code name, the dangerous files, phase times, build and rules info are counted"
   else
     fail "metrics $m" "$(grep -E 'worker_exits|jobs_total' "$m" | head -12)"
   fi

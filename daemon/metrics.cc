@@ -105,7 +105,21 @@ Metrics::Metrics(const JobSlots* slots)
                      .Name("ckptscand_bytes_converted_total")
                      .Help("Bytes of safetensors written by conversions")
                      .Register(*registry_)
-                     .Add({})) {
+                     .Add({})),
+      build_info_(prometheus::BuildGauge()
+                      .Name("ckptscand_build_info")
+                      .Help("Always 1; the label is the daemon's version")
+                      .Register(*registry_)),
+      rules_info_(prometheus::BuildGauge()
+                      .Name("ckptscand_rules_info")
+                      .Help("Always 1; the label is the version of the rules in force")
+                      .Register(*registry_)),
+      reloads_(prometheus::BuildCounter()
+                   .Name("ckptscand_rules_reloads_total")
+                   .Help("Rules reloads (SIGHUP, Admin.ReloadRules), by result: ok, or failed "
+                         "(the old rules stay in force)")
+                   .Register(*registry_)) {
+  for (const char* r : {"ok", "failed"}) reloads_.Add({{"result", r}});
   // Every reason and verdict from the start, so that rate() and alerts see zeros, not gaps.
   for (sandbox::Outcome o :
        {sandbox::Outcome::kOk, sandbox::Outcome::kViolation, sandbox::Outcome::kTimeout,
@@ -136,6 +150,21 @@ void Metrics::WorkerExit(const sandbox::Result& result) {
 void Metrics::Scanned(uint64_t bytes) { scanned_.Increment(static_cast<double>(bytes)); }
 
 void Metrics::Converted(uint64_t bytes) { converted_.Increment(static_cast<double>(bytes)); }
+
+void Metrics::BuildInfo(std::string_view version) {
+  build_info_.Add({{"version", std::string(version)}}).Set(1);
+}
+
+void Metrics::RulesInForce(std::string_view version, bool reload) {
+  absl::MutexLock lock(&rules_mu_);
+  prometheus::Gauge& now = rules_info_.Add({{"version", std::string(version)}});
+  if (rules_series_ != nullptr && rules_series_ != &now) rules_info_.Remove(rules_series_);
+  now.Set(1);
+  rules_series_ = &now;
+  if (reload) reloads_.Add({{"result", "ok"}}).Increment();
+}
+
+void Metrics::RulesReloadFailed() { reloads_.Add({{"result", "failed"}}).Increment(); }
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   {

@@ -15,6 +15,10 @@
 //                                                  upload limits)
 //   ckptscand_uploads_in_flight, ckptscand_upload_spool_bytes  gauges, from the job slots
 //   ckptscand_bytes_scanned_total, ckptscand_bytes_converted_total
+//   ckptscand_build_info{version}                 1: the daemon's version
+//   ckptscand_rules_info{version}                 1 for the rules in force (one series; a
+//                                                 reload replaces it)
+//   ckptscand_rules_reloads_total{result}         reloads (SIGHUP, Admin.ReloadRules): ok, failed
 //
 // Thread-safe.
 #ifndef CKPTSCAN_DAEMON_METRICS_H_
@@ -47,6 +51,11 @@ class Metrics final : public prometheus::Collectable {
   void WorkerExit(const sandbox::Result& result);
   void Scanned(uint64_t bytes);
   void Converted(uint64_t bytes);
+  // The daemon's version (once, at start) and the rules in force: at start, and after each
+  // reload (`reload` true: counted as a reload that succeeded).
+  void BuildInfo(std::string_view version);
+  void RulesInForce(std::string_view version, bool reload);
+  void RulesReloadFailed();
 
   // The Prometheus text exposition of everything (what /metrics serves).
   std::string Text() const;
@@ -72,6 +81,12 @@ class Metrics final : public prometheus::Collectable {
   prometheus::Gauge& spool_bytes_ ABSL_GUARDED_BY(mu_);
   prometheus::Counter& scanned_;
   prometheus::Counter& converted_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& rules_info_;
+  prometheus::Family<prometheus::Counter>& reloads_;
+  // The rules_info series in force, removed when a reload replaces it.
+  absl::Mutex rules_mu_;
+  prometheus::Gauge* rules_series_ ABSL_GUARDED_BY(rules_mu_) = nullptr;
 };
 
 // The reason label of a worker's fate.

@@ -20,6 +20,28 @@ TEST(MetricsTest, TextHasEveryFamilyWithZerosBeforeAnyJob) {
   }
 }
 
+TEST(MetricsTest, BuildAndRulesInfoFollowReloads) {
+  JobSlots slots(1, 1);
+  Metrics m(&slots);
+  m.BuildInfo("9.8.7");
+  m.RulesInForce("rules-1", /*reload=*/false);
+  std::string text = m.Text();
+  EXPECT_NE(text.find("ckptscand_build_info{version=\"9.8.7\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ckptscand_rules_info{version=\"rules-1\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"ok\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"failed\"} 0"), std::string::npos);
+
+  // A reload replaces the one rules series; a failed one leaves it and is counted.
+  m.RulesInForce("rules-2", /*reload=*/true);
+  m.RulesReloadFailed();
+  m.RulesInForce("rules-2", /*reload=*/true);  // the same file again: one series still
+  text = m.Text();
+  EXPECT_EQ(text.find("version=\"rules-1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("ckptscand_rules_info{version=\"rules-2\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"ok\"} 2"), std::string::npos);
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"failed\"} 1"), std::string::npos);
+}
+
 TEST(MetricsTest, CountsWhatHappened) {
   JobSlots slots(1, 1);
   Metrics m(&slots);

@@ -195,6 +195,8 @@ absl::Status Server::Build() {
   slots_ = std::make_unique<JobSlots>(config_.max_running, config_.max_queued, config_.uploads,
                                       config_.max_jobs_per_caller, config_.reserved_job_places);
   metrics_ = std::make_shared<Metrics>(slots_.get());
+  metrics_->BuildInfo(CKPT_VERSION);
+  metrics_->RulesInForce(engine_->rules()->version(), /*reload=*/false);
   if (config_.metrics_port != 0) {
     const std::string& address = config_.metrics_address;
     const std::string bind =

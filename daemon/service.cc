@@ -15,12 +15,15 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <set>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "app/convert.h"
 #include "app/judge.h"
@@ -88,11 +91,18 @@ class JobLog {
       sha256_ = r.files(0).sha256();
       size_ = r.files(0).size();
     }
+    // The rules that fired, each once, sorted: what a log search or alert keys on. Ids are
+    // the catalogue's own (never text from the file); the line's cut bounds a long list.
+    for (const v1::FileReport& f : r.files()) {
+      for (const v1::Finding& finding : f.findings()) rule_ids_.insert(finding.rule_id());
+    }
+    rule_ids_.erase("");
   }
   grpc::Status Done(const grpc::Status& status) {
     metrics_->Request(rpc_, static_cast<int>(status.error_code()), absl::Now() - start_);
     line_.Str("name", name_);
     if (!verdict_.empty()) line_.Str("verdict", verdict_).Str("sha256", sha256_).Int("size", size_);
+    if (!rule_ids_.empty()) line_.Str("rules", absl::StrJoin(rule_ids_, ","));
     if (!pin_.empty()) line_.Str("pin", pin_);
     line_.Int("code", static_cast<uint64_t>(status.error_code()));
     if (!status.ok()) line_.Str("error", status.error_message());
@@ -114,6 +124,7 @@ class JobLog {
   std::string verdict_;
   std::string sha256_;
   uint64_t size_ = 0;
+  std::set<std::string> rule_ids_;
 };
 
 namespace {
@@ -361,8 +372,10 @@ absl::StatusOr<app::Engine::Reloaded> ReloadRules(Daemon* daemon, const std::str
   line.Str("caller", by).Str("source", daemon->engine().rules_source());
   if (r.ok()) {
     line.Str("previous_version", r->previous_version).Str("rules_version", r->version);
+    daemon->metrics().RulesInForce(r->version, /*reload=*/true);
   } else {
     line.Str("error", base::StdView(r.status().message()));
+    daemon->metrics().RulesReloadFailed();
   }
   line.Emit();
   return r;
