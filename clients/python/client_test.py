@@ -570,7 +570,11 @@ class ReportToDictTest(unittest.TestCase):
 class StubsTest(unittest.TestCase):
 
     def test_stubs_are_generated_outside_the_source_tree(self):
+        # A source tree ships no stubs: they are the run-time fallback's (load_test.py checks
+        # that an installed package uses the ones its build shipped).
         stubs = _stubs.load()
+        self.assertIsNone(_stubs.shipped_dir())
+        self.assertEqual(stubs.source, "generated")
         self.assertFalse(stubs.directory.startswith(HERE + os.sep), stubs.directory)
         committed = [os.path.join(d, n) for d, _, names in os.walk(HERE) for n in names
                      if n.endswith(("_pb2.py", "_pb2_grpc.py"))]
@@ -587,6 +591,23 @@ class StubsTest(unittest.TestCase):
                 fresh = f.read()
             with open(os.path.join(loaded.directory, "ckptscan", "v1", mod + ".py")) as f:
                 self.assertEqual(f.read(), fresh, mod)
+
+    def test_no_stubs_and_no_compiler_says_what_to_install(self):
+        # Neither generator (no protoc on PATH, grpc_tools not importable) and nothing cached:
+        # the error names the Debian packages and the other way out, installing the package.
+        from unittest import mock
+        cache = tempfile.mkdtemp(prefix="ckptscan-stubs-none-")
+        self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
+        with mock.patch.object(_stubs, "_loaded", None), \
+                mock.patch.object(_stubs.shutil, "which", return_value=None), \
+                mock.patch.dict(sys.modules, {"grpc_tools": None}), \
+                self.assertRaises(_stubs.StubError) as caught:
+            _stubs.load(cache_dir=cache)
+        message = str(caught.exception)
+        for words in ("protobuf-compiler", "protobuf-compiler-grpc", "python3-grpc-tools",
+                      "no shipped gRPC stubs", "pip install"):
+            self.assertIn(words, message)
+        self.assertEqual(os.listdir(cache), [])
 
     def test_grpc_tools_output_has_the_same_descriptors(self):
         try:

@@ -8,7 +8,8 @@
 
     state = scan_then_load("model.pt", map_location="cpu")  # torch.load only when SAFE (load.py)
 
-The gRPC stubs are generated from proto/ckptscan/v1 on first use (_stubs.py).
+An installed package imports the gRPC stubs its build generated from proto/ckptscan/v1; from a
+source tree they are compiled on first use instead (_stubs.py).
 """
 
 from .client import (CHUNK_BYTES, ConvertResult, ScanClient, ScanClientError,
