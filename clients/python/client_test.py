@@ -454,11 +454,28 @@ class TlsTest(unittest.TestCase):
             ScanClient("localhost:1", tls_cert=b"x")
 
 
+def fake_daemon(test, scanner=None, admin=None):
+    """A gRPC server of the given servicers on a unix socket, stopped at the test's end;
+    returns its address."""
+    from concurrent import futures
+    grpc_pb = _stubs.load().scanner_pb2_grpc
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    if scanner is not None:
+        grpc_pb.add_ScannerServicer_to_server(scanner, server)
+    if admin is not None:
+        grpc_pb.add_AdminServicer_to_server(admin, server)
+    sock = os.path.join(short_tmpdir("ckptscan-fake-"), "s.sock")
+    test.addCleanup(shutil.rmtree, os.path.dirname(sock), ignore_errors=True)
+    server.add_insecure_port("unix:" + sock)
+    server.start()
+    test.addCleanup(server.stop, None)
+    return "unix:" + sock
+
+
 class FakeConvertAnswers(unittest.TestCase):
     """convert_bytes checks the daemon's stream: a fake Scanner sends malformed answers."""
 
     def answer(self, messages):
-        from concurrent import futures
         pb = _stubs.load()
 
         class Fake(pb.scanner_pb2_grpc.ScannerServicer):
@@ -467,14 +484,7 @@ class FakeConvertAnswers(unittest.TestCase):
                     pass
                 yield from messages
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pb.scanner_pb2_grpc.add_ScannerServicer_to_server(Fake(), server)
-        sock = os.path.join(short_tmpdir("ckptscan-fake-"), "s.sock")
-        self.addCleanup(shutil.rmtree, os.path.dirname(sock), ignore_errors=True)
-        server.add_insecure_port("unix:" + sock)
-        server.start()
-        self.addCleanup(server.stop, None)
-        with ScanClient("unix:" + sock, timeout=10) as client:
+        with ScanClient(fake_daemon(self, scanner=Fake()), timeout=10) as client:
             return client.convert_bytes("m.pt", b"x")
 
     def chunk(self, **kwargs):
@@ -499,6 +509,53 @@ class FakeConvertAnswers(unittest.TestCase):
                 with self.assertRaises(ScanClientError) as caught:
                     self.answer(messages)
                 self.assertEqual(caught.exception.code, "DATA_LOSS")
+                self.assertEqual(caught.exception.method, "ConvertUpload")
+
+
+class ErrorMessagesTest(unittest.TestCase):
+    """No client error has an empty message, though gRPC lets a status carry none."""
+
+    def test_a_status_without_details_still_says_which_call_and_code(self):
+        pb = _stubs.load()
+
+        def fail(request, context):
+            # An abort with no message, as a proxy or a crashed handler may answer.
+            for _ in request if hasattr(request, "__next__") else ():
+                pass
+            context.abort(grpc.StatusCode.INTERNAL, "")
+
+        class Scanner(pb.scanner_pb2_grpc.ScannerServicer):
+            ScanPath = ScanUpload = ConvertPath = staticmethod(fail)
+
+            def ConvertUpload(self, request_iterator, context):
+                fail(request_iterator, context)
+                yield  # a generator, as the streaming method's servicer is
+
+        class Admin(pb.scanner_pb2_grpc.AdminServicer):
+            Status = PublicKey = staticmethod(fail)
+
+        address = fake_daemon(self, scanner=Scanner(), admin=Admin())
+        with ScanClient(address, timeout=10) as client:
+            for method, call in (("ScanPath", lambda: client.scan_path("a.pt")),
+                                 ("ScanUpload", lambda: client.scan_bytes("a.pt", b"x")),
+                                 ("ConvertPath", lambda: client.convert_path("a.pt", "b")),
+                                 ("ConvertUpload", lambda: client.convert_bytes("a.pt", b"x")),
+                                 ("Status", client.status),
+                                 ("PublicKey", client.public_key)):
+                with self.subTest(method), self.assertRaises(ScanClientError) as caught:
+                    call()
+                e = caught.exception
+                self.assertEqual((e.code, e.method, e.target), ("INTERNAL", method, address))
+                self.assertIn(method, e.details)
+                self.assertIn("INTERNAL", e.details)
+                self.assertFalse(str(e).rstrip().endswith(":"), str(e))
+
+    def test_an_error_made_without_details_gets_a_message(self):
+        for details in ("", None):
+            e = ScanClientError("UNKNOWN", details, "unix:/x.sock")
+            self.assertTrue(e.details)
+            self.assertIn("UNKNOWN", str(e))
+        self.assertEqual(ScanClientError("UNAVAILABLE", "gone", "unix:/x.sock").details, "gone")
 
 
 class ReportToDictTest(unittest.TestCase):

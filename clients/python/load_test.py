@@ -368,6 +368,8 @@ class CliTest(LoadTestCase):
         for name, stdout, exit_code, error in cases:
             with self.subTest(name):
                 e = self.assertNotLoaded(error, path, ckptscan=self.stub(name, stdout, exit_code))
+                # Each says why; none ends on an empty quote of the scanner's (empty) stderr.
+                self.assertFalse(str(e).rstrip().endswith(":"), str(e))
                 if name == "other-digest":
                     self.assertEqual((e.expected, e.scanned), (sha256(read(path)), other))
                 if error is self.cc.UnsafeCheckpointError:

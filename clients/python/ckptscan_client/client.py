@@ -2,8 +2,8 @@
 
 A client holds one gRPC channel (it connects on first use) and is safe to share between threads,
 as a grpc.Channel is. Every call has a deadline; a failed call raises ScanClientError with the
-gRPC status code's name. A file that could not be verified is not an error: it is a report with
-verdict ERROR, as from `ckptscan scan`.
+gRPC status code's name and a message that is never empty. A file that could not be verified is
+not an error: it is a report with verdict ERROR, as from `ckptscan scan`.
 """
 
 import collections
@@ -11,6 +11,7 @@ import os
 import socket
 import stat
 import struct
+from typing import Optional
 
 import grpc
 
@@ -28,13 +29,24 @@ _MAX_RECEIVE_BYTES = CHUNK_BYTES + (1 << 20)
 class ScanClientError(Exception):
     """A call that failed. `code` is the gRPC status code's name ("PERMISSION_DENIED",
     "RESOURCE_EXHAUSTED", ... as scanner.proto lists them; "DATA_LOSS" when the daemon's answer
-    is malformed), `details` the daemon's message, `target` the address called."""
+    is malformed), `details` the daemon's message, `target` the address called, `method` the
+    call ("ScanPath", ...; None for the checks made before any call).
 
-    def __init__(self, code, details, target):
-        super().__init__("ckptscand at %s: %s: %s" % (target, code, details))
+    `details` is never empty: gRPC lets a status carry no message (a proxy's or a server's
+    abort without one, a transport failure), and an error that says only "INTERNAL:" tells a
+    reader nothing; then it names the call and the status code itself."""
+
+    def __init__(self, code: str, details: Optional[str], target: str,
+                 method: Optional[str] = None):
+        if not details:
+            details = "%s ended with status %s and no message from the server" % (
+                method or "the call", code)
+        where = "ckptscand at %s: %s" % (target, method) if method else "ckptscand at " + target
+        super().__init__("%s: %s: %s" % (where, code, details))
         self.code = code
         self.details = details
         self.target = target
+        self.method = method
 
 
 ConvertResult = collections.namedtuple("ConvertResult", ["response", "data", "signature"])
@@ -192,7 +204,8 @@ class ScanClient:
         request = pb.ScanPathRequest(path=os.fspath(path),
                                      options=pb.ScanOptions(skip_digest=skip_digest,
                                                             list_tensors=list_tensors))
-        return self._call(self._scanner.ScanPath, request, self._deadline(timeout, 0))
+        return self._call("ScanPath", self._scanner.ScanPath, request,
+                          self._deadline(timeout, 0))
 
     def scan_bytes(self, name, data, skip_digest=True, chunk=CHUNK_BYTES, timeout=None,
                    list_tensors=False):
@@ -208,8 +221,8 @@ class ScanClient:
                                  options=pb.ScanOptions(skip_digest=skip_digest,
                                                         list_tensors=list_tensors))
         requests = _Requests(pb, header, chunks)
-        return self._call(self._scanner.ScanUpload, requests, self._deadline(timeout, size),
-                          requests)
+        return self._call("ScanUpload", self._scanner.ScanUpload, requests,
+                          self._deadline(timeout, size), requests)
 
     # pylint: disable-next=redefined-builtin
     def convert_path(self, input, output, dtype="keep", select="", strict=False, replace=False,
@@ -225,7 +238,8 @@ class ScanClient:
             input=os.fspath(input), output=os.fspath(output),
             options=self._convert_options(dtype, select, strict, replace, sign_method,
                                           allow_dtypes, cast_quantized))
-        return self._call(self._scanner.ConvertPath, request, self._deadline(timeout, 0))
+        return self._call("ConvertPath", self._scanner.ConvertPath, request,
+                          self._deadline(timeout, 0))
 
     def convert_bytes(self, name, data, dtype="keep", select="", strict=False, sign_method="",
                       chunk=CHUNK_BYTES, out=None, timeout=None, allow_dtypes=(),
@@ -269,7 +283,7 @@ class ScanClient:
                     call.cancel()
                     raise self._data_loss("the daemon's answer is out of order")
         except grpc.RpcError as e:
-            raise self._error(e, requests) from None
+            raise self._error("ConvertUpload", e, requests) from None
         if response is None:
             raise self._data_loss("the daemon ended the call without an answer")
         if not response.converted:
@@ -284,14 +298,14 @@ class ScanClient:
 
     def status(self, timeout=None):
         """The daemon's StatusResponse (Admin service: an admin uid or certificate only)."""
-        return self._call(self._admin.Status, self._pb.scanner_pb2.StatusRequest(),
+        return self._call("Status", self._admin.Status, self._pb.scanner_pb2.StatusRequest(),
                           self._deadline(timeout, 0))
 
     def public_key(self, timeout=None):
         """The daemon's signing key: PublicKeyResponse.pem (what `ckptscan verify --pubkey`
         takes) and .hint (Admin service)."""
-        return self._call(self._admin.PublicKey, self._pb.scanner_pb2.PublicKeyRequest(),
-                          self._deadline(timeout, 0))
+        return self._call("PublicKey", self._admin.PublicKey,
+                          self._pb.scanner_pb2.PublicKeyRequest(), self._deadline(timeout, 0))
 
     # ------------------------------------------------------------------ internals
 
@@ -307,22 +321,24 @@ class ScanClient:
             return timeout
         return self.timeout + transfer_bytes / MIN_UPLOAD_BYTES_PER_SECOND
 
-    def _call(self, method, request, timeout, requests=None):
+    def _call(self, name, method, request, timeout, requests=None):
+        """Calls `method` (the RPC `name`, for errors) and returns its answer message."""
         try:
             return method(iter(request) if requests is not None else request, timeout=timeout)
         except grpc.RpcError as e:
-            raise self._error(e, requests) from None
+            raise self._error(name, e, requests) from None
 
-    def _error(self, e, requests):
+    def _error(self, name, e, requests):
         # Reading the caller's file object failed: that, not the CANCELLED it caused, is the error.
         if requests is not None and requests.failure is not None:
             return requests.failure
         code = e.code() if callable(getattr(e, "code", None)) else None
         details = e.details() if callable(getattr(e, "details", None)) else str(e)
-        return ScanClientError(code.name if code is not None else "UNKNOWN", details, self.target)
+        return ScanClientError(code.name if code is not None else "UNKNOWN", details, self.target,
+                               name)
 
     def _data_loss(self, details):
-        return ScanClientError("DATA_LOSS", details, self.target)
+        return ScanClientError("DATA_LOSS", details, self.target, "ConvertUpload")
 
 
 def _upload_source(data, chunk):

@@ -133,7 +133,8 @@ def _scan_with_cli(path, ckptscan, timeout):
                                    % (binary, timeout)) from None
     except OSError as e:  # missing, not executable, ...
         raise ScanUnavailableError(path, "cannot run %s: %s" % (binary, e)) from e
-    stderr = run.stderr.decode("utf-8", "replace").strip()[-600:]
+    # Quoted in the errors below; said so when empty, not left as a message ending in ": ".
+    stderr = run.stderr.decode("utf-8", "replace").strip()[-600:] or "(nothing on stderr)"
     if run.returncode not in _REPORT_EXIT_CODES:
         raise ScanUnavailableError(path, "%s exited %d: %s" % (binary, run.returncode, stderr))
     try:
