@@ -472,6 +472,7 @@ class DaemonTest(LoadTestCase):
                              capture_output=True, text=True, timeout=60, check=False)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
         self.assertEqual(json.loads(run.stdout), {"source": "shipped", "verdict": "SAFE",
+                                                  "verdict_type": "Verdict",
                                                   "grpc_tools": "hidden"})
         self.assertFalse(os.path.exists(cache))
 
@@ -504,7 +505,8 @@ from ckptscan_client import _stubs
 with ckptscan_client.ScanClient(sys.argv[1], timeout=30) as client:
     report = client.scan_bytes("tiny.pkl", b"\\x80\\x02N.")
 print(json.dumps({"source": _stubs.load().source, "grpc_tools": hidden,
-                  "verdict": ckptscan_client.verdict_name(report.verdict)}))
+                  "verdict": ckptscan_client.verdict_name(report.verdict),
+                  "verdict_type": type(report.verdict).__name__}))
 """
 
 
