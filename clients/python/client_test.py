@@ -11,13 +11,17 @@ that `ckptscan verify --pubkey` accepts with the daemon's public key, and conver
 the same; a path outside the roots is PERMISSION_DENIED, an upload over the daemon's cap
 RESOURCE_EXHAUSTED, a call past its deadline DEADLINE_EXCEEDED; over TCP, mTLS serves a client
 with a certificate and refuses one without; a malformed answer from the daemon is DATA_LOSS;
-the stubs are generated (outside the source tree) from the protos as they are.
+an error whose status has no message still says which call failed with which code; the results
+are typed dataclasses with Verdict, Severity and ErrorCode enums that match the protos, over the
+messages they keep; the public calls carry type hints; in a source tree the stubs are generated
+(outside it) from the protos as they are, and with no compiler the error says what to install.
 
 Exits 77 (the test's SKIP_RETURN_CODE) with the reason when Debian's python3-grpcio or
 python3-protobuf is missing.
 """
 
 import argparse
+import dataclasses
 import hashlib
 import io
 import json
@@ -26,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import typing
 import unittest
 
 try:
@@ -46,6 +51,7 @@ from daemon_harness import short_tmpdir  # noqa: E402
 
 import ckptscan_client  # noqa: E402  (after the skip check)
 from ckptscan_client import ScanClient, ScanClientError, report_to_dict  # noqa: E402
+from ckptscan_client import ErrorCode, Severity, Verdict  # noqa: E402
 from ckptscan_client import _stubs  # noqa: E402
 
 ARGS = None  # set in main()
@@ -140,6 +146,39 @@ class ScanTest(DaemonTestCase):
         self.assertEqual(entry["verdict"], "DANGEROUS")
         self.assertEqual(entry["findings"][0]["severity"], "CRITICAL")
         self.assertEqual(entry["findings"][0]["global"], "os.system")
+
+    def test_results_are_typed_with_enums_and_keep_the_message(self):
+        report = self.client.scan_path(self.in_root("inst_os_system.pkl"))
+        self.assertIsInstance(report, ckptscan_client.ScanResult)
+        self.assertTrue(dataclasses.is_dataclass(report))
+        # Verdicts are Verdict members at every level, and still equal the proto's numbers.
+        pb = _stubs.load().report_pb2
+        self.assertIs(report.verdict, Verdict.DANGEROUS)
+        self.assertEqual((report.verdict, pb.VERDICT_DANGEROUS), (3, 3))
+        self.assertEqual((str(report.verdict), "%s" % report.verdict, f"{report.verdict}"),
+                         ("DANGEROUS",) * 3)
+        entry = report.files[0]
+        self.assertIsInstance(entry, ckptscan_client.FileResult)
+        self.assertIs(entry.verdict, Verdict.DANGEROUS)
+        finding = entry.findings[0]
+        self.assertIsInstance(finding, ckptscan_client.Finding)
+        self.assertIs(finding.verdict, Verdict.DANGEROUS)
+        self.assertIs(finding.severity, Severity.CRITICAL)
+        self.assertEqual((finding.global_name, getattr(finding, "global")),
+                         ("os.system", "os.system"))
+        # The message stays reachable: as `proto`, and for the fields not typed, read through.
+        self.assertEqual(report.proto.DESCRIPTOR.full_name, "ckptscan.v1.Report")
+        self.assertEqual(report.summary.dangerous, 1)
+        self.assertEqual(entry.pickles, entry.proto.pickles)
+        self.assertEqual(report_to_dict(report), report_to_dict(report.proto))
+        with self.assertRaises(AttributeError) as caught:
+            report.no_such_field  # pylint: disable=pointless-statement
+        self.assertIn("no_such_field", str(caught.exception))
+        # An error's code is an ErrorCode, named as the reports name it.
+        empty = self.client.scan_bytes("empty.pt", b"").files[0]
+        self.assertIs(empty.verdict, Verdict.ERROR)
+        self.assertEqual([e.code for e in empty.errors], [ErrorCode.NOT_PRESENT])
+        self.assertEqual(ckptscan_client.error_code_name(empty.errors[0].code), "not_present")
 
     def test_scan_path_gives_the_cli_report(self):
         for name, verdict in (("train_checkpoint.pt", "SAFE"), ("inst_os_system.pkl", "DANGEROUS")):
@@ -286,13 +325,24 @@ class ConvertTest(DaemonTestCase):
 
     def test_public_key_is_the_signer_status_names(self):
         key = self.client.public_key()
+        self.assertIsInstance(key, ckptscan_client.PublicKey)
         self.assertIn("BEGIN PUBLIC KEY", key.pem)
         self.assertEqual(self.client.status().signer, key.hint)
+
+    def test_status_counts_jobs_by_verdict(self):
+        self.client.scan_bytes("t.pkl", b"\x80\x02N.")
+        status = self.client.status()
+        self.assertIsInstance(status, ckptscan_client.Status)
+        self.assertGreaterEqual(status.jobs_done.get(Verdict.SAFE, 0), 1)
+        self.assertTrue(all(type(v) is Verdict for v in status.jobs_done), status.jobs_done)
+        self.assertEqual(status.roots, (self.root,))
 
     def test_convert_bytes_is_the_cli_conversion_and_verifies(self):
         with open(self.torch, "rb") as f:
             result = self.client.convert_bytes(self.torch, f)
         response, data, signature = result
+        self.assertIsInstance(response, ckptscan_client.ConvertOutcome)
+        self.assertIs(response.report.verdict, Verdict.SAFE)
         self.assertTrue(response.converted, response.error)
         self.assertEqual(response.output_size, len(data))
         self.assertEqual(data, self.local_bytes)
@@ -454,11 +504,28 @@ class TlsTest(unittest.TestCase):
             ScanClient("localhost:1", tls_cert=b"x")
 
 
+def fake_daemon(test, scanner=None, admin=None):
+    """A gRPC server of the given servicers on a unix socket, stopped at the test's end;
+    returns its address."""
+    from concurrent import futures
+    grpc_pb = _stubs.load().scanner_pb2_grpc
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    if scanner is not None:
+        grpc_pb.add_ScannerServicer_to_server(scanner, server)
+    if admin is not None:
+        grpc_pb.add_AdminServicer_to_server(admin, server)
+    sock = os.path.join(short_tmpdir("ckptscan-fake-"), "s.sock")
+    test.addCleanup(shutil.rmtree, os.path.dirname(sock), ignore_errors=True)
+    server.add_insecure_port("unix:" + sock)
+    server.start()
+    test.addCleanup(server.stop, None)
+    return "unix:" + sock
+
+
 class FakeConvertAnswers(unittest.TestCase):
     """convert_bytes checks the daemon's stream: a fake Scanner sends malformed answers."""
 
     def answer(self, messages):
-        from concurrent import futures
         pb = _stubs.load()
 
         class Fake(pb.scanner_pb2_grpc.ScannerServicer):
@@ -467,14 +534,7 @@ class FakeConvertAnswers(unittest.TestCase):
                     pass
                 yield from messages
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        pb.scanner_pb2_grpc.add_ScannerServicer_to_server(Fake(), server)
-        sock = os.path.join(short_tmpdir("ckptscan-fake-"), "s.sock")
-        self.addCleanup(shutil.rmtree, os.path.dirname(sock), ignore_errors=True)
-        server.add_insecure_port("unix:" + sock)
-        server.start()
-        self.addCleanup(server.stop, None)
-        with ScanClient("unix:" + sock, timeout=10) as client:
+        with ScanClient(fake_daemon(self, scanner=Fake()), timeout=10) as client:
             return client.convert_bytes("m.pt", b"x")
 
     def chunk(self, **kwargs):
@@ -499,6 +559,94 @@ class FakeConvertAnswers(unittest.TestCase):
                 with self.assertRaises(ScanClientError) as caught:
                     self.answer(messages)
                 self.assertEqual(caught.exception.code, "DATA_LOSS")
+                self.assertEqual(caught.exception.method, "ConvertUpload")
+
+
+class ErrorMessagesTest(unittest.TestCase):
+    """No client error has an empty message, though gRPC lets a status carry none."""
+
+    def test_a_status_without_details_still_says_which_call_and_code(self):
+        pb = _stubs.load()
+
+        def fail(request, context):
+            # An abort with no message, as a proxy or a crashed handler may answer.
+            for _ in request if hasattr(request, "__next__") else ():
+                pass
+            context.abort(grpc.StatusCode.INTERNAL, "")
+
+        class Scanner(pb.scanner_pb2_grpc.ScannerServicer):
+            ScanPath = ScanUpload = ConvertPath = staticmethod(fail)
+
+            def ConvertUpload(self, request_iterator, context):
+                fail(request_iterator, context)
+                yield  # a generator, as the streaming method's servicer is
+
+        class Admin(pb.scanner_pb2_grpc.AdminServicer):
+            Status = PublicKey = staticmethod(fail)
+
+        address = fake_daemon(self, scanner=Scanner(), admin=Admin())
+        with ScanClient(address, timeout=10) as client:
+            for method, call in (("ScanPath", lambda: client.scan_path("a.pt")),
+                                 ("ScanUpload", lambda: client.scan_bytes("a.pt", b"x")),
+                                 ("ConvertPath", lambda: client.convert_path("a.pt", "b")),
+                                 ("ConvertUpload", lambda: client.convert_bytes("a.pt", b"x")),
+                                 ("Status", client.status),
+                                 ("PublicKey", client.public_key)):
+                with self.subTest(method), self.assertRaises(ScanClientError) as caught:
+                    call()
+                e = caught.exception
+                self.assertEqual((e.code, e.method, e.target), ("INTERNAL", method, address))
+                self.assertIn(method, e.details)
+                self.assertIn("INTERNAL", e.details)
+                self.assertFalse(str(e).rstrip().endswith(":"), str(e))
+
+    def test_an_error_made_without_details_gets_a_message(self):
+        for details in ("", None):
+            e = ScanClientError("UNKNOWN", details, "unix:/x.sock")
+            self.assertTrue(e.details)
+            self.assertIn("UNKNOWN", str(e))
+        self.assertEqual(ScanClientError("UNAVAILABLE", "gone", "unix:/x.sock").details, "gone")
+
+
+class TypesTest(unittest.TestCase):
+    """The public API carries type hints, and the enums are the protos'."""
+
+    def test_enums_match_the_protos(self):
+        enums = _stubs.load().report_pb2.DESCRIPTOR.enum_types_by_name
+        for name, prefix, cls in (("Verdict", "VERDICT_", Verdict),
+                                  ("Severity", "SEVERITY_", Severity),
+                                  ("ErrorCode", "ERROR_CODE_", ErrorCode)):
+            with self.subTest(name):
+                self.assertTrue(issubclass(cls, int))  # IntEnum: old int comparisons hold
+                self.assertEqual({prefix + m.name: m.value for m in cls},
+                                 {v.name: v.number for v in enums[name].values})
+        # A number these protos do not know (a newer daemon's) is UNSPECIFIED, never SAFE.
+        self.assertIs(Verdict(42), Verdict.UNSPECIFIED)
+        self.assertIs(ckptscan_client.ScanResult.from_proto(
+            _stubs.load().report_pb2.Report(verdict=42)).verdict, Verdict.UNSPECIFIED)
+
+    def test_public_calls_are_annotated(self):
+        returns = {"scan_path": ckptscan_client.ScanResult,
+                   "scan_bytes": ckptscan_client.ScanResult,
+                   "convert_path": ckptscan_client.ConvertOutcome,
+                   "convert_bytes": ckptscan_client.ConvertResult,
+                   "status": ckptscan_client.Status, "public_key": ckptscan_client.PublicKey}
+        for name, want in returns.items():
+            with self.subTest(name):
+                method = getattr(ScanClient, name)
+                hints = typing.get_type_hints(method)
+                self.assertIs(hints["return"], want)
+                code = method.__code__
+                params = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+                self.assertEqual([p for p in params if p not in hints], [])
+        hints = typing.get_type_hints(ckptscan_client.ScanResult)
+        self.assertEqual(hints["verdict"], Verdict)
+        self.assertEqual(hints["files"], tuple[ckptscan_client.FileResult, ...])
+        self.assertEqual(typing.get_type_hints(ckptscan_client.scan_then_load)["timeout"], float)
+
+    def test_the_package_is_marked_typed(self):
+        # PEP 561 (load_test.py checks that the installed copy carries it too).
+        self.assertTrue(os.path.isfile(os.path.join(HERE, "ckptscan_client", "py.typed")))
 
 
 class ReportToDictTest(unittest.TestCase):
@@ -570,7 +718,11 @@ class ReportToDictTest(unittest.TestCase):
 class StubsTest(unittest.TestCase):
 
     def test_stubs_are_generated_outside_the_source_tree(self):
+        # A source tree ships no stubs: they are the run-time fallback's (load_test.py checks
+        # that an installed package uses the ones its build shipped).
         stubs = _stubs.load()
+        self.assertIsNone(_stubs.shipped_dir())
+        self.assertEqual(stubs.source, "generated")
         self.assertFalse(stubs.directory.startswith(HERE + os.sep), stubs.directory)
         committed = [os.path.join(d, n) for d, _, names in os.walk(HERE) for n in names
                      if n.endswith(("_pb2.py", "_pb2_grpc.py"))]
@@ -587,6 +739,23 @@ class StubsTest(unittest.TestCase):
                 fresh = f.read()
             with open(os.path.join(loaded.directory, "ckptscan", "v1", mod + ".py")) as f:
                 self.assertEqual(f.read(), fresh, mod)
+
+    def test_no_stubs_and_no_compiler_says_what_to_install(self):
+        # Neither generator (no protoc on PATH, grpc_tools not importable) and nothing cached:
+        # the error names the Debian packages and the other way out, installing the package.
+        from unittest import mock
+        cache = tempfile.mkdtemp(prefix="ckptscan-stubs-none-")
+        self.addCleanup(shutil.rmtree, cache, ignore_errors=True)
+        with mock.patch.object(_stubs, "_loaded", None), \
+                mock.patch.object(_stubs.shutil, "which", return_value=None), \
+                mock.patch.dict(sys.modules, {"grpc_tools": None}), \
+                self.assertRaises(_stubs.StubError) as caught:
+            _stubs.load(cache_dir=cache)
+        message = str(caught.exception)
+        for words in ("protobuf-compiler", "protobuf-compiler-grpc", "python3-grpc-tools",
+                      "no shipped gRPC stubs", "pip install"):
+            self.assertIn(words, message)
+        self.assertEqual(os.listdir(cache), [])
 
     def test_grpc_tools_output_has_the_same_descriptors(self):
         try:

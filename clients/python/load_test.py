@@ -10,7 +10,10 @@ in a temporary folder, copies clients/python and proto/ there in the repository'
 run in the venv's python with -I (no PYTHONPATH, not this script's folder on sys.path) from a
 working folder outside the source tree, so what they import is the installed package, with the
 protos it packaged. They prove:
-  - the installed copy finds its own protos (no CKPTSCAN_PROTO_DIR, no source tree);
+  - the installed copy carries its own protos, gRPC stubs generated when it was built, and
+    py.typed, and uses those stubs (no CKPTSCAN_PROTO_DIR, no source tree, nothing compiled);
+  - it scans through ckptscand with no protobuf compiler at run time: no protoc or
+    grpc_python_plugin on PATH and the grpc_tools module hidden;
   - a SAFE checkpoint loads, through the CLI and through ckptscand, into the same tensors (and
     shared storages) as torch.load gives;
   - a DANGEROUS one (a fixture its manifest calls DANGEROUS, and a checkpoint whose payload
@@ -27,7 +30,8 @@ protos it packaged. They prove:
     report as the CLI's, and a lying client (reporting on other bytes) is caught.
 
 Exits 77 (the test's SKIP_RETURN_CODE) with the reason when Debian's python3-torch,
-python3-grpcio, python3-protobuf, python3-venv, python3-setuptools or python3-wheel is missing.
+python3-grpcio, python3-protobuf, python3-venv, python3-setuptools or python3-wheel is missing,
+or the build's protobuf compiler (protobuf-compiler-grpc, or python3-grpc-tools).
 """
 
 import argparse
@@ -76,6 +80,11 @@ def missing_modules():
             found = False
         if not found:
             return "scan_then_load's test needs Debian's %s (no module %s)" % (package, module)
+    # The build compiles the stubs the package ships, with either generator _stubs.py knows.
+    if not (shutil.which("protoc") and shutil.which("grpc_python_plugin")) \
+            and importlib.util.find_spec("grpc_tools") is None:
+        return ("the package's build needs a protobuf compiler: Debian's protobuf-compiler and "
+                "protobuf-compiler-grpc, or python3-grpc-tools")
     return None
 
 
@@ -128,7 +137,7 @@ def install(tmp):
         shutil.copyfile(os.path.join(HERE, name), os.path.join(package, name))
     modules = os.path.join(HERE, "ckptscan_client")
     for name in sorted(os.listdir(modules)):
-        if name.endswith(".py"):
+        if name.endswith(".py") or name == "py.typed":
             shutil.copyfile(os.path.join(modules, name),
                             os.path.join(package, "ckptscan_client", name))
     shutil.copytree(os.path.join(ARGS.proto_dir, "ckptscan", "v1"),
@@ -239,7 +248,7 @@ class LoadTestCase(unittest.TestCase):
 
 class InstalledTest(LoadTestCase):
 
-    def test_the_installed_package_with_its_own_protos(self):
+    def test_the_installed_package_with_its_own_protos_and_stubs(self):
         import ckptscan_client._stubs as stubs  # pylint: disable=import-outside-toplevel
         package = os.path.dirname(os.path.realpath(self.cc.__file__))
         self.assertTrue(package.startswith(os.path.realpath(sys.prefix) + os.sep), package)
@@ -252,9 +261,17 @@ class InstalledTest(LoadTestCase):
         for name in ("report.proto", "scanner.proto"):
             self.assertEqual(read(os.path.join(package, "proto", "ckptscan", "v1", name)),
                              read(os.path.join(ARGS.proto_dir, "ckptscan", "v1", name)))
-        # The stubs are generated from them: the Report message is there.
-        self.assertEqual(self.cc.verdict_name(
-            stubs.load().report_pb2.VERDICT_DANGEROUS), "DANGEROUS")
+        # The stubs are the ones the build put in the package, not compiled now: the cache the
+        # run-time fallback would write to stays empty.
+        loaded = stubs.load()
+        self.assertEqual((loaded.source, loaded.directory),
+                         ("shipped", os.path.join(package, "_generated")))
+        self.assertTrue(loaded.report_pb2.__file__.startswith(loaded.directory + os.sep))
+        self.assertFalse(os.listdir(os.environ["CKPTSCAN_STUBS_DIR"])
+                         if os.path.isdir(os.environ["CKPTSCAN_STUBS_DIR"]) else [])
+        self.assertEqual(self.cc.verdict_name(loaded.report_pb2.VERDICT_DANGEROUS), "DANGEROUS")
+        # PEP 561: type checkers read the package's hints.
+        self.assertTrue(os.path.isfile(os.path.join(package, "py.typed")))
 
     def test_the_marker_payload_is_live(self):
         # The control: an unsafe torch.load of evil.pt does run the payload (in a child).
@@ -351,6 +368,8 @@ class CliTest(LoadTestCase):
         for name, stdout, exit_code, error in cases:
             with self.subTest(name):
                 e = self.assertNotLoaded(error, path, ckptscan=self.stub(name, stdout, exit_code))
+                # Each says why; none ends on an empty quote of the scanner's (empty) stderr.
+                self.assertFalse(str(e).rstrip().endswith(":"), str(e))
                 if name == "other-digest":
                     self.assertEqual((e.expected, e.scanned), (sha256(read(path)), other))
                 if error is self.cc.UnsafeCheckpointError:
@@ -440,10 +459,55 @@ class DaemonTest(LoadTestCase):
             e = self.assertNotLoaded(self.cc.DigestMismatchError, path, server=client)
         self.assertEqual((e.expected, e.scanned), (sha256(read(path)), sha256(other)))
 
+    def test_the_installed_client_needs_no_protobuf_compiler(self):
+        # A child with neither generator: PATH is an empty folder (no protoc, no
+        # grpc_python_plugin) and an import hook hides grpc_tools. The stub cache is fresh, so
+        # nothing compiled earlier can stand in for the shipped stubs.
+        empty = tempfile.mkdtemp(prefix="no-protoc-", dir=self.tmp)
+        cache = os.path.join(self.tmp, "no-protoc-stubs")
+        self.assertIsNone(shutil.which("protoc", path=empty))
+        env = dict(os.environ, PATH=empty, CKPTSCAN_STUBS_DIR=cache)
+        run = subprocess.run([sys.executable, "-I", "-c", NO_COMPILER_CHILD,
+                              self.daemon.address], env=env, cwd=ARGS.work,
+                             capture_output=True, text=True, timeout=60, check=False)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertEqual(json.loads(run.stdout), {"source": "shipped", "verdict": "SAFE",
+                                                  "verdict_type": "Verdict",
+                                                  "grpc_tools": "hidden"})
+        self.assertFalse(os.path.exists(cache))
+
     def test_unreachable_daemon_is_unavailable(self):
         e = self.assertNotLoaded(self.cc.ScanUnavailableError, self.evil,
                                  server="unix:" + os.path.join(self.tmp, "none.sock"))
         self.assertEqual(e.code, "UNAVAILABLE")
+
+
+# Run by the installed venv's python with PATH holding no compiler: a scan through the daemon
+# (argv[1]) must work from the shipped stubs alone. Prints what it used, as JSON.
+NO_COMPILER_CHILD = """
+import json, shutil, sys
+
+class HideGrpcTools:
+    def find_spec(self, name, path=None, target=None):
+        if name == "grpc_tools" or name.startswith("grpc_tools."):
+            raise ImportError("grpc_tools is hidden by load_test")
+        return None
+
+sys.meta_path.insert(0, HideGrpcTools())
+assert shutil.which("protoc") is None and shutil.which("grpc_python_plugin") is None
+try:
+    import grpc_tools
+    hidden = "importable"
+except ImportError:
+    hidden = "hidden"
+import ckptscan_client
+from ckptscan_client import _stubs
+with ckptscan_client.ScanClient(sys.argv[1], timeout=30) as client:
+    report = client.scan_bytes("tiny.pkl", b"\\x80\\x02N.")
+print(json.dumps({"source": _stubs.load().source, "grpc_tools": hidden,
+                  "verdict": ckptscan_client.verdict_name(report.verdict),
+                  "verdict_type": type(report.verdict).__name__}))
+"""
 
 
 def main():

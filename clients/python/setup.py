@@ -1,9 +1,13 @@
 """The build hook of ckptscan_client (the metadata is in pyproject.toml).
 
-The client compiles its gRPC stubs from proto/ckptscan/v1/*.proto (_stubs.py). In the source tree
-it reads them from the repository's proto/; an installed copy has no source tree, so the protos
-are copied into the package when it is built, as ckptscan_client/proto/ckptscan/v1/*.proto,
-where _stubs.find_proto_dir looks first. The copy is made in the build folder (wheel) or in the
+The client's gRPC stubs are generated from proto/ckptscan/v1/*.proto. A wheel (and so every
+pip install) carries them: build_py copies the protos into the package, as
+ckptscan_client/proto/ckptscan/v1/*.proto, and compiles those copies into
+ckptscan_client/_generated/ckptscan/v1/*_pb2*.py with the generator _stubs.py picks (protoc with
+grpc_python_plugin, else grpc_tools). The installed client imports those and needs no compiler
+at run time; the build fails, saying what to install, when there is no generator, rather than
+make a wheel that would need one later. Only a source tree compiles the stubs at run time
+(_stubs.py). Protos and stubs are written in the build folder (wheel) or, protos only, in the
 release tree (sdist), never in git: the protos live once, in proto/.
 
 Where the protos are copied from, the first that has them:
@@ -19,6 +23,7 @@ source tree. A --build-base or --egg-base given to setup.py still wins.
 
 import atexit
 import glob
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -30,6 +35,7 @@ from setuptools.command.sdist import sdist
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_SUBDIR = os.path.join("ckptscan", "v1")
 PACKAGED_PROTO_DIR = os.path.join("ckptscan_client", "proto")
+STUBS_MODULE = os.path.join(HERE, "ckptscan_client", "_stubs.py")
 
 
 def proto_source():
@@ -59,19 +65,44 @@ def copy_protos(root):
     return copies
 
 
+def load_stubs_module():
+    """ckptscan_client/_stubs.py, loaded by its path: the build uses the client's own generator
+    choice and command, and importing the package itself would need grpc (its __init__)."""
+    spec = importlib.util.spec_from_file_location("_ckptscan_client_build_stubs", STUBS_MODULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def generate_stubs(root):
+    """Compiles ROOT/ckptscan_client/proto into ROOT/ckptscan_client/<_stubs.SHIPPED_SUBDIR>;
+    returns the files written. Exits with what to install when no generator is found."""
+    stubs = load_stubs_module()
+    package = os.path.join(root, "ckptscan_client")
+    out = os.path.join(package, stubs.SHIPPED_SUBDIR)
+    # A --build-base kept from an earlier build may hold stubs of older protos.
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        stubs.generate(out, proto_dir=os.path.join(package, "proto"))
+    except stubs.StubError as e:
+        raise SystemExit("setup.py: cannot generate the gRPC stubs the package ships: %s" % e)
+    return sorted(glob.glob(os.path.join(out, "**", "*.py"), recursive=True))
+
+
 class BuildPyWithProtos(build_py):
-    """build_py, then the protos beside the modules (the wheel packs the whole build folder)."""
+    """build_py, then the protos and the stubs compiled from them beside the modules (the wheel
+    packs the whole build folder)."""
 
     def initialize_options(self):
         super().initialize_options()
-        self.proto_copies = []
+        self.generated = []
 
     def run(self):
         super().run()
-        self.proto_copies = copy_protos(self.build_lib)
+        self.generated = copy_protos(self.build_lib) + generate_stubs(self.build_lib)
 
     def get_outputs(self, include_bytecode=1):
-        return super().get_outputs(include_bytecode) + self.proto_copies
+        return super().get_outputs(include_bytecode) + self.generated
 
 
 class SdistWithProtos(sdist):
@@ -93,6 +124,8 @@ _build = private_build_folder()
 setup(
     # Named here, not found: this folder also holds the tests (*_test.py) and setup.py.
     packages=["ckptscan_client"],
+    # PEP 561: the package's type hints are for type checkers of the code that uses it.
+    package_data={"ckptscan_client": ["py.typed"]},
     cmdclass={"build_py": BuildPyWithProtos, "sdist": SdistWithProtos},
     options={"build": {"build_base": os.path.join(_build, "build")},
              "egg_info": {"egg_base": _build}},

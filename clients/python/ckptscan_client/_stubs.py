@@ -1,25 +1,30 @@
-"""The gRPC stubs of proto/ckptscan/v1, generated on first use into a per-user cache.
+"""The gRPC stubs of proto/ckptscan/v1: the ones shipped in the package, else generated.
 
-No generated code is committed: the stubs are made from the .proto files by the protobuf
-compiler the first time they are needed, in a directory named by a digest of the protos and of
-the generator, so an edited proto or another compiler gets stubs of its own and stale ones are
-never loaded.
+No generated code is committed. An installed package carries stubs that setup.py generated
+when the wheel was built (ckptscan_client/_generated/ckptscan/v1/*_pb2*.py, from the protos it
+packages beside them), so an installed client needs no protobuf compiler at run time: these
+are used whenever they are there. A source tree has none: there, and only there, the stubs are
+compiled from the .proto files the first time they are needed, in a directory named by a
+digest of the protos and of the generator, so an edited proto or another compiler gets stubs
+of its own and stale ones are never loaded. Stubs.source says which was used.
 
-Generators, the first found wins:
+Generators (for setup.py's build and for the source-tree fallback), the first found wins:
   1. `protoc` with `grpc_python_plugin` (Debian: protobuf-compiler, protobuf-compiler-grpc),
      the same protobuf and gRPC versions as Debian's python3-protobuf and python3-grpcio;
   2. `python3 -m grpc_tools.protoc` (Debian: python3-grpc-tools; its bundled protoc is older,
      3.5.1 in Debian 12, and its output still loads under python3-protobuf 3.21).
 
-Where the protos are: `proto_dir` if given, else $CKPTSCAN_PROTO_DIR, else a `proto/` directory
-inside the package (an installed copy: setup.py copies proto/ckptscan/v1/*.proto there when the
-wheel is built; see README.md), else the source tree this package sits in
-(clients/python/ckptscan_client -> proto/).
+Where the protos are (fallback only): `proto_dir` if given, else $CKPTSCAN_PROTO_DIR, else a
+`proto/` directory inside the package (setup.py copies proto/ckptscan/v1/*.proto there too),
+else the source tree this package sits in (clients/python/ckptscan_client -> proto/).
 
-Where the stubs go: `cache_dir` if given, else $CKPTSCAN_STUBS_DIR, else
+Where generated stubs go (fallback only): `cache_dir` if given, else $CKPTSCAN_STUBS_DIR, else
 $XDG_CACHE_HOME/ckptscan/python-stubs (default ~/.cache/...). The stub files are code that is
 run on import, so the directories are created private (0700) and a cache root owned by another
 user is refused.
+
+This module imports nothing outside the standard library at import time: setup.py loads it
+by path to generate the shipped stubs, before grpc or protobuf need to be importable.
 """
 
 import hashlib
@@ -32,6 +37,9 @@ import tempfile
 
 PROTOS = ("ckptscan/v1/report.proto", "ckptscan/v1/scanner.proto")
 _MODULES = ("report_pb2", "scanner_pb2", "scanner_pb2_grpc")
+# Where setup.py puts the stubs it generates, inside the built package (the generated code
+# imports itself as ckptscan.v1.*, so this folder, not the package, goes on sys.path).
+SHIPPED_SUBDIR = "_generated"
 
 _loaded = None
 
@@ -70,8 +78,9 @@ def _generator():
         import grpc_tools  # noqa: F401  (only to know it is there)
     except ImportError:
         raise StubError(
-            "no protobuf compiler for the stubs: install protobuf-compiler and "
-            "protobuf-compiler-grpc (protoc, grpc_python_plugin) or python3-grpc-tools") from None
+            "no protobuf compiler for the stubs (no protoc with grpc_python_plugin on PATH, no "
+            "grpc_tools module): install Debian's protobuf-compiler and protobuf-compiler-grpc "
+            "or python3-grpc-tools") from None
     return ([sys.executable, "-m", "grpc_tools.protoc"],
             "grpc_tools:" + os.path.dirname(grpc_tools.__file__))
 
@@ -146,16 +155,32 @@ def stubs_dir(proto_dir=None, cache_dir=None):
     return final
 
 
-class Stubs:
-    """The generated modules: report_pb2, scanner_pb2, scanner_pb2_grpc."""
+def shipped_dir():
+    """The folder of the stubs this copy of the package was built with, or None when it has
+    none (it runs from a source tree, or was copied by hand)."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), SHIPPED_SUBDIR)
+    if all(os.path.isfile(os.path.join(folder, "ckptscan", "v1", m + ".py")) for m in _MODULES):
+        return folder
+    return None
 
-    def __init__(self, directory, modules):
+
+class Stubs:
+    """The generated modules: report_pb2, scanner_pb2, scanner_pb2_grpc. `source` is "shipped"
+    (built into the installed package) or "generated" (compiled at run time into `directory`,
+    the source-tree fallback)."""
+
+    def __init__(self, directory, modules, source):
         self.directory = directory
+        self.source = source
         self.report_pb2, self.scanner_pb2, self.scanner_pb2_grpc = modules
 
 
 def load(proto_dir=None, cache_dir=None):
-    """Generates (once) and imports the stubs; later calls return the same modules.
+    """Imports the stubs; later calls return the same modules.
+
+    The shipped stubs when the package has them (proto_dir and cache_dir are then unused: the
+    client's code is written against the protos it was built with); else they are generated
+    once from the protos (see the module's doc), which needs a protobuf compiler.
 
     The modules are imported as ckptscan.v1.* (the protos' own package path, which the generated
     code imports itself by), from the stub directory put first on sys.path.
@@ -163,7 +188,20 @@ def load(proto_dir=None, cache_dir=None):
     global _loaded
     if _loaded is not None:
         return _loaded
-    directory = stubs_dir(proto_dir, cache_dir)
+    directory = shipped_dir()
+    source = "shipped"
+    if directory is None:
+        source = "generated"
+        try:
+            directory = stubs_dir(proto_dir, cache_dir)
+        except StubError as e:
+            # The other way out, beside what the cause says (a compiler to install, the
+            # protos to point at): an installed package, which needs neither.
+            raise StubError(
+                "%s has no shipped gRPC stubs (a source tree, not an installed package) and "
+                "cannot generate them: %s. Installing the package (pip install clients/python, "
+                "see its README.md) builds the stubs into it"
+                % (os.path.dirname(os.path.abspath(__file__)), e)) from e
     if directory not in sys.path:
         sys.path.insert(0, directory)
     try:
@@ -175,5 +213,5 @@ def load(proto_dir=None, cache_dir=None):
         if not origin.startswith(os.path.realpath(directory) + os.sep):
             raise StubError("ckptscan.v1 was already imported from %s, not from %s"
                             % (origin, directory))
-    _loaded = Stubs(directory, modules)
+    _loaded = Stubs(directory, modules, source)
     return _loaded

@@ -2,19 +2,23 @@
 
 A client holds one gRPC channel (it connects on first use) and is safe to share between threads,
 as a grpc.Channel is. Every call has a deadline; a failed call raises ScanClientError with the
-gRPC status code's name. A file that could not be verified is not an error: it is a report with
-verdict ERROR, as from `ckptscan scan`.
+gRPC status code's name and a message that is never empty. A file that could not be verified is
+not an error: it is a report with verdict ERROR, as from `ckptscan scan`. The calls return the
+typed results of results.py (ScanResult, ConvertOutcome, ...), each over the daemon's message.
 """
 
-import collections
+from __future__ import annotations
+
 import os
 import socket
 import stat
 import struct
+from typing import BinaryIO, Iterable, Optional, Union
 
 import grpc
 
 from . import _stubs
+from .results import ConvertOutcome, ConvertResult, PublicKey, ScanResult, Status
 
 CHUNK_BYTES = 1 << 20  # the daemon's cap per upload message (UploadChunk.data)
 # Default deadlines, as the CLI sets them (clients/remote.cc): the daemon's own job limit and a
@@ -24,26 +28,35 @@ MIN_UPLOAD_BYTES_PER_SECOND = 20 << 20
 # The largest message the daemon sends is a 1 MiB data chunk or a report; as the CLI allows.
 _MAX_RECEIVE_BYTES = CHUNK_BYTES + (1 << 20)
 
+# What the upload calls take: bytes-like, or a binary file object read to its end.
+UploadData = Union[bytes, bytearray, memoryview, BinaryIO]
+PemSource = Union[str, os.PathLike, bytes, None]
+
 
 class ScanClientError(Exception):
     """A call that failed. `code` is the gRPC status code's name ("PERMISSION_DENIED",
     "RESOURCE_EXHAUSTED", ... as scanner.proto lists them; "DATA_LOSS" when the daemon's answer
-    is malformed), `details` the daemon's message, `target` the address called."""
+    is malformed), `details` the daemon's message, `target` the address called, `method` the
+    call ("ScanPath", ...; None for the checks made before any call).
 
-    def __init__(self, code, details, target):
-        super().__init__("ckptscand at %s: %s: %s" % (target, code, details))
+    `details` is never empty: gRPC lets a status carry no message (a proxy's or a server's
+    abort without one, a transport failure), and an error that says only "INTERNAL:" tells a
+    reader nothing; then it names the call and the status code itself."""
+
+    def __init__(self, code: str, details: Optional[str], target: str,
+                 method: Optional[str] = None):
+        if not details:
+            details = "%s ended with status %s and no message from the server" % (
+                method or "the call", code)
+        where = "ckptscand at %s: %s" % (target, method) if method else "ckptscand at " + target
+        super().__init__("%s: %s: %s" % (where, code, details))
         self.code = code
         self.details = details
         self.target = target
+        self.method = method
 
 
-ConvertResult = collections.namedtuple("ConvertResult", ["response", "data", "signature"])
-ConvertResult.__doc__ = """convert_bytes' answer: the ConvertResponse; the safetensors bytes
-(b"" when not converted, None when they were written to `out`); the OMS signature bundle (JSON
-bytes, b"" when not converted)."""
-
-
-def default_socket_path():
+def default_socket_path() -> str:
     """The daemon's default socket for this user, as app/paths.h computes it."""
     if os.geteuid() == 0:
         return "/run/ckptscan/ckptscand.sock"
@@ -69,7 +82,7 @@ def _check_owned(path, no_other_writers):
     return None
 
 
-def check_local_socket(path):
+def check_local_socket(path: str) -> None:
     """The checks `ckptscan --server local` makes before it trusts a non-root user's default
     socket (clients/remote.cc, docs/security.md): its directory is no symlink, is owned by this
     user or root and writable by nobody else (so no other user can replace the socket after the
@@ -135,11 +148,14 @@ class ScanClient:
         default the system's CAs), tls_cert and tls_key present a client certificate (mTLS).
         Each TLS argument is a file path or the PEM bytes.
     timeout: the default deadline of a call, in seconds (uploads add their transfer at 20 MiB/s).
-    proto_dir, stubs_dir: where the protos are and where their stubs are generated (_stubs.py).
+    proto_dir, stubs_dir: where the protos are and where their stubs are generated, for a
+        source tree only (_stubs.py); an installed package uses the stubs it ships.
     """
 
-    def __init__(self, address=None, *, tls_ca=None, tls_cert=None, tls_key=None,
-                 timeout=DEFAULT_TIMEOUT, proto_dir=None, stubs_dir=None):
+    def __init__(self, address: Optional[str] = None, *, tls_ca: PemSource = None,
+                 tls_cert: PemSource = None, tls_key: PemSource = None,
+                 timeout: float = DEFAULT_TIMEOUT, proto_dir: Optional[str] = None,
+                 stubs_dir: Optional[str] = None) -> None:
         if not address or address == "local":
             address = "unix:" + default_socket_path()
             # A non-root user's default socket lives where another user may create it first
@@ -168,23 +184,24 @@ class ScanClient:
         self._scanner = self._pb.scanner_pb2_grpc.ScannerStub(self._channel)
         self._admin = self._pb.scanner_pb2_grpc.AdminStub(self._channel)
 
-    def close(self):
+    def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ScanClient:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ Scanner
 
-    def scan_path(self, path, skip_digest=True, timeout=None, list_tensors=False):
+    def scan_path(self, path: Union[str, os.PathLike], skip_digest: bool = True,
+                  timeout: Optional[float] = None, list_tensors: bool = False) -> ScanResult:
         """Scans a file the daemon opens itself: beneath one of its --root directories, absolute
         or relative to the first root. With skip_digest=False the report carries the file's
         SHA-256 (`ckptscan scan --digest sha256`); by default it does not, as the CLI.
         list_tensors=True lists every tensor (FileReport.tensor_list, as `ckptscan scan
-        --tensors`). Returns the ckptscan.v1.Report (files[0].path is `path`;
+        --tensors`). Returns the ScanResult (files[0].path is `path`;
         a sharded checkpoint's index is followed by its shards' reports, and a missing shard is
         an error of the index). A path outside the roots raises ScanClientError with code
         PERMISSION_DENIED."""
@@ -192,14 +209,16 @@ class ScanClient:
         request = pb.ScanPathRequest(path=os.fspath(path),
                                      options=pb.ScanOptions(skip_digest=skip_digest,
                                                             list_tensors=list_tensors))
-        return self._call(self._scanner.ScanPath, request, self._deadline(timeout, 0))
+        return ScanResult.from_proto(self._call("ScanPath", self._scanner.ScanPath, request,
+                                                self._deadline(timeout, 0)))
 
-    def scan_bytes(self, name, data, skip_digest=True, chunk=CHUNK_BYTES, timeout=None,
-                   list_tensors=False):
+    def scan_bytes(self, name: str, data: UploadData, skip_digest: bool = True,
+                   chunk: int = CHUNK_BYTES, timeout: Optional[float] = None,
+                   list_tensors: bool = False) -> ScanResult:
         """Uploads bytes (bytes-like, or a binary file object read to its end) and scans them.
         skip_digest as for scan_path.
         `name` is what the report calls the file; the daemon never opens it. Returns the
-        ckptscan.v1.Report. An uploaded index's shards are not in the upload: each is a
+        ScanResult. An uploaded index's shards are not in the upload: each is a
         missing_shard error and the verdict ERROR (scan_path verifies a set). An upload over the
         daemon's cap raises RESOURCE_EXHAUSTED."""
         pb = self._pb.scanner_pb2
@@ -208,32 +227,39 @@ class ScanClient:
                                  options=pb.ScanOptions(skip_digest=skip_digest,
                                                         list_tensors=list_tensors))
         requests = _Requests(pb, header, chunks)
-        return self._call(self._scanner.ScanUpload, requests, self._deadline(timeout, size),
-                          requests)
+        return ScanResult.from_proto(self._call("ScanUpload", self._scanner.ScanUpload, requests,
+                                                self._deadline(timeout, size), requests))
 
     # pylint: disable-next=redefined-builtin
-    def convert_path(self, input, output, dtype="keep", select="", strict=False, replace=False,
-                     sign_method="", timeout=None, allow_dtypes=(), cast_quantized=False):
+    def convert_path(self, input: Union[str, os.PathLike], output: Union[str, os.PathLike],
+                     dtype: str = "keep", select: str = "", strict: bool = False,
+                     replace: bool = False, sign_method: str = "",
+                     timeout: Optional[float] = None, allow_dtypes: Iterable[str] = (),
+                     cast_quantized: bool = False) -> ConvertOutcome:
         """Converts a file beneath the daemon's roots to safetensors at `output` (beneath a root
         too: a file, or a new/empty directory for a sharded set), signed beside it
         (OUTPUT.sig). `allow_dtypes` is `ckptscan convert --allow-dtype` (only "C64"),
         `cast_quantized` its `--cast-quantized` (with dtype "bf16").
-        Returns the ConvertResponse: `converted`, and the report with
+        Returns the ConvertOutcome: `converted`, and the report with
         files[0].conversion when written."""
         pb = self._pb.scanner_pb2
         request = pb.ConvertPathRequest(
             input=os.fspath(input), output=os.fspath(output),
             options=self._convert_options(dtype, select, strict, replace, sign_method,
                                           allow_dtypes, cast_quantized))
-        return self._call(self._scanner.ConvertPath, request, self._deadline(timeout, 0))
+        return ConvertOutcome.from_proto(self._call("ConvertPath", self._scanner.ConvertPath,
+                                                    request, self._deadline(timeout, 0)))
 
-    def convert_bytes(self, name, data, dtype="keep", select="", strict=False, sign_method="",
-                      chunk=CHUNK_BYTES, out=None, timeout=None, allow_dtypes=(),
-                      cast_quantized=False):
+    def convert_bytes(self, name: str, data: UploadData, dtype: str = "keep", select: str = "",
+                      strict: bool = False, sign_method: str = "", chunk: int = CHUNK_BYTES,
+                      out: Optional[BinaryIO] = None, timeout: Optional[float] = None,
+                      allow_dtypes: Iterable[str] = (),
+                      cast_quantized: bool = False) -> ConvertResult:
         """Uploads a checkpoint and converts it. Returns ConvertResult(response, data,
-        signature): the safetensors bytes and the daemon's signature bundle over them when
-        response.converted, else b"". With `out` (a binary file object) the bytes are written to
-        it as they arrive and `data` is None; on an error `out` may hold a part.
+        signature): the ConvertOutcome, then the safetensors bytes and the daemon's signature
+        bundle over them when response.converted, else b"". With `out` (a binary file object)
+        the bytes are written to it as they arrive and `data` is None; on an error `out` may hold
+        a part.
 
         The daemon's answer is checked: the ConvertResponse comes first, data only after a
         converted response, exactly output_size bytes; else DATA_LOSS."""
@@ -269,29 +295,32 @@ class ScanClient:
                     call.cancel()
                     raise self._data_loss("the daemon's answer is out of order")
         except grpc.RpcError as e:
-            raise self._error(e, requests) from None
+            raise self._error("ConvertUpload", e, requests) from None
         if response is None:
             raise self._data_loss("the daemon ended the call without an answer")
+        outcome = ConvertOutcome.from_proto(response)
         if not response.converted:
-            return ConvertResult(response, b"", b"")
+            return ConvertResult(outcome, b"", b"")
         if received != response.output_size:
             raise self._data_loss("the daemon announced %d bytes and sent %d"
                                   % (response.output_size, received))
-        return ConvertResult(response, None if out is not None else b"".join(parts),
+        return ConvertResult(outcome, None if out is not None else b"".join(parts),
                              response.signature)
 
     # ------------------------------------------------------------------ Admin
 
-    def status(self, timeout=None):
-        """The daemon's StatusResponse (Admin service: an admin uid or certificate only)."""
-        return self._call(self._admin.Status, self._pb.scanner_pb2.StatusRequest(),
-                          self._deadline(timeout, 0))
+    def status(self, timeout: Optional[float] = None) -> Status:
+        """The daemon's Status (Admin service: an admin uid or certificate only)."""
+        return Status.from_proto(self._call("Status", self._admin.Status,
+                                            self._pb.scanner_pb2.StatusRequest(),
+                                            self._deadline(timeout, 0)))
 
-    def public_key(self, timeout=None):
-        """The daemon's signing key: PublicKeyResponse.pem (what `ckptscan verify --pubkey`
-        takes) and .hint (Admin service)."""
-        return self._call(self._admin.PublicKey, self._pb.scanner_pb2.PublicKeyRequest(),
-                          self._deadline(timeout, 0))
+    def public_key(self, timeout: Optional[float] = None) -> PublicKey:
+        """The daemon's signing key: PublicKey.pem (what `ckptscan verify --pubkey` takes) and
+        .hint (Admin service)."""
+        return PublicKey.from_proto(self._call("PublicKey", self._admin.PublicKey,
+                                               self._pb.scanner_pb2.PublicKeyRequest(),
+                                               self._deadline(timeout, 0)))
 
     # ------------------------------------------------------------------ internals
 
@@ -307,22 +336,24 @@ class ScanClient:
             return timeout
         return self.timeout + transfer_bytes / MIN_UPLOAD_BYTES_PER_SECOND
 
-    def _call(self, method, request, timeout, requests=None):
+    def _call(self, name, method, request, timeout, requests=None):
+        """Calls `method` (the RPC `name`, for errors) and returns its answer message."""
         try:
             return method(iter(request) if requests is not None else request, timeout=timeout)
         except grpc.RpcError as e:
-            raise self._error(e, requests) from None
+            raise self._error(name, e, requests) from None
 
-    def _error(self, e, requests):
+    def _error(self, name, e, requests):
         # Reading the caller's file object failed: that, not the CANCELLED it caused, is the error.
         if requests is not None and requests.failure is not None:
             return requests.failure
         code = e.code() if callable(getattr(e, "code", None)) else None
         details = e.details() if callable(getattr(e, "details", None)) else str(e)
-        return ScanClientError(code.name if code is not None else "UNKNOWN", details, self.target)
+        return ScanClientError(code.name if code is not None else "UNKNOWN", details, self.target,
+                               name)
 
     def _data_loss(self, details):
-        return ScanClientError("DATA_LOSS", details, self.target)
+        return ScanClientError("DATA_LOSS", details, self.target, "ConvertUpload")
 
 
 def _upload_source(data, chunk):

@@ -19,6 +19,8 @@ Everything that is not a SAFE report of those bytes raises, and nothing is loade
 All three are CheckpointScanError, with .path. torch is imported only here, when called.
 """
 
+from __future__ import annotations
+
 import hashlib
 import io
 import json
@@ -26,8 +28,9 @@ import os
 import shutil
 import stat
 import subprocess
+from typing import Any, Optional, Union
 
-from .client import DEFAULT_TIMEOUT, MIN_UPLOAD_BYTES_PER_SECOND
+from .client import DEFAULT_TIMEOUT, MIN_UPLOAD_BYTES_PER_SECOND, ScanClient
 
 # The CLI's exit codes that come with a report on stdout (docs/cli.md): 0 SAFE, 1 SUSPICIOUS or
 # DANGEROUS, 2 ERROR. Anything else (64: usage) is no scan.
@@ -38,7 +41,7 @@ _SCHEMA = "ckptscan.report.v1"
 class CheckpointScanError(Exception):
     """scan_then_load did not load the checkpoint. `path` is the file it was asked for."""
 
-    def __init__(self, path, message):
+    def __init__(self, path: str, message: str) -> None:
         super().__init__("%s: %s" % (path, message))
         self.path = path
 
@@ -48,7 +51,7 @@ class UnsafeCheckpointError(CheckpointScanError):
     CLI's names), `report` the whole report as a dict (the JSON `ckptscan scan --format json`
     prints, or report_to_dict of the daemon's report)."""
 
-    def __init__(self, path, verdict, report):
+    def __init__(self, path: str, verdict: str, report: dict) -> None:
         super().__init__(path, "verdict %s, not loaded%s" % (verdict, _why(report)))
         self.verdict = verdict
         self.report = report
@@ -59,7 +62,7 @@ class DigestMismatchError(CheckpointScanError):
     memory, `scanned` the report's (lowercase hex; "" when the report has none). The file
     changed between the read and the scan, or the scanner reported on something else."""
 
-    def __init__(self, path, expected, scanned, report):
+    def __init__(self, path: str, expected: str, scanned: str, report: dict) -> None:
         super().__init__(path, "the bytes read have SHA-256 %s, the report says %r: not loaded"
                          % (expected, scanned))
         self.expected = expected
@@ -71,7 +74,7 @@ class ScanUnavailableError(CheckpointScanError):
     """The scan could not be made or gave no usable report; nothing was loaded. `code` is the
     gRPC status code's name when a daemon failed the call (ScanClientError.code), else None."""
 
-    def __init__(self, path, message, code=None):
+    def __init__(self, path: str, message: str, code: Optional[str] = None) -> None:
         super().__init__(path, message)
         self.code = code
 
@@ -133,7 +136,8 @@ def _scan_with_cli(path, ckptscan, timeout):
                                    % (binary, timeout)) from None
     except OSError as e:  # missing, not executable, ...
         raise ScanUnavailableError(path, "cannot run %s: %s" % (binary, e)) from e
-    stderr = run.stderr.decode("utf-8", "replace").strip()[-600:]
+    # Quoted in the errors below; said so when empty, not left as a message ending in ": ".
+    stderr = run.stderr.decode("utf-8", "replace").strip()[-600:] or "(nothing on stderr)"
     if run.returncode not in _REPORT_EXIT_CODES:
         raise ScanUnavailableError(path, "%s exited %d: %s" % (binary, run.returncode, stderr))
     try:
@@ -151,7 +155,7 @@ def _scan_with_daemon(path, data, server, timeout):
     report as the CLI's dict."""
     # pylint: disable=import-outside-toplevel
     from ._stubs import StubError
-    from .client import ScanClient, ScanClientError
+    from .client import ScanClientError
     from .report import report_to_dict
     own = not isinstance(server, ScanClient)
     try:
@@ -170,8 +174,10 @@ def _scan_with_daemon(path, data, server, timeout):
     return report_to_dict(report)
 
 
-def scan_then_load(path, *, server=None, ckptscan=None, map_location=None,
-                   timeout=DEFAULT_TIMEOUT, **torch_load_kwargs):
+def scan_then_load(path: Union[str, os.PathLike], *,
+                   server: Union[str, ScanClient, None] = None,
+                   ckptscan: Union[str, os.PathLike, None] = None, map_location: Any = None,
+                   timeout: float = DEFAULT_TIMEOUT, **torch_load_kwargs: Any) -> Any:
     """Scans the checkpoint at `path` and, only when it is SAFE, returns
     torch.load(<the scanned bytes>, map_location=map_location, weights_only=True,
     **torch_load_kwargs).

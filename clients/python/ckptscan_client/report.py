@@ -14,12 +14,20 @@ then brought to the CLI's rendering (clients/report_format.cc, docs/report.md):
                                          non-empty,
                                          conversion when present), in the CLI's order
 
+report_to_dict takes the ScanResult a ScanClient call returns, or the Report message itself.
 So json.dumps(report_to_dict(r), indent=2, ensure_ascii=False) + "\n" is the CLI's text for the
 same report. One deliberate difference: a conversion's `signature` and `signer`, which the CLI's
 JSON does not print, are kept (when set) at the end of the `conversion` object.
 """
 
+from __future__ import annotations
+
+from typing import Union
+
 from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from .results import ScanResult
 
 # Key order of each object, as the CLI prints it (optional keys included where they go).
 _LOCATION = ("member", "offset", "opcode", "pickle_index", "nested_depth")
@@ -41,18 +49,18 @@ _REPORT = ("schema", "scanner_version", "rules_version", "verdict", "files", "su
            "skipped")
 
 
-def verdict_name(value):
-    """The CLI's name of a Verdict, given as a number or the proto name: 1 -> "SAFE"
+def verdict_name(value: Union[int, str]) -> str:
+    """The CLI's name of a Verdict, given as a Verdict, a number or the proto name: 1 -> "SAFE"
     (clients/verdict.cc)."""
     return _short(value, "VERDICT_")
 
 
-def severity_name(value):
+def severity_name(value: Union[int, str]) -> str:
     """The CLI's name of a Severity (a number or the proto name): 5 -> "CRITICAL"."""
     return _short(value, "SEVERITY_")
 
 
-def error_code_name(value):
+def error_code_name(value: Union[int, str]) -> str:
     """The reports' name of an ErrorCode (a number or the proto name): 9 -> "missing_shard",
     as app::ErrorCodeName: the enum is the one table; "unspecified" for 0 or an unknown value."""
     return _short(value, "ERROR_CODE_").lower()
@@ -159,9 +167,12 @@ def _file(d):
     return _ordered(d, _FILE)
 
 
-def report_to_dict(report):
-    """A ckptscan.v1.Report (from scan_path, scan_bytes or a ConvertResponse's report) as the
-    dict `ckptscan scan --format json` prints for it. Only for Report messages."""
+def report_to_dict(report: Union[ScanResult, Message]) -> dict:
+    """A scan's report (the ScanResult of scan_path, scan_bytes or a ConvertOutcome, or a
+    ckptscan.v1.Report message) as the dict `ckptscan scan --format json` prints for it. Only
+    for reports."""
+    if isinstance(report, ScanResult):
+        report = report.proto
     if report.DESCRIPTOR.full_name != "ckptscan.v1.Report":
         raise TypeError("report_to_dict takes a ckptscan.v1.Report, not %s"
                         % report.DESCRIPTOR.full_name)
