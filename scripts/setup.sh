@@ -65,6 +65,9 @@ test_packages=(
   python3-joblib python3-numpy python3-lz4
   # The ONNX differential (tests/differential/onnx_diff.py) decodes the same bytes with onnx.
   python3-onnx
+  # The chat-template differential (tests/differential/template_diff.py) renders with jinja2;
+  # the loader matrix also opens every file with h5py and PyTables, as Debian 12 users can.
+  python3-jinja2 python3-h5py python3-tables
 )
 k8s=0
 build_only=0

@@ -496,7 +496,16 @@ def residue(args, client, tmp, daemons):
         return len(jobs) == 2 and all(
             ns[j][k] != ns[other][k] and all(ns[j][k] != h[k] for h in helper_ns)
             for j, other in ((jobs[0], jobs[1]), (jobs[1], jobs[0])) for k in kinds)
-    check(apart(("ipc", "net")), "J: each job has ipc and net namespaces of its own", str(ns))
+    # A job enters ipc and net namespaces of its own through a user namespace of its own (it
+    # has given up root first). Where none can be made (a chroot, as scripts/fresh_root_check.sh
+    # runs in; user.max_user_namespaces 0), jobs keep their helper's, and their reports say so.
+    userns = subprocess.run(["unshare", "--user", "true"], capture_output=True).returncode == 0
+    if userns:
+        check(apart(("ipc", "net")), "J: each job has ipc and net namespaces of its own", str(ns))
+    else:
+        print("NOTE: J: not checked here: this machine cannot create user namespaces "
+              "(`unshare --user true` failed), so jobs keep their helper's ipc and net "
+              "namespaces")
     # Left (docs/security.md): a pid namespace per job needs one more fork per job; jobs share
     # their helper's (the helper is its pid 1; jobs of other helpers are not visible).
     if not apart(("pid",)):

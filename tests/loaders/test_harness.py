@@ -159,6 +159,11 @@ class MaliciousSamples(unittest.TestCase):
     def test_every_file_blocked_by_some_loader(self):
         self.assertEqual(sorted(self.recs), sorted(self.expect))
         for name, glob in self.expect.items():
+            if name.endswith("_tar_in.npy") and not self.have_torch:
+                # Only torch.load reads a legacy tar checkpoint: no loader here reaches it.
+                print("not checked without torch: %s (only torch.load reads it)" % name,
+                      file=sys.stderr)
+                continue
             recs = self.recs[name]
             blocked = [lo for lo, r in recs.items() if r["outcome"] == "blocked" and
                        canon(r["blocked"]) == glob]
