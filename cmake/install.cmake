@@ -9,7 +9,7 @@
 #   SYSCONF/ckptscan/ckptscand.conf                          daemon/ckptscand.conf (SYSCONF:
 #                                                              /etc for P=/usr, else P/etc)
 #   P/share/doc/ckptscan/*.md, copyright                     README.md, docs/*.md, cmake/deb/copyright
-#   P/share/man/man1/ckptscan.1, P/share/man/man8/ckptscand.8  from --help (help2man)
+#   P/share/man/man1/ckptscan.1.gz, P/share/man/man8/ckptscand.8.gz  from --help (help2man)
 #   P/share/bash-completion/completions/{ckptscan,ckptscand}  bash completion, from --help
 #   P/share/zsh/vendor-completions/{_ckptscan,_ckptscand}     zsh completion, from --help
 #
@@ -43,8 +43,8 @@ install(CODE "
     message(FATAL_ERROR \"scripts/gen_cli_docs.py failed (\${rc}): no man pages or completions\")
   endif()
 ")
-install(FILES ${ckpt_docs_out}/man1/ckptscan.1 DESTINATION share/man/man1)
-install(FILES ${ckpt_docs_out}/man8/ckptscand.8 DESTINATION share/man/man8)
+install(FILES ${ckpt_docs_out}/man1/ckptscan.1.gz DESTINATION share/man/man1)
+install(FILES ${ckpt_docs_out}/man8/ckptscand.8.gz DESTINATION share/man/man8)
 install(FILES ${ckpt_docs_out}/bash-completion/ckptscan ${ckpt_docs_out}/bash-completion/ckptscand
         DESTINATION share/bash-completion/completions)
 install(FILES ${ckpt_docs_out}/zsh/_ckptscan ${ckpt_docs_out}/zsh/_ckptscand

@@ -3,8 +3,9 @@
 
     gen_cli_docs.py --ckptscan BIN --ckptscand BIN --version V --out DIR
 
-Writes DIR/man1/ckptscan.1, DIR/man8/ckptscand.8 (help2man, Debian's help2man package: the
-pages say what --help says, so they cannot drift from it), DIR/bash-completion/ckptscan and
+Writes DIR/man1/ckptscan.1.gz, DIR/man8/ckptscand.8.gz (help2man, Debian's help2man package:
+the pages say what --help says, so they cannot drift from it; compressed as Debian's policy
+asks, with no name or time in the gzip header, so a rebuild gives the same bytes), DIR/bash-completion/ckptscan and
 DIR/bash-completion/ckptscand, DIR/zsh/_ckptscan and DIR/zsh/_ckptscand.
 
 The command tree is read by running `BIN [COMMAND...] --help` and reading CLI11's layout: a
@@ -15,6 +16,7 @@ command's files, complete as paths. Run by cmake/install.cmake at install time (
 cpack), checked by tests/deploy/cli_docs_test.sh.
 """
 import argparse
+import gzip
 import os
 import re
 import shlex
@@ -105,6 +107,10 @@ def man_page(binary, name, section, version, summary, tree, out_path):
                         "--output", out_path, binary], check=True, timeout=60)
     finally:
         os.unlink(include)
+    with open(out_path, "rb") as page, open(out_path + ".gz", "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as z:
+            z.write(page.read())
+    os.unlink(out_path)
 
 
 def completion_cases(tree):

@@ -47,8 +47,8 @@ dpkg-deb -c "$deb" >"$tmp/contents.txt"
 for f in ./usr/bin/ckptscan ./usr/bin/ckptscand ./usr/bin/ckptscan-worker \
          ./usr/share/ckptscan/rules/default_rules.textproto ./usr/share/doc/ckptscan/README.md \
          ./usr/share/doc/ckptscan/daemon.md ./usr/lib/systemd/system/ckptscand.service \
-         ./usr/share/doc/ckptscan/copyright ./usr/share/man/man1/ckptscan.1 \
-         ./usr/share/man/man8/ckptscand.8 ./usr/share/bash-completion/completions/ckptscan \
+         ./usr/share/doc/ckptscan/copyright ./usr/share/man/man1/ckptscan.1.gz \
+         ./usr/share/man/man8/ckptscand.8.gz ./usr/share/bash-completion/completions/ckptscan \
          ./usr/share/zsh/vendor-completions/_ckptscan ./etc/ckptscan/ckptscand.conf; do
   grep -q " $f\$" "$tmp/contents.txt" && pass "contains $f" || fail "missing $f"
 done

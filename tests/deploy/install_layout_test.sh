@@ -41,7 +41,7 @@ for f in share/ckptscan/rules/default_rules.textproto lib/systemd/system/ckptsca
 done
 # Man pages, completions, the copyright file and the daemon's config (P/etc for a prefix
 # other than /usr).
-for f in share/man/man1/ckptscan.1 share/man/man8/ckptscand.8 \
+for f in share/man/man1/ckptscan.1.gz share/man/man8/ckptscand.8.gz \
          share/bash-completion/completions/ckptscan share/bash-completion/completions/ckptscand \
          share/zsh/vendor-completions/_ckptscan share/zsh/vendor-completions/_ckptscand \
          share/doc/ckptscan/copyright etc/ckptscan/ckptscand.conf; do
@@ -49,9 +49,9 @@ for f in share/man/man1/ckptscan.1 share/man/man8/ckptscand.8 \
 done
 # Made from --help: a flag added this year is in the page and completes.
 if command -v man >/dev/null; then
-  MANWIDTH=200 man -l "$prefix/share/man/man1/ckptscan.1" 2>/dev/null | grep -q -- "--max-frame-values" &&
-    pass "man -l ckptscan.1 renders, with scan's --max-frame-values" ||
-    fail "ckptscan.1 does not render or lacks --max-frame-values"
+  MANWIDTH=200 man -l "$prefix/share/man/man1/ckptscan.1.gz" 2>/dev/null | grep -q -- "--max-frame-values" &&
+    pass "man -l ckptscan.1.gz renders, with scan's --max-frame-values" ||
+    fail "ckptscan.1.gz does not render or lacks --max-frame-values"
 else
   echo "note: man(1) is not installed: the pages' rendering is not checked here"
 fi
