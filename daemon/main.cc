@@ -41,7 +41,13 @@ int Fail(std::string_view message) {
 // connection and job holds descriptors), two malloc arenas (glibc's arena per thread grows
 // resident memory with the peak concurrency ever seen; bench/README.md, "Daemon load"), and
 // the threads' stack size.
-void SetUpProcess(sigset_t* signals) {
+struct DescriptorLimit {
+  bool known = false;
+  rlim_t soft_at_start = 0, soft = 0, hard = 0;
+};
+
+DescriptorLimit SetUpProcess(sigset_t* signals) {
+  DescriptorLimit limit;
   RouteLibraryLogs();
   sigemptyset(signals);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(signals, s);
@@ -52,11 +58,7 @@ void SetUpProcess(sigset_t* signals) {
     const rlim_t before = lim.rlim_cur;
     lim.rlim_cur = lim.rlim_max;
     if (before != lim.rlim_max && ::setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = before;
-    LogLine("descriptor_limit")
-        .Int("soft_at_start", before)
-        .Int("soft", lim.rlim_cur)
-        .Int("hard", lim.rlim_max)
-        .Emit();
+    limit = {true, before, lim.rlim_cur, lim.rlim_max};
   }
   ::mallopt(M_ARENA_MAX, 2);
   pthread_attr_t attr;
@@ -65,14 +67,23 @@ void SetUpProcess(sigset_t* signals) {
     pthread_setattr_default_np(&attr);
     pthread_attr_destroy(&attr);
   }
+  return limit;
 }
 
 int Main(int argc, char** argv) {
   sigset_t signals;
-  SetUpProcess(&signals);
+  const DescriptorLimit limit = SetUpProcess(&signals);
   absl::StatusOr<CommandLine> line = ParseCommandLine(argc, argv);
   if (!line.ok()) return Fail(base::StdView(line.status().message()));
   if (!line->config.has_value()) return line->exit_code;
+  // Logged once the daemon is to start: --help and --version print only what they were asked.
+  if (limit.known) {
+    LogLine("descriptor_limit")
+        .Int("soft_at_start", limit.soft_at_start)
+        .Int("soft", limit.soft)
+        .Int("hard", limit.hard)
+        .Emit();
+  }
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*std::move(line->config));
   if (!server.ok()) return Fail(base::StdView(server.status().message()));
   (*server)->Serve(signals);
