@@ -60,6 +60,22 @@ for mode in jailed unjailed; do
     else pass "$name"; fi
   fi
 
+  # The boundary: exactly the output's size converts (to the same bytes); one byte less does not.
+  exact=$(stat -c %s out/seq.safetensors)
+  name="$mode: --max-output-bytes of exactly the output's size converts it"
+  if run "$name" 0 "$bin" convert "${flags[@]}" "$seq" -o out/exact.safetensors \
+      --max-output-bytes "$exact"; then
+    cmp -s out/exact.safetensors out/seq.safetensors && pass "$name" ||
+      fail "$name" "the output differs from the uncapped conversion"
+  fi
+  rm -f out/exact.safetensors
+  name="$mode: --max-output-bytes one byte under the output refuses it"
+  if run "$name" 2 "$bin" convert "${flags[@]}" "$seq" -o out/short.safetensors \
+      --max-output-bytes "$((exact - 1))"; then
+    [[ ! -e out/short.safetensors ]] && grep -qF "(max_output_bytes)" err.txt && pass "$name" ||
+      fail "$name" "$(cat err.txt)"
+  fi
+
   name="$mode: --max-output-bytes 0 is a usage error (exit 64)"
   if run "$name" 64 "$bin" convert "${flags[@]}" "$seq" -o out/zero.safetensors \
       --max-output-bytes 0; then

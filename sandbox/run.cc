@@ -50,12 +50,7 @@ JailedRun RunJob(base::UniqueFd input, uint64_t input_size, base::UniqueFd outpu
   if (output.valid()) {
     job.mutable_jail()->set_output(true);
     job.mutable_jail()->set_output_bytes(
-        options.max_output_bytes != 0
-            ? options.max_output_bytes
-            : SaturatingAdd(input_size > std::numeric_limits<uint64_t>::max() / 4
-                                ? std::numeric_limits<uint64_t>::max()
-                                : input_size * 4,
-                            1ull << 30));
+        options.max_output_bytes != 0 ? options.max_output_bytes : DefaultOutputBytes(input_size));
   }
 
   SpawnOptions spawn;
@@ -153,6 +148,13 @@ JailedRun RunConvert(base::UniqueFd input, uint64_t input_size, base::UniqueFd o
   job.set_file_name(std::string(file_name));
   *job.mutable_convert() = spec;
   return RunJob(std::move(input), input_size, std::move(output), std::move(job), limits, options);
+}
+
+uint64_t DefaultOutputBytes(uint64_t input_bytes) {
+  const uint64_t four = input_bytes > std::numeric_limits<uint64_t>::max() / 4
+                            ? std::numeric_limits<uint64_t>::max()
+                            : input_bytes * 4;
+  return SaturatingAdd(four, 1ull << 30);
 }
 
 }  // namespace ckptscan::sandbox

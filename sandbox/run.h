@@ -47,6 +47,10 @@ struct OutputAllowance {
   std::string limit;
 };
 
+// What a conversion may write when nobody set an allowance: four times the input plus 1 GiB
+// (views and expanded tensors may be larger than their storage), saturating.
+uint64_t DefaultOutputBytes(uint64_t input_bytes);
+
 struct JailOptions {
   std::string worker_path;  // the ckptscan-worker binary (required)
   // ckptscan --no-sandbox (debugging only; the daemon never sets it): the worker still runs in

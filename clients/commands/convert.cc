@@ -10,7 +10,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -37,11 +36,11 @@
 #include "app/shard_set.h"
 #include "app/verdict.h"
 #include "base/size_value.h"
-#include "sandbox/run.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "clients/cli_common.h"
 #include "clients/progress.h"
+#include "sandbox/run.h"
 #include "signing/bundle.h"
 #include "signing/keys.h"
 
@@ -240,9 +239,7 @@ CommandResult RunConvert(const ConvertOptions& opt) {
   call.output_allowance =
       [max_output](uint64_t input_bytes) -> absl::StatusOr<sandbox::OutputAllowance> {
     if (max_output.has_value()) return sandbox::OutputAllowance{*max_output, "max_output_bytes"};
-    const uint64_t four = input_bytes > UINT64_MAX / 4 ? UINT64_MAX : input_bytes * 4;
-    return sandbox::OutputAllowance{four > UINT64_MAX - (1ull << 30) ? UINT64_MAX
-                                                                      : four + (1ull << 30),
+    return sandbox::OutputAllowance{sandbox::DefaultOutputBytes(input_bytes),
                                     "max_output_bytes: 4 x the input + 1 GiB by default; "
                                     "--max-output-bytes sets it"};
   };
