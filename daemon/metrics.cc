@@ -118,8 +118,9 @@ Metrics::Metrics(const JobSlots* slots)
                    .Name("ckptscand_rules_reloads_total")
                    .Help("Rules reloads (SIGHUP, Admin.ReloadRules), by result: ok, or failed "
                          "(the old rules stay in force)")
-                   .Register(*registry_)) {
-  for (const char* r : {"ok", "failed"}) reloads_.Add({{"result", r}});
+                   .Register(*registry_)),
+      reloads_ok_(reloads_.Add({{"result", "ok"}})),
+      reloads_failed_(reloads_.Add({{"result", "failed"}})) {
   // Every reason and verdict from the start, so that rate() and alerts see zeros, not gaps.
   for (sandbox::Outcome o :
        {sandbox::Outcome::kOk, sandbox::Outcome::kViolation, sandbox::Outcome::kTimeout,
@@ -161,10 +162,10 @@ void Metrics::RulesInForce(std::string_view version, bool reload) {
   if (rules_series_ != nullptr && rules_series_ != &now) rules_info_.Remove(rules_series_);
   now.Set(1);
   rules_series_ = &now;
-  if (reload) reloads_.Add({{"result", "ok"}}).Increment();
+  if (reload) reloads_ok_.Increment();
 }
 
-void Metrics::RulesReloadFailed() { reloads_.Add({{"result", "failed"}}).Increment(); }
+void Metrics::RulesReloadFailed() { reloads_failed_.Increment(); }
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   {

@@ -84,6 +84,8 @@ class Metrics final : public prometheus::Collectable {
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& rules_info_;
   prometheus::Family<prometheus::Counter>& reloads_;
+  prometheus::Counter& reloads_ok_;
+  prometheus::Counter& reloads_failed_;
   // The rules_info series in force, removed when a reload replaces it.
   absl::Mutex rules_mu_;
   prometheus::Gauge* rules_series_ ABSL_GUARDED_BY(rules_mu_) = nullptr;

@@ -1,7 +1,11 @@
 #include "daemon/metrics.h"
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace ckptscan::daemon {
@@ -40,6 +44,41 @@ TEST(MetricsTest, BuildAndRulesInfoFollowReloads) {
   EXPECT_NE(text.find("ckptscand_rules_info{version=\"rules-2\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"ok\"} 2"), std::string::npos);
   EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"failed\"} 1"), std::string::npos);
+}
+
+// Reloads from SIGHUP and Admin calls at once, scraped meanwhile: one rules series in the end,
+// every reload counted.
+TEST(MetricsTest, ConcurrentReloadsAndScrapesKeepOneRulesSeries) {
+  JobSlots slots(1, 1);
+  Metrics m(&slots);
+  m.RulesInForce("v0", /*reload=*/false);
+  constexpr int kPerThread = 200;
+  std::atomic<bool> done{false};
+  std::thread scraper([&] {
+    while (!done.load()) EXPECT_NE(m.Text().find("ckptscand_rules_info"), std::string::npos);
+  });
+  std::vector<std::thread> reloaders;
+  for (int t = 0; t < 3; ++t) {
+    reloaders.emplace_back([&m, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        m.RulesInForce(absl::StrCat("v", t, ".", i % 7), /*reload=*/true);
+        m.RulesReloadFailed();
+      }
+    });
+  }
+  for (std::thread& r : reloaders) r.join();
+  done = true;
+  scraper.join();
+  const std::string text = m.Text();
+  size_t series = 0;
+  for (size_t at = text.find("ckptscand_rules_info{"); at != std::string::npos;
+       at = text.find("ckptscand_rules_info{", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 1u) << text;
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"ok\"} 600"), std::string::npos);
+  EXPECT_NE(text.find("ckptscand_rules_reloads_total{result=\"failed\"} 600"),
+            std::string::npos);
 }
 
 TEST(MetricsTest, CountsWhatHappened) {
