@@ -785,5 +785,121 @@ TEST(RouterTest, NpyHeadersNumpyAcceptsAreRead) {
   EXPECT_NE(bad.errors[0].message().find("leading zero"), std::string::npos);
 }
 
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// An .npy (version 1.0) with the header dict text given as it is, then `data`.
+std::string NpyOf(std::string_view header, std::string_view data) {
+  std::string h(header);
+  const size_t total = (10 + h.size() + 1 + 63) / 64 * 64;
+  h.append(total - 10 - h.size() - 1, ' ');
+  h.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(h.size() & 0xff));
+  out.push_back(static_cast<char>(h.size() >> 8));
+  return out + h + std::string(data);
+}
+
+std::string NpyHeader(std::string_view descr, std::string_view shape) {
+  return "{'descr': " + std::string(descr) + ", 'fortran_order': False, 'shape': " +
+         std::string(shape) + ", }";
+}
+
+TEST(NpyDtypesTest, DataDtypesNumpyReadsAreDataWithoutATensor) {
+  struct Case {
+    std::string_view descr;
+    uint64_t itemsize;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"'|S3'", 3}, {"'<U2'", 8}, {"'|V5'", 5}, {"'<f16'", 16}, {"'<c32'", 32},
+           {"'<M8[ns]'", 8}, {"'>m8[10s]'", 8}, {"'|S0'", 0},
+           {"[('a', '<i4'), ('b', '|S2')]", 6},
+           {"[('a', '<i4'), ('', '|V4')]", 8},
+           {"[(('title', 'a'), '<f4', (2, 3))]", 24},
+           {"[('s', [('x', '<f8'), ('y', '|u1', 3)])]", 11},
+           {"[('', '|O', (2,)), ('a', '<i4')]", 20},  // padding: dropped, no object
+           {"('<i4', (2,))", 8},
+           {"[]", 0}}) {
+    const std::string data(2 * c.itemsize, '\0');
+    const FileFacts f = ReadFile(NpyOf(NpyHeader(c.descr, "(2,)"), data), pickle::Vm());
+    SCOPED_TRACE(c.descr);
+    EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+    EXPECT_TRUE(f.members.empty());  // nothing is unpickled
+    ASSERT_EQ(f.tensors.size(), 1u);
+    EXPECT_EQ(f.tensors[0].dtype, nullptr);
+    EXPECT_EQ(f.tensors[0].kind, TensorFact::Kind::kOther);
+    EXPECT_THAT(f.tensors[0].problem, HasSubstr("no tensor dtype holds"));
+    EXPECT_TRUE(f.anomalies.empty());
+    if (c.itemsize == 0) continue;
+    // One byte short of shape x itemsize: numpy cannot fill the array either.
+    const FileFacts cut =
+        ReadFile(NpyOf(NpyHeader(c.descr, "(2,)"), data.substr(1)), pickle::Vm());
+    ASSERT_FALSE(cut.errors.empty());
+    EXPECT_THAT(cut.errors[0].message(),
+                HasSubstr(absl::StrCat("needs ", 2 * c.itemsize, " bytes")));
+  }
+}
+
+TEST(NpyDtypesTest, ADescrHoldingAnObjectAnywhereIsUnpickledAsNumpyDoes) {
+  // numpy.load unpickles the data when the dtype has an object in any field that is not
+  // padding; ('', '|O', 1) is an object field for numpy 1.x (padding for numpy 2): unpickled.
+  const std::string getcwd("\x80\x02\x63os\ngetcwd\n)R.", 16);
+  for (std::string_view descr :
+       {"'|O'", "'O8'", "[('a', '<i4'), ('b', '|O')]", "[('s', [('x', '|O')])]",
+        "('|O', (2,))", "[(('t', 'a'), '|O')]", "[('', '|O')]", "[('', '|O', ())]",
+        "[('', '|O', 1)]", "[('', '|O', [1]), ('b', '<O')]"}) {
+    const FileFacts f = ReadFile(NpyOf(NpyHeader(descr, "(1,)"), getcwd), pickle::Vm());
+    SCOPED_TRACE(descr);
+    EXPECT_TRUE(f.tensors.empty());
+    ASSERT_EQ(f.members.size(), 1u);
+    EXPECT_TRUE(Imports(f, "", "os", "getcwd"));
+  }
+}
+
+TEST(NpyDtypesTest, DescrsNumpyRefusesOrTheReadingDoesNotKnowAreErrors) {
+  for (std::string_view descr :
+       {"'<f12'", "'|S'", "'S-1'", "'<M8[xs]'", "'<i4,<f4'", "'float64'", "5", "True",
+        "{'a': '<i4'}", "['ab']", "[('a', '<i4'), ('a', '<f4')]",  // a name used twice
+        "[(('a', 'a'), '<i4')]", "[('a',)]", "('<i4',)", "('<i4', (2,), 1)",
+        "[('a', '<i4', 'x')]", "[(1, '<i4')]", "'|U4294967295'"}) {
+    const FileFacts f = ReadFile(NpyOf(NpyHeader(descr, "(1,)"), std::string(64, '\0')),
+                                 pickle::Vm());
+    SCOPED_TRACE(descr);
+    EXPECT_FALSE(f.errors.empty());
+    EXPECT_TRUE(f.members.empty());
+  }
+}
+
+TEST(NpyDtypesTest, TheHeaderLiteralIsParsedAsPythonDoesWithoutRecursion) {
+  const std::string f8(8, '\0');
+  // "(2)" is 2, not a tuple: numpy refuses the shape; "()" is an empty tuple (a scalar).
+  EXPECT_THAT(ReadFile(NpyOf(NpyHeader("'<f8'", "(2)"), f8), pickle::Vm()).errors[0].message(),
+              HasSubstr("not a tuple"));
+  EXPECT_TRUE(ReadFile(NpyOf(NpyHeader("'<f8'", "()"), f8), pickle::Vm()).errors.empty());
+  EXPECT_TRUE(ReadFile(NpyOf(NpyHeader("'<f8'", "((1),)"), f8), pickle::Vm()).errors.empty());
+  // 200 open brackets parse (Python's limit; here the dict, the lists and the field's tuple);
+  // 201 do not, and nothing recurses on them.
+  for (int depth : {198, 199, 100000}) {
+    std::string descr = std::string(static_cast<size_t>(depth), '[') + "('a', '<f8')" +
+                        std::string(static_cast<size_t>(depth), ']');
+    const std::string h = NpyHeader(descr, "(1,)");
+    std::string v2("\x93NUMPY\x02\x00", 8);  // version 2.0: a 4-byte header length
+    const uint32_t len = static_cast<uint32_t>(h.size() + 1);
+    for (int i = 0; i < 4; ++i) v2.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+    v2 += h + "\n" + f8;
+    const FileFacts f = ReadFile(v2, pickle::Vm());
+    SCOPED_TRACE(depth);
+    if (depth == 198) {
+      // A list of one list is a field list whose field is not a tuple: refused as a descr,
+      // after the whole literal parsed.
+      ASSERT_FALSE(f.errors.empty());
+      EXPECT_THAT(f.errors[0].message(), Not(HasSubstr("nested")));
+    } else {
+      ASSERT_FALSE(f.errors.empty());
+      EXPECT_THAT(f.errors[0].message(), HasSubstr("too many nested brackets"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptscan::formats

@@ -1,9 +1,10 @@
 // NumPy's .npy format, read as numpy.lib.format.read_array does: the magic "\x93NUMPY", a
 // version, a header that is a Python dict literal {'descr', 'fortran_order', 'shape'}, then
-// the data. Numeric arrays become tensors; object arrays are a pickle (np.save with
-// allow_pickle), which goes through the VM. The header is parsed by a strict parser of exactly
-// the literal subset numpy writes (numpy itself uses ast.literal_eval); anything else is an
-// error, never a guess.
+// the data. Numeric arrays become tensors; a dtype holding an object anywhere makes the data a
+// pickle (np.save with allow_pickle), which goes through the VM; other data dtypes (strings,
+// structured records, long doubles, datetimes) are data listed without a tensor dtype. The
+// header is parsed by a strict parser of the literal subset numpy's headers use (numpy itself
+// uses ast.literal_eval); anything else is an error, never a guess.
 #ifndef CKPTSCAN_CORE_TORCH_NUMPY_H_
 #define CKPTSCAN_CORE_TORCH_NUMPY_H_
 
