@@ -22,7 +22,7 @@ constexpr std::array kTable = {
     FormatLimitInfo{L::kMaxMemberBytes, "max_member_bytes",
                     "declared uncompressed size of one DEFLATE zip member", 1ull << 30, kU64},
     FormatLimitInfo{L::kMaxCompressionRatio, "max_compression_ratio",
-                    "uncompressed / compressed size of a DEFLATE zip member", 200, kU64},
+                    "declared uncompressed / compressed size of a DEFLATE zip member", 1100, kU64},
     FormatLimitInfo{L::kMaxTotalUncompressed, "max_total_uncompressed",
                     "declared uncompressed sizes of all zip members together", 256ull << 30, kU64},
     FormatLimitInfo{L::kMaxAnomaliesPerKind, "max_anomalies_per_kind",

@@ -45,7 +45,11 @@ struct Limits {
   // Declared uncompressed size of one DEFLATE member: Read allocates that much. STORED members
   // are returned as views of `data` and are not bounded by this.
   uint64_t max_member_bytes = 1ull << 30;
-  uint64_t max_compression_ratio = 200;  // declared uncompressed / compressed, DEFLATE members
+  // Declared uncompressed / compressed size of a DEFLATE member, checked before anything is
+  // allocated. DEFLATE cannot exceed ~1032:1, so the default refuses only declared sizes that no
+  // stream of that length can produce; sparse arrays that numpy and torch read (masks of
+  // zeros) reach several hundred to one.
+  uint64_t max_compression_ratio = 1100;
   // Sum of the declared uncompressed sizes of all entries: bounds the work of reading every
   // member of an archive whose entries overlap (a "better zip bomb").
   uint64_t max_total_uncompressed = 256ull << 30;
