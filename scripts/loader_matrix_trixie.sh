@@ -41,37 +41,11 @@ done
 
 bash "$here/modern_root.sh" "$dir" >&2
 
-mounted=()
-cleanup() {
-  local i
-  for (( i=${#mounted[@]}-1; i>=0; i-- )); do
-    umount "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" || true
-  done
-}
-trap cleanup EXIT
-mount_once() {  # mount_once TARGET mount-args...
-  local target="$1"; shift
-  mkdir -p "$target"
-  if ! mountpoint -q "$target"; then
-    mount "$@" "$target"
-    mounted+=("$target")
-  fi
-}
+# shellcheck source=scripts/trixie_root_lib.sh
+source "$here/trixie_root_lib.sh"
+trap unmount_all EXIT
 mount_once "$dir/proc" -t proc proc
-
-EXTRA=(python3-onnx python3-onnxruntime python3-h5py python3-tables strace)
-missing=()
-for p in "${EXTRA[@]}"; do
-  [[ "$(chroot "$dir" dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] ||
-    missing+=("$p")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  cp /etc/resolv.conf "$dir/etc/resolv.conf"
-  echo "=== apt-get install ${missing[*]} (in $dir)" >&2
-  chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
-  chroot "$dir" apt-get clean
-fi
+root_install "$dir" python3-onnx python3-onnxruntime python3-h5py python3-tables strace
 
 mount_once "$dir/mnt/ckpt_files" --bind -o ro "$files_root"
 mount -o remount,ro,bind "$dir/mnt/ckpt_files"
