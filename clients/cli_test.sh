@@ -369,7 +369,9 @@ if run "$name" 1 "$bin" scan unlisted.pkl; then
   else
     ok=1
     # shellcheck disable=SC2086  # the hint is two words, as a user pastes it
-    for line in "$hint unlisted.pkl" "${hint/ /=} unlisted.pkl" "$hint --allow other.Name unlisted.pkl safe.pkl"; do
+    # The same hint twice (two findings print it, the user pastes both) is one entry, not a
+    # usage error.
+    for line in "$hint unlisted.pkl" "${hint/ /=} unlisted.pkl" "$hint --allow other.Name unlisted.pkl safe.pkl" "$hint $hint unlisted.pkl"; do
       "$bin" scan $line >out.txt 2>err.txt
       rc=$?
       if [[ $rc != 0 ]]; then

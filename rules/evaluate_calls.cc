@@ -161,6 +161,11 @@ void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const Glo
   const bool kwargs_broken =
       c.kwargs != pickle::kNoNode && (kw == nullptr || kw->kind != Kind::kDict);
   const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
+  if (items != nullptr && !kwargs_broken && op == v1::CALL_REDUCE && !has_kwargs &&
+      TrustedReconstruction(ref, *items)) {
+    CountArguments(c);
+    return;
+  }
   if (items != nullptr && !kwargs_broken) {
     for (const v1::CallShape& s : allowed.calls()) {
       cost_hits_.clear();
@@ -184,6 +189,30 @@ void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const Glo
   ShapeFinding(c, name,
                absl::StrCat(name, " is allowlisted, but this call matches none of its shapes: ",
                             "expected ", ExpectedShapes(allowed), ", got ", GotText(op, c)));
+}
+
+bool RuleSet::Impl::Run::TrustedReconstruction(const GlobalRef& callee,
+                                               const std::vector<NodeId>& args) const {
+  if (callee.resolved_module != "copyreg" || callee.resolved_name != "_reconstructor" ||
+      args.size() != 3) {
+    return false;
+  }
+  auto global = [this](NodeId id) -> const GlobalRef* {
+    const Node* n = internal::NodeAt(*g_, id);
+    if (n == nullptr || n->kind != Kind::kGlobal || n->ref >= g_->globals.size()) return nullptr;
+    const GlobalRef& r = g_->globals[n->ref];
+    return r.via == Via::kExt || r.via == Via::kDynamic ? nullptr : &r;
+  };
+  const GlobalRef* cls = global(args[0]);
+  const GlobalRef* base = global(args[1]);
+  const Node* state = internal::NodeAt(*g_, args[2]);
+  if (cls == nullptr || base == nullptr || state == nullptr || state->kind != Kind::kNone ||
+      base->resolved_module != "builtins" || base->resolved_name != "object") {
+    return false;
+  }
+  const Node* n = internal::NodeAt(*g_, args[0]);
+  const v1::AllowedGlobal* allow = infos_[n->ref].allow;
+  return allow != nullptr && internal::IsTrustedAsAddSafeGlobals(*allow);
 }
 
 void RuleSet::Impl::Run::ShapeFinding(const CallSite& c, const std::string& name,

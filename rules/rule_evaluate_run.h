@@ -191,6 +191,12 @@ class RuleSet::Impl::Run {
 
   void ShapeFinding(const CallSite& c, const std::string& name, std::string message);
 
+  // Whether `callee` with `args` is copyreg._reconstructor(C, builtins.object, None) for a class
+  // C the user trusts (--allow, or a bare overlay entry: TrustAsAddSafeGlobals): protocol 0/1's
+  // object.__new__(C), what NEWOBJ of C does at protocol 2, so trusting C covers it, and the
+  // BUILD that follows as well.
+  bool TrustedReconstruction(const GlobalRef& callee, const std::vector<NodeId>& args) const;
+
   static std::string ExpectedShapes(const v1::AllowedGlobal& allowed);
 
   // A call that calls one of its arguments with another (CallShape.applies): that inner call

@@ -61,6 +61,18 @@ void internal::TrustAsAddSafeGlobals(v1::AllowedGlobal* a) {
   a->set_append_target(true);
 }
 
+bool internal::IsTrustedAsAddSafeGlobals(const v1::AllowedGlobal& a) {
+  if (!a.build_target() || !a.build_states().empty()) return false;
+  bool newobj_any = false;
+  for (const v1::CallShape& s : a.calls()) {
+    newobj_any = newobj_any || (s.op() == v1::CALL_NEWOBJ && s.min_args() == 0 &&
+                                s.max_args() == std::numeric_limits<uint32_t>::max() &&
+                                s.args().empty() && !s.has_applies() && !s.has_rest() &&
+                                s.check() == v1::CallCheck{});
+  }
+  return newobj_any;
+}
+
 bool internal::IsBareAllowEntry(const v1::AllowedGlobal& a) {
   return a.calls().empty() && !a.build_target() && !a.setitem_target() && !a.append_target() &&
          !a.tensor() && !a.dict_like() && a.build_states().empty();

@@ -115,6 +115,8 @@ absl::Status ValidateDenyEntry(std::string_view origin, const std::string& label
 // Trusts `a`'s name as torch's add_safe_globals does (what `--allow NAME` means): every call
 // opcode with any arguments, BUILD with any state, SETITEM(S) and APPEND(S) on its objects.
 void TrustAsAddSafeGlobals(v1::AllowedGlobal* a);
+// Whether `a` trusts its name that way (every call opcode with any arguments, any BUILD).
+bool IsTrustedAsAddSafeGlobals(const v1::AllowedGlobal& a);
 // Whether an overlay's allow entry names only a global (no call shape, target flag or build
 // state): such an entry means what `--allow` means.
 bool IsBareAllowEntry(const v1::AllowedGlobal& a);

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
@@ -58,9 +59,13 @@ absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const RulesSourc
     overlay = *std::move(read);
     origin = source.overlay_file;
   }
+  // The same --allow given twice (as when the hints of two findings are pasted together) is
+  // one entry; the overlay file's own entries still may not repeat.
+  absl::flat_hash_set<std::pair<std::string, std::string>> flagged;
   for (const std::string& name : source.allow) {
     absl::StatusOr<v1::AllowedGlobal> entry = rules::RuleSet::TrustedName(name);
     if (!entry.ok()) return entry.status();
+    if (!flagged.emplace(entry->module(), entry->name()).second) continue;
     *overlay.add_allow() = *std::move(entry);
   }
   if (!source.allow.empty()) {
