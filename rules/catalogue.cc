@@ -291,6 +291,11 @@ std::vector<RuleInfo> Build() {
       RuleInfo{"container.directory_entry", "Directory entry with data",
                "A directory entry with a size; torch would unpickle uninitialised memory.",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"container.not_compressed", "Compressor's first bytes, no compressed stream",
+               "The file starts as joblib's compressors do (any 'x' is zlib's) but holds no "
+               "stream: joblib.load fails before it unpickles a byte, and the file is read as "
+               "the other loaders read it. Informational.",
+               v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       RuleInfo{"container.deflated", "Compressed member",
                "A DEFLATE member. torch.save writes STORED only; informational unless other "
                "anomalies come with it.",

@@ -1684,6 +1684,7 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                            "size_mismatch",
                            "directory_entry",
                            "deflated",
+                           "not_compressed",
                            "inflate_mismatch",
                            "crc_mismatch",
                            "zipfile_view"}) {

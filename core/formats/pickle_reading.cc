@@ -140,11 +140,17 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
   }
   if (d->bytes.empty() &&
       (d->end == compress::End::kCorrupt || d->end == compress::End::kTruncated)) {
-    // joblib.load raises before its unpickler reads a byte: an error of the file when it is
-    // the file's own reading, nothing to judge otherwise.
+    // joblib.load raises before its unpickler reads a byte: nothing of the file runs there.
+    // joblib takes any file whose first byte is 'x' for zlib (and "BZh" for bz2): a README or
+    // a vocabulary starting with that letter is read as the other loaders read it.
     if (own) {
-      Error(d->stop, absl::StrCat(d->stop.message(), "; joblib.load fails"), member,
-            d->stop_offset);
+      Anomaly("not_compressed", member, d->stop_offset,
+              absl::StrCat("the first bytes are ", base::AbslView(name),
+                           "'s, but the stream is not (", d->stop.message(),
+                           "): joblib.load fails before it unpickles a byte; read as the other "
+                           "loaders read it"));
+      out_->format.clear();
+      PickleFile(data);
     }
     return;
   }

@@ -901,5 +901,27 @@ TEST(NpyDtypesTest, TheHeaderLiteralIsParsedAsPythonDoesWithoutRecursion) {
   }
 }
 
+TEST(NotCompressedTest, ATextFileStartingWithXIsTextForEveryLoaderJoblibIncluded) {
+  // joblib.load takes any first byte 'x' for zlib's and fails at the header: nothing unpickled.
+  for (std::string_view text : {"xray results\n", "x = 1\nprint(x)\n", "x"}) {
+    const FileFacts f = ReadFile(text, pickle::Vm());
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+    EXPECT_EQ(f.format, "text");
+    ASSERT_FALSE(f.anomalies.empty());
+    EXPECT_EQ(f.anomalies[0].kind, "not_compressed");
+  }
+}
+
+TEST(NotCompressedTest, AFileJoblibFailsToDecompressIsStillReadAsThePickleOtherLoadersRun) {
+  // "BZh" is bz2's magic to joblib (which fails on what follows) and BINBYTES to pickle.load,
+  // whose length "Zh\0\0" skips 26,714 bytes to a GLOBAL os.getcwd and REDUCE.
+  std::string polyglot = std::string("BZh\0\0", 5) + std::string(0x685a, 'a') +
+                         "0cos\ngetcwd\n)R.";
+  const FileFacts f = ReadFile(polyglot, pickle::Vm());
+  EXPECT_EQ(f.format, "pickle");
+  EXPECT_TRUE(Imports(f, "", "os", "getcwd"));
+}
+
 }  // namespace
 }  // namespace ckptscan::formats
