@@ -1779,10 +1779,11 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
       "scan.selection",         "scan.folder_link"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
-    // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
-    // emitted by the pipeline from the worker's facts.
+    // Container anomalies (container.*), Keras config, ONNX and joblib companion file findings
+    // (keras.*, onnx.*, joblib.*) are emitted by the pipeline from the worker's facts.
     if (emitted_by_pipeline.count(std::string(r.id)) == 0 && r.id.substr(0, 10) != "container." &&
-        r.id.substr(0, 6) != "keras." && r.id.substr(0, 5) != "onnx.") {
+        r.id.substr(0, 6) != "keras." && r.id.substr(0, 5) != "onnx." &&
+        r.id.substr(0, 7) != "joblib.") {
       catalogued.insert(std::string(r.id));
     }
   }
@@ -1827,7 +1828,10 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "keras.custom_object",
                                        "onnx.external_data_path",
                                        "onnx.custom_domain",
-                                       "onnx.external_data"};
+                                       "onnx.external_data",
+                                       "joblib.companion_path",
+                                       "joblib.companion_pickle",
+                                       "joblib.companion_data"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));
