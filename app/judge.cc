@@ -130,6 +130,7 @@ v1::FileReport JudgeFacts(const sandbox::FileFacts& facts, const rules::RuleSet&
                                  : a.category == "repo"   ? "repo.remote_code"
                                  : a.category == "keras"  ? "keras.foreign_object"
                                  : a.category == "onnx"   ? "onnx.custom_domain"
+                                 : a.category == "joblib" ? "joblib.companion_path"
                                                           : "container.unexpected_member";
     if (info == nullptr) info = rules::FindRule(fallback);
     v1::Finding f;

@@ -414,6 +414,24 @@ std::vector<RuleInfo> Build() {
                "\"package>Name\"): Keras looks its class up among what the loading program "
                "registered and runs its code. Review that code.",
                kSuspicious, v1::SEVERITY_MEDIUM},
+      // joblib < 0.10's arrays in files beside the pickle (core/pickle/joblib_companions.h).
+      RuleInfo{"joblib.companion_path", "Array file outside the pickle's folder",
+               "A joblib < 0.10 array wrapper names its array's file with a path (a '/', '..', "
+               "an absolute path, or an empty or unreadable name): joblib.load opens "
+               "os.path.join(the pickle's folder, name), wherever that is, and for an "
+               "NDArrayWrapper unpickles what it finds there. ckptscan never opens it.",
+               kDangerous, v1::SEVERITY_HIGH},
+      RuleInfo{"joblib.companion_pickle", "Array file that joblib.load may unpickle",
+               "A joblib < 0.10 NDArrayWrapper: joblib.load reads the array from the named file "
+               "beside the pickle with numpy.load(allow_pickle=True), which unpickles that file "
+               "when it holds an object array or is no .npy at all. What loads is decided by "
+               "that file, which this scan does not cover: scan it too.",
+               kSuspicious, v1::SEVERITY_MEDIUM},
+      RuleInfo{"joblib.companion_data", "Array bytes in a file beside the pickle",
+               "A joblib < 0.10 ZNDArrayWrapper: joblib.load reads the array's raw bytes from "
+               "the named zlib file beside the pickle (never unpickled). Informational: that "
+               "file is not part of this scan.",
+               v1::VERDICT_SAFE, v1::SEVERITY_INFO},
       // ONNX models (core/onnx/onnx_check.h).
       RuleInfo{"onnx.external_data_path", "External data path that may leave the model's folder",
                "A tensor's external data location is absolute, climbs out with '..', names a "

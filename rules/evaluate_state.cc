@@ -78,7 +78,7 @@ std::optional<absl::int128> RuleSet::Impl::Run::NumpyItemBytes(absl::string_view
   return std::nullopt;
 }
 
-const Node* RuleSet::Impl::Run::DtypeCode(NodeId id) const {
+const Node* RuleSet::Impl::Run::DtypeArgument(NodeId id) const {
   const Node* n = internal::NodeAt(*g_, id);
   if (n == nullptr || n->kind != Kind::kCall) return nullptr;
   Origin o = OriginOf(*n);
@@ -87,8 +87,20 @@ const Node* RuleSet::Impl::Run::DtypeCode(NodeId id) const {
   if (ref.resolved_module != "numpy" || ref.resolved_name != "dtype") return nullptr;
   const Node* args = internal::NodeAt(*g_, g_->calls[n->ref].args);
   if (args == nullptr || args->kind != Kind::kTuple || args->items.empty()) return nullptr;
-  const Node* code = internal::NodeAt(*g_, args->items[0]);
+  return internal::NodeAt(*g_, args->items[0]);
+}
+
+const Node* RuleSet::Impl::Run::DtypeCode(NodeId id) const {
+  const Node* code = DtypeArgument(id);
   return code != nullptr && code->kind == Kind::kStr && !code->truncated ? code : nullptr;
+}
+
+bool RuleSet::Impl::Run::IsRecordType(const Node* n) const {
+  if (n == nullptr || n->kind != Kind::kGlobal || n->ref >= g_->globals.size()) return false;
+  const GlobalRef& ref = g_->globals[n->ref];
+  return ref.resolved_name == "record" &&
+         (ref.resolved_module == "numpy" || ref.resolved_module == "numpy.core.records" ||
+          ref.resolved_module == "numpy._core.records");
 }
 
 bool RuleSet::Impl::Run::Checked(v1::StateCheck check, const std::vector<NodeId>& made_args,
@@ -139,9 +151,11 @@ bool RuleSet::Impl::Run::NumpyArrayState(NodeId state_id) const {
   if (state == nullptr || state->kind != Kind::kTuple || state->items.size() != 5) return false;
   const Node* shape = internal::NodeAt(*g_, state->items[1]);
   const Node* code = DtypeCode(state->items[2]);
+  // A record dtype's fields hold no objects (its state's check).
+  const bool record = code == nullptr && IsRecordType(DtypeArgument(state->items[2]));
   const Node* data = internal::NodeAt(*g_, state->items[4]);
-  if (shape == nullptr || code == nullptr || data == nullptr) return false;
-  const bool objects = code->text == "O8" || code->text == "O4";
+  if (shape == nullptr || (code == nullptr && !record) || data == nullptr) return false;
+  const bool objects = code != nullptr && (code->text == "O8" || code->text == "O4");
   if (data->kind != Kind::kList) return !objects;
   if (!objects) return false;
   absl::int128 count = 1;
@@ -160,19 +174,23 @@ bool RuleSet::Impl::Run::NumpyDtypeState(const std::vector<NodeId>& made_args, N
                                          NodeId target) {
   const Node* state = internal::NodeAt(*g_, state_id);
   const Node* code = made_args.empty() ? nullptr : internal::NodeAt(*g_, made_args[0]);
+  // numpy.dtype(numpy.record, ...): a void type whose item size is the state's elsize.
+  const bool record = IsRecordType(code);
   if (state == nullptr || state->kind != Kind::kTuple || state->items.size() < 8 ||
-      code == nullptr || code->kind != Kind::kStr || code->truncated) {
+      code == nullptr || (!record && (code->kind != Kind::kStr || code->truncated))) {
     return false;
   }
   const Node* elsize = internal::NodeAt(*g_, state->items[5]);
   if (elsize == nullptr || elsize->kind != Kind::kInt || !elsize->fits || elsize->i < 0) {
     return false;
   }
-  const std::optional<absl::int128> size = NumpyItemBytes(code->text);
-  if (!size) return false;
-  const bool sized =
-      SizedCode(code->text, "S") || SizedCode(code->text, "U") || SizedCode(code->text, "V");
-  if (sized && *size != elsize->i) return false;
+  if (!record) {
+    const std::optional<absl::int128> size = NumpyItemBytes(code->text);
+    if (!size) return false;
+    const bool sized =
+        SizedCode(code->text, "S") || SizedCode(code->text, "U") || SizedCode(code->text, "V");
+    if (sized && *size != elsize->i) return false;
+  }
   const Node* names = internal::NodeAt(*g_, state->items[3]);
   const Node* fields = internal::NodeAt(*g_, state->items[4]);
   if (names == nullptr || fields == nullptr) return false;

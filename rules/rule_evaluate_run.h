@@ -210,8 +210,15 @@ class RuleSet::Impl::Run {
   // for codes a structured field may not hold (objects) or that numpy does not write.
   static std::optional<absl::int128> NumpyItemBytes(absl::string_view code);
 
+  // The first argument of a numpy.dtype(code, ...) call result, or nullptr.
+  const Node* DtypeArgument(NodeId id) const;
+
   // The code of a numpy.dtype(code, ...) call result, or nullptr.
   const Node* DtypeCode(NodeId id) const;
+
+  // Whether `n` is the global numpy.record (any of its module names): the scalar type of a
+  // record array's structured dtype, numpy.dtype(numpy.record, ...).
+  bool IsRecordType(const Node* n) const;
 
   // BuildState.check: what the specs cannot say (see StateCheck in rules.proto).
   bool Checked(v1::StateCheck check, const std::vector<NodeId>& made_args, NodeId state_id,

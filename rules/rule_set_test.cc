@@ -992,9 +992,12 @@ struct Field {
   const char* code;
   int64_t offset;
 };
-void StructuredDtype(FactsBuilder& b, const char* code, int64_t elsize,
-                     std::initializer_list<Field> fields, int64_t flags,
-                     const char* extra_name = nullptr) {
+// numpy < 1.19's form: numpy.dtype(code, 0, 1).
+NodeId OldDtype(FactsBuilder& b, const char* code) {
+  return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str(code), b.Int(0), b.Int(1)}));
+}
+NodeId StructuredState(FactsBuilder& b, int64_t elsize, std::initializer_list<Field> fields,
+                       int64_t flags, const char* extra_name = nullptr) {
   std::vector<NodeId> names, items;
   for (const Field& f : fields) {
     names.push_back(b.Str(f.name));
@@ -1006,8 +1009,31 @@ void StructuredDtype(FactsBuilder& b, const char* code, int64_t elsize,
   NodeId fields_dict = b.Dict({});
   b.MutableItems(names_tuple) = names;
   b.MutableItems(fields_dict) = items;
-  b.Build(Dtype(b, code), b.Tuple({b.Int(3), b.Str("|"), b.None(), names_tuple, fields_dict,
-                                   b.Int(elsize), b.Int(1), b.Int(flags)}));
+  return b.Tuple({b.Int(3), b.Str("|"), b.None(), names_tuple, fields_dict, b.Int(elsize), b.Int(1),
+                  b.Int(flags)});
+}
+void StructuredDtype(FactsBuilder& b, const char* code, int64_t elsize,
+                     std::initializer_list<Field> fields, int64_t flags,
+                     const char* extra_name = nullptr) {
+  b.Build(Dtype(b, code), StructuredState(b, elsize, fields, flags, extra_name));
+}
+// A record array's dtype: numpy.dtype(numpy.record, False, True) (or numpy < 1.19's 0, 1) with
+// a structured state.
+NodeId RecordDtype(FactsBuilder& b, const char* module, bool old_args, int64_t elsize,
+                   std::initializer_list<Field> fields, int64_t flags) {
+  NodeId dt = b.Reduce(b.Global("numpy", "dtype"),
+                       b.Tuple({b.Global(module, "record"), old_args ? b.Int(0) : b.Bool(false),
+                                old_args ? b.Int(1) : b.Bool(true)}));
+  b.Build(dt, StructuredState(b, elsize, fields, flags));
+  return dt;
+}
+// _reconstruct(subtype, (0,), b'b') then BUILD (1, shape, dtype, False, data).
+NodeId Reconstructed(FactsBuilder& b, NodeId subtype, NodeId dtype,
+                     std::initializer_list<int64_t> shape, NodeId data) {
+  NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
+                        b.Tuple({subtype, b.IntTuple({0}), b.Bytes("b")}));
+  b.Build(arr, b.Tuple({b.Int(1), b.IntTuple(shape), dtype, b.Bool(false), data}));
+  return arr;
 }
 NodeId NdArray(FactsBuilder& b) {
   NodeId arr = b.Reduce(b.Global("numpy.core.multiarray", "_reconstruct"),
@@ -1229,6 +1255,92 @@ const StateCase kStateCases[] = {
      [](FactsBuilder& b) { JoblibWrapper(b, b.Global("numpy", "ndarray")); }, true},
     {"JoblibWrapperWhoseSubclassIsAnotherClass",
      [](FactsBuilder& b) { JoblibWrapper(b, b.Global("collections", "OrderedDict")); }, false},
+    {"JoblibWrapperOfAMatrixAsJoblib010WritesIt",
+     [](FactsBuilder& b) { JoblibWrapper(b, b.Global("numpy.matrixlib.defmatrix", "matrix")); },
+     true},
+    {"JoblibWrapperOfAMatrixUnderNumpysName",
+     [](FactsBuilder& b) { JoblibWrapper(b, b.Global("numpy", "matrix")); }, true},
+    {"JoblibWrapperWhoseSubclassIsARecordArray",
+     [](FactsBuilder& b) { JoblibWrapper(b, b.Global("numpy", "recarray")); }, false},
+    // numpy < 1.19: numpy.dtype(code, 0, 1), and the same states.
+    {"OldNumpyDtypeFloat64",
+     [](FactsBuilder& b) { b.Build(OldDtype(b, "f8"), DtypeState(b, "<", -1, -1, 0)); }, true},
+    {"OldNumpyDtypeObject",
+     [](FactsBuilder& b) { b.Build(OldDtype(b, "O8"), DtypeState(b, "|", -1, -1, 63)); }, true},
+    {"OldNumpyDtypeFloat64WithTheObjectFlags",
+     [](FactsBuilder& b) { b.Build(OldDtype(b, "f8"), DtypeState(b, "<", -1, -1, 63)); }, false},
+    {"OldNumpyDtypeObjectWithoutItsObjectFlags",
+     [](FactsBuilder& b) { b.Build(OldDtype(b, "O8"), DtypeState(b, "|", -1, -1, 0)); }, false},
+    {"OldNumpyStructuredDtypeWithNoFlags",
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V12", 12, {{"a", "i4", 0}, {"b", "f8", 4}}, 0);
+     },
+     true},
+    {"OldNumpyStructuredDtypeWithNoFlagsAndAnObjectField",
+     [](FactsBuilder& b) {
+       StructuredDtype(b, "V16", 16, {{"a", "O8", 0}, {"b", "f8", 8}}, 0);
+     },
+     false},
+    {"MatrixAsNumpyWritesIt",
+     [](FactsBuilder& b) {
+       NodeId dt = OldDtype(b, "i8");
+       b.Build(dt, DtypeState(b, "<", -1, -1, 0));
+       Reconstructed(b, b.Global("numpy.matrixlib.defmatrix", "matrix"), dt, {1, 2},
+                     b.Bytes(std::string(16, '\0')));
+     },
+     true},
+    // numpy.rec arrays: a recarray of a record dtype (statsmodels' results, numpy 1.x and 2.x).
+    {"RecordArrayAsOldNumpyWroteIt",
+     [](FactsBuilder& b) {
+       NodeId dt = RecordDtype(b, "numpy.core.records", /*old_args=*/true, 24,
+                               {{"x", "f8", 0}, {"y", "f8", 8}, {"z", "f8", 16}}, 0);
+       Reconstructed(b, b.Global("numpy.core.records", "recarray"), dt, {2},
+                     b.Bytes(std::string(48, '\0')));
+     },
+     true},
+    {"RecordArrayAsNumpyWritesIt",
+     [](FactsBuilder& b) {
+       NodeId dt =
+           RecordDtype(b, "numpy", /*old_args=*/false, 12, {{"a", "i4", 0}, {"b", "f8", 4}}, 16);
+       Reconstructed(b, b.Global("numpy", "recarray"), dt, {1}, b.Bytes(std::string(12, '\0')));
+     },
+     true},
+    {"RecordArrayUnderNumpy2sModule",
+     [](FactsBuilder& b) {
+       NodeId dt = RecordDtype(b, "numpy._core.records", /*old_args=*/false, 16,
+                               {{"a", "i4", 0}, {"b", "f8", 8}}, 144);
+       Reconstructed(b, b.Global("numpy._core.records", "recarray"), dt, {1},
+                     b.Bytes(std::string(16, '\0')));
+     },
+     true},
+    {"RecordDtypeWithAnObjectField",
+     [](FactsBuilder& b) {
+       RecordDtype(b, "numpy", /*old_args=*/false, 16, {{"a", "O8", 0}, {"b", "f8", 8}}, 16);
+     },
+     false},
+    {"RecordDtypeWithTheObjectFlags",
+     [](FactsBuilder& b) {
+       RecordDtype(b, "numpy", /*old_args=*/false, 8, {{"a", "f8", 0}}, 63);
+     },
+     false},
+    {"RecordDtypeFieldPastItsElsize",
+     [](FactsBuilder& b) {
+       RecordDtype(b, "numpy", /*old_args=*/false, 8, {{"a", "f8", 0}, {"b", "f8", 8}}, 16);
+     },
+     false},
+    {"RecordDtypeWithoutFields",
+     [](FactsBuilder& b) {
+       NodeId dt = b.Reduce(b.Global("numpy", "dtype"),
+                            b.Tuple({b.Global("numpy", "record"), b.Bool(false), b.Bool(true)}));
+       b.Build(dt, DtypeState(b, "|", 1 << 30, 1, 0));
+     },
+     false},
+    {"RecordArrayGivenAListOfObjects",
+     [](FactsBuilder& b) {
+       NodeId dt = RecordDtype(b, "numpy", /*old_args=*/false, 8, {{"a", "f8", 0}}, 16);
+       Reconstructed(b, b.Global("numpy", "recarray"), dt, {1}, b.List({b.Int(1)}));
+     },
+     false},
 };
 
 class BuildStateTest : public ::testing::TestWithParam<StateCase> {};
@@ -1320,6 +1432,73 @@ TEST(EvaluateTest, ParameterStateSetsOnlyPlainAttributes) {
                            : b.Dict({b.Str("partition_dim"), b.Int(0)})}));
     Evaluation e = Eval(b.Stream());
     EXPECT_EQ(e.verdict, hook ? v1::VERDICT_SUSPICIOUS : v1::VERDICT_SAFE) << Dump(e);
+  }
+}
+
+// numpy < 1.19 wrote numpy.dtype(code, 0, 1) and numpy.dtype(numpy.record, 0, 1): exactly those
+// ints. Any other int form (copy 0 shares numpy's descriptor), another scalar type in place of
+// the code, or another subtype for _reconstruct is not a shape numpy writes.
+TEST(EvaluateTest, OldNumpyDtypeArgumentsAreExactlyTheOnesItWrote) {
+  struct Case {
+    const char* name;
+    std::function<NodeId(FactsBuilder&)> call;
+  } cases[] = {
+      {"copy 0",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Int(0), b.Int(0)}));
+       }},
+      {"align 1",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Int(1), b.Int(1)}));
+       }},
+      {"copy 2",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Int(0), b.Int(2)}));
+       }},
+      {"a float align",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"), b.Tuple({b.Str("f8"), b.Float(0), b.Int(1)}));
+       }},
+      {"ndarray for the code",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"),
+                         b.Tuple({b.Global("numpy", "ndarray"), b.Int(0), b.Int(1)}));
+       }},
+      {"a record array subtype for the code",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy", "dtype"),
+                         b.Tuple({b.Global("numpy", "recarray"), b.Bool(false), b.Bool(true)}));
+       }},
+      {"_reconstruct of a class that is not numpy's array",
+       [](FactsBuilder& b) {
+         return b.Reduce(
+             b.Global("numpy.core.multiarray", "_reconstruct"),
+             b.Tuple({b.Global("collections", "OrderedDict"), b.IntTuple({0}), b.Bytes("b")}));
+       }},
+      {"_reconstruct of numpy.record",
+       [](FactsBuilder& b) {
+         return b.Reduce(b.Global("numpy._core.multiarray", "_reconstruct"),
+                         b.Tuple({b.Global("numpy", "record"), b.IntTuple({0}), b.Bytes("b")}));
+       }},
+  };
+  for (const Case& c : cases) {
+    FactsBuilder b;
+    c.call(b);
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << c.name << Dump(e);
+    EXPECT_THAT(Ids(e), ::testing::Contains("call.shape")) << c.name << Dump(e);
+  }
+}
+
+// numpy.matrix, numpy.recarray and numpy.record are data: called, they are not.
+TEST(EvaluateTest, NumpyDataSubclassesAreNotCallable) {
+  for (const auto& [module, name] : std::vector<std::pair<const char*, const char*>>{
+           {"numpy", "matrix"}, {"numpy.core.records", "recarray"}, {"numpy", "record"}}) {
+    FactsBuilder b;
+    b.Reduce(b.Global(module, name), b.Tuple({b.Str("1 2; 3 4")}));
+    Evaluation e = Eval(b.Stream());
+    EXPECT_EQ(e.verdict, v1::VERDICT_SUSPICIOUS) << name << Dump(e);
+    EXPECT_THAT(Ids(e), ::testing::Contains("call.shape")) << name << Dump(e);
   }
 }
 
@@ -1600,10 +1779,11 @@ TEST(CatalogueTest, EveryRuleIdTheEvaluatorEmitsIsInTheCatalogueAndViceVersa) {
       "scan.selection",         "scan.folder_link"};
   std::set<std::string> catalogued;
   for (const RuleInfo& r : Catalogue()) {
-    // Container anomalies (container.*), Keras config and ONNX findings (keras.*, onnx.*) are
-    // emitted by the pipeline from the worker's facts.
+    // Container anomalies (container.*), Keras config, ONNX and joblib companion file findings
+    // (keras.*, onnx.*, joblib.*) are emitted by the pipeline from the worker's facts.
     if (emitted_by_pipeline.count(std::string(r.id)) == 0 && r.id.substr(0, 10) != "container." &&
-        r.id.substr(0, 6) != "keras." && r.id.substr(0, 5) != "onnx.") {
+        r.id.substr(0, 6) != "keras." && r.id.substr(0, 5) != "onnx." &&
+        r.id.substr(0, 7) != "joblib.") {
       catalogued.insert(std::string(r.id));
     }
   }
@@ -1648,7 +1828,10 @@ TEST(CatalogueTest, CatalogueHasEveryDenyCategoryAndEveryStructuralRule) {
                                        "keras.custom_object",
                                        "onnx.external_data_path",
                                        "onnx.custom_domain",
-                                       "onnx.external_data"};
+                                       "onnx.external_data",
+                                       "joblib.companion_path",
+                                       "joblib.companion_pickle",
+                                       "joblib.companion_data"};
   for (const char* c : {"exec", "shell", "import", "filesystem", "network", "nested_loader",
                         "introspection", "ffi", "debug_profile", "packaging", "process", "other"}) {
     expected.push_back(absl::StrCat("global.denied.", c));

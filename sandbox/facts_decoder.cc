@@ -371,7 +371,7 @@ absl::Status DecodeTorchFacts(const wv1::FileFacts& in, FileFacts* facts) {
     // The category picks the rule family: only the ones a worker reports.
     const std::string& category = a.category();
     if (!category.empty() && category != "template" && category != "repo" && category != "keras" &&
-        category != "onnx") {
+        category != "onnx" && category != "joblib") {
       return absl::InvalidArgumentError("an anomaly of an unknown category");
     }
     facts->anomalies.push_back(torch::ContainerAnomaly{a.kind(), a.member(), a.offset(),

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/checked.h"
 #include "base/limit_status.h"
+#include "base/status_macros.h"
 
 namespace ckptscan::compress {
 namespace {
@@ -407,6 +409,16 @@ absl::StatusOr<Decompressed> DecompressJoblib(std::string_view data, Codec codec
     }
     later_stream = true;
   }
+}
+
+absl::StatusOr<JoblibCompat> DecompressJoblibCompat(std::string_view data, const Limits& limits) {
+  JoblibCompat r;
+  r.stream_offset = std::min<uint64_t>(data.size(), kJoblibCompatHeaderBytes);
+  r.length_field = data.substr(0, r.stream_offset).substr(std::min<size_t>(r.stream_offset, 2));
+  if (r.stream_offset < data.size() && data[r.stream_offset] == ' ') ++r.stream_offset;
+  CKPT_ASSIGN_OR_RETURN(r.stream,
+                        DecompressJoblib(data.substr(r.stream_offset), Codec::kZlib, limits));
+  return r;
 }
 
 }  // namespace ckptscan::compress

@@ -3,9 +3,9 @@
 // python3-lz4 4.0's lz4.frame). A parser of untrusted bytes: worker side only.
 //
 // joblib.load sniffs the first bytes (_detect_compressor): b"ZF" is joblib < 0.10's own format
-// (not decompressed here), then, in joblib's registration order, zlib b"\x78", gzip b"\x1f\x8b",
-// bz2 b"BZ", lzma b"\x5d\x00", xz b"\xfd7zXZ", lz4 b"\x04\x22\x4d\x18". What the loader sees
-// per codec:
+// (DecompressJoblibCompat, below), then, in joblib's registration order, zlib b"\x78", gzip
+// b"\x1f\x8b", bz2 b"BZ", lzma b"\x5d\x00", xz b"\xfd7zXZ", lz4 b"\x04\x22\x4d\x18". What the
+// loader sees per codec:
 //
 //   zlib, gzip  joblib's BinaryZlibFile / BinaryGzipFile (zlib, wbits 15 / 31): the FIRST
 //               stream only. Past its end the loader never returns another byte (it feeds the
@@ -100,6 +100,26 @@ enum class Streams {
 absl::StatusOr<Decompressed> DecompressJoblib(std::string_view data, Codec codec,
                                               const Limits& limits,
                                               Streams streams = Streams::kJoblib);
+
+// joblib < 0.10's "ZF" file as joblib.load reads it (joblib/numpy_pickle_compat.py read_zfile):
+// "ZF", then the data's length in the next 19 bytes, which joblib reads with int(text, 16), then
+// one byte that is skipped when it is a space (joblib <= 0.8.4 under Python 2 wrote one), then
+// one zlib stream that zlib.decompress reads whole (bytes after its end are ignored; a truncated
+// or corrupt stream raises). joblib then asserts that the data has exactly that length.
+inline constexpr uint64_t kJoblibCompatHeaderBytes = 2 + 19;
+
+struct JoblibCompat {
+  // The stream as DecompressJoblib(kZlib) reads it, offsets relative to `stream_offset`.
+  Decompressed stream;
+  uint64_t stream_offset = 0;  // where the zlib stream starts in the file (21 or 22)
+  // The length field as joblib reads it (fewer than 19 bytes in a shorter file), a view of the
+  // caller's data: the caller applies Python's int(text, 16) (core/pickle/literals.h).
+  std::string_view length_field;
+};
+
+// Reads a "ZF" file (IsJoblibCompat) as joblib.load does. An error only when the decoder
+// cannot be set up; stops are in `stream`.
+absl::StatusOr<JoblibCompat> DecompressJoblibCompat(std::string_view data, const Limits& limits);
 
 }  // namespace ckptscan::compress
 

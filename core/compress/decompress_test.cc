@@ -5,7 +5,9 @@
 #include <lzma.h>
 #include <zlib.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/limit_status.h"
@@ -283,6 +285,80 @@ TEST(DecompressTest, EmptyInputIsTruncated) {
     const Decompressed d = Decode("", c);
     EXPECT_EQ(d.end, End::kTruncated) << CodecName(c);
   }
+}
+
+// ---- joblib < 0.10's "ZF" files (read_zfile) ----
+
+// "ZF", hex(len(data)) left-justified to 19 bytes, then zlib.compress(data): write_zfile.
+std::string ZFile(std::string_view data, std::string_view between = "") {
+  static const char* kHex = "0123456789abcdef";
+  std::string digits;
+  for (uint64_t n = data.size(); n > 0 || digits.empty(); n >>= 4) {
+    digits.insert(0, 1, kHex[n & 15]);
+  }
+  std::string length = "0x" + digits;
+  length.resize(19, ' ');
+  return "ZF" + length + std::string(between) + Deflate(data, 15);
+}
+
+JoblibCompat Compat(std::string_view file, const Limits& limits = {}) {
+  absl::StatusOr<JoblibCompat> z = DecompressJoblibCompat(file, limits);
+  EXPECT_TRUE(z.ok()) << z.status();
+  return z.ok() ? *std::move(z) : JoblibCompat{};
+}
+
+TEST(JoblibCompatTest, ReadsTheStreamAfterTheHeader) {
+  const std::string data = Text(5000);
+  const std::string file = ZFile(data);  // length_field is a view of it
+  const JoblibCompat z = Compat(file);
+  EXPECT_EQ(z.stream_offset, kJoblibCompatHeaderBytes);
+  EXPECT_EQ(z.length_field, "0x1388             ");
+  EXPECT_EQ(z.stream.end, End::kClean);
+  EXPECT_EQ(z.stream.bytes, data);
+}
+
+TEST(JoblibCompatTest, ASpaceAfterTheHeaderIsSkipped) {
+  // joblib <= 0.8.4 under Python 2 wrote the length one byte wider.
+  const JoblibCompat z = Compat(ZFile("abc", " "));
+  EXPECT_EQ(z.stream_offset, kJoblibCompatHeaderBytes + 1);
+  EXPECT_EQ(z.stream.bytes, "abc");
+}
+
+TEST(JoblibCompatTest, ALengthThatLiesIsReadAsWritten) {
+  std::string file = ZFile(Text(100));
+  file[4] = '9';  // "0x64" -> "0x94"
+  const JoblibCompat z = Compat(file);
+  EXPECT_EQ(z.length_field, "0x94               ");
+  EXPECT_EQ(z.stream.bytes.size(), 100u);  // joblib.load fails its assertion (the caller's)
+}
+
+TEST(JoblibCompatTest, AStreamThatIsNoZlibIsCorrupt) {
+  const JoblibCompat z = Compat("ZF0x10               not a zlib stream");
+  EXPECT_EQ(z.length_field, "0x10               ");
+  EXPECT_EQ(z.stream.end, End::kCorrupt);
+  EXPECT_TRUE(z.stream.bytes.empty());
+}
+
+TEST(JoblibCompatTest, AShortFileHasNoStream) {
+  const JoblibCompat z = Compat("ZF0x1");
+  EXPECT_EQ(z.length_field, "0x1");
+  EXPECT_EQ(z.stream.end, End::kTruncated);
+}
+
+TEST(JoblibCompatTest, BytesAfterTheStreamAreTrailing) {
+  const JoblibCompat z = Compat(ZFile("abc") + "after");
+  EXPECT_EQ(z.stream.bytes, "abc");
+  EXPECT_EQ(z.stream.trailing_bytes, 5u);
+}
+
+TEST(JoblibCompatTest, OverMaxDecompressedBytesIsANamedLimit) {
+  Limits small;
+  small.max_decompressed_bytes = 1000;
+  const JoblibCompat z = Compat(ZFile(std::string(5000, 'a')), small);
+  EXPECT_EQ(z.stream.end, End::kLimit);
+  std::optional<base::LimitHit> hit = base::LimitOf(z.stream.stop);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->name, "max_decompressed_bytes");
 }
 
 }  // namespace

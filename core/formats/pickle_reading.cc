@@ -16,6 +16,8 @@
 #include "core/content/content.h"
 #include "core/content/template_check.h"
 #include "core/formats/reader.h"
+#include "core/pickle/joblib_companions.h"
+#include "core/pickle/literals.h"
 #include "core/safetensors/validator.h"
 #include "core/torch/keras_config.h"
 #include "core/torch/legacy.h"
@@ -99,6 +101,113 @@ void Reader::PickleReading(std::string_view data, std::string_view label, bool a
       torch::MemberFacts{std::string(label), std::move(s), /*alternative=*/true});
 }
 
+void Reader::ReadJoblibCompat(std::string_view data) {
+  // joblib.load hands "ZF" files (joblib < 0.10) to load_compatibility.
+  out_->format = "joblib-compat";
+  const std::string member = "(joblib.load: ZF)";
+  absl::StatusOr<compress::JoblibCompat> z =
+      compress::DecompressJoblibCompat(data, options_.compress);
+  if (!z.ok()) {
+    Error(z.status(), std::string(z.status().message()), member, 0);
+    return;
+  }
+  const compress::Decompressed& d = z->stream;
+  const uint64_t at = z->stream_offset;
+  // read_zfile: int(length_field, 16), then zlib.decompress(rest, 15, length), which refuses a
+  // negative length and one past a Py_ssize_t (2^63 - 1).
+  std::optional<uint64_t> declared;
+  absl::StatusOr<pickle::IntValue> length = pickle::PyIntFromBytes(z->length_field, 16);
+  if (length.ok() && length->fits && length->value >= 0 && length->value <= INT64_MAX) {
+    declared = static_cast<uint64_t>(length->value);
+  }
+  if (!declared.has_value()) {
+    Error(v1::ERROR_CODE_MALFORMED,
+          absl::StrCat("joblib ZF header: the length field \"", Esc(z->length_field),
+                       "\" is no length Python's int(text, 16) and zlib.decompress take; "
+                       "joblib.load fails"),
+          member, 2);
+  }
+  if (d.end == compress::End::kLimit) {
+    Error(d.stop,
+          absl::StrCat(d.stop.message(), "; scanned: the ", d.bytes.size(),
+                       " bytes decompressed before"),
+          member, at + d.stop_offset);
+  } else if (!d.stop.ok()) {
+    // zlib.decompress raises on a truncated or corrupt stream: joblib.load fails before its
+    // unpickler reads a byte. What was decoded is scanned all the same.
+    Error(d.stop, absl::StrCat(d.stop.message(), "; joblib.load fails"), member,
+          at + d.stop_offset);
+  } else if (declared.has_value() && *declared != d.bytes.size()) {
+    // read_zfile asserts the length (python -O skips the assert: the pickle is scanned).
+    Error(v1::ERROR_CODE_MALFORMED,
+          absl::StrCat("joblib ZF header: the length field says ", *declared,
+                       " bytes, the zlib stream holds ", d.bytes.size(),
+                       "; joblib.load fails its assertion"),
+          member, 2);
+  }
+  if (d.bytes.empty()) return;
+  // ZipNumpyUnpickler: pickle._Unpickler over the data, one load(); what follows its STOP is
+  // read on as for joblib's compressed files (a trailing pickle is judged too).
+  pickle::Vm unpickler(vm_.limits(), pickle::Loader::kPython);
+  torch::MemberFacts m{member, unpickler.ScanStream(d.bytes, 0, options_.trace),
+                       /*alternative=*/false};
+  JoblibCompanions(member, m.stream);
+  out_->members.push_back(std::move(m));
+  if (d.trailing_bytes > 0) {
+    Anomaly("trailing_data", member, at + d.trailing_offset,
+            absl::StrCat(d.trailing_bytes,
+                         " bytes after the zlib stream, which zlib.decompress ignores"));
+  }
+}
+
+void Reader::JoblibCompanions(std::string_view member, const pickle::StreamFacts& s) {
+  if (s.pickles.empty()) return;
+  const uint64_t cap = options_.zip.max_anomalies_per_kind;
+  // joblib.load reads one pickle: the first. Every companion is found (the graph bounds
+  // them); at most `cap` of each kind are reported, then how many more.
+  const std::vector<pickle::JoblibCompanion> found =
+      pickle::JoblibCompanions(s.pickles[0].graph, s.pickles[0].graph.calls.size());
+  struct Tally {
+    const char* kind;
+    uint64_t count = 0;
+    uint64_t last_offset = 0;
+  } path{"companion_path"}, unpickled{"companion_pickle"}, raw{"companion_data"};
+  for (const pickle::JoblibCompanion& c : found) {
+    const bool plain = !c.truncated && pickle::IsPlainFileName(c.filename);
+    Tally& k = !plain ? path : c.unpickled ? unpickled : raw;
+    k.last_offset = c.offset;
+    if (++k.count > cap) continue;
+    const std::string name = absl::StrCat("\"", Esc(std::string_view(c.filename).substr(0, 200)),
+                                          c.truncated || c.filename.size() > 200 ? "…" : "", "\"");
+    const char* wrapper = c.unpickled ? "NDArrayWrapper" : "ZNDArrayWrapper";
+    std::string message;
+    if (!plain) {
+      message = absl::StrCat(
+          "a joblib < 0.10 ", wrapper, " names its array's file ", name,
+          ", which is no plain file name: joblib.load opens os.path.join(the pickle's folder, "
+          "name), outside that folder or nowhere",
+          c.unpickled ? ", and unpickles what it finds there (numpy.load(allow_pickle=True))" : "");
+    } else if (c.unpickled) {
+      message = absl::StrCat(
+          "joblib.load reads this NDArrayWrapper's array from the file ", name,
+          " beside the pickle with numpy.load(allow_pickle=True), which unpickles that file when "
+          "it holds an object array or is no .npy: what loads depends on it; scan it too");
+    } else {
+      message = absl::StrCat("joblib.load reads this ZNDArrayWrapper's array bytes from the zlib ",
+                             "file ", name, " beside the pickle (raw data, never unpickled)");
+    }
+    Anomaly(k.kind, std::string(member), c.offset, std::move(message),
+            /*must_flag=*/!plain || c.unpickled, "joblib");
+  }
+  for (const Tally* k : {&path, &unpickled, &raw}) {
+    if (k->count <= cap) continue;
+    Anomaly(k->kind, std::string(member), k->last_offset,
+            absl::StrCat(k->count - cap, " more array files of this kind (",
+                         "zip.max_anomalies_per_kind is ", cap, ")"),
+            /*must_flag=*/k != &raw, "joblib");
+  }
+}
+
 void Reader::PurePythonReading(std::string_view data) {
   // joblib.load reads the first pickle (one Unpickler.load) with its NumpyUnpickler, a
   // pickle._Unpickler; where the C unpickler's reading of these bytes (or joblib's own, for a
@@ -107,6 +216,7 @@ void Reader::PurePythonReading(std::string_view data) {
   pickle::StreamFacts s = joblib.ScanStream(data, 0, nullptr, pickle::Pickles::kFirst);
   const std::string key = FirstPickleKey(s);
   const bool names_arrays = NamesJoblibArrays(s);
+  if (!joblib_first_.Covers(s)) JoblibCompanions("(as joblib.load)", s);
   if (!c_first_.Covers(s) && !joblib_first_.Covers(s) && MustKeep(s)) {
     if (HasContent(s)) {
       Anomaly("polyglot", "(as joblib.load)", 0,
@@ -161,6 +271,7 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
     Anomaly("polyglot", member, 0,
             "joblib.load decompresses the file into a pickle that imports or calls something");
   }
+  JoblibCompanions(member, m.stream);
   if (own || MustKeep(m.stream)) out_->members.push_back(std::move(m));
   if (!d->stop.ok()) {
     Error(d->stop,

@@ -322,12 +322,7 @@ void Reader::Run(Reading r, std::string_view data, const Sniff& b, bool own) {
       torch::ReadNpy(data, "", "", 0, true, vm_, out_, options_.max_npy_header_bytes);
       return;
     case Reading::kJoblibCompat:
-      // joblib.load hands "ZF" files (joblib < 0.10) to its compatibility loader, not modelled.
-      out_->format = "joblib-compat";
-      Error(v1::ERROR_CODE_UNSUPPORTED,
-            "joblib-compat: joblib < 0.10's format (\"ZF\"), which joblib.load reads with its "
-            "compatibility loader, is not scanned",
-            "", 0);
+      ReadJoblibCompat(data);
       return;
     case Reading::kGguf:
       Gguf(data);
@@ -446,6 +441,7 @@ void Reader::PickleFile(std::string_view data) {
       pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
       m.stream = joblib.ScanStream(data, 0, options_.trace);
       joblib_first_ = FirstPickle::Of(m.stream);
+      JoblibCompanions("", m.stream);
       out_->members.push_back(std::move(m));
       out_->members.push_back(std::move(plain));
     } else {

@@ -923,5 +923,82 @@ TEST(NotCompressedTest, AFileJoblibFailsToDecompressIsStillReadAsThePickleOtherL
   EXPECT_TRUE(Imports(f, "", "os", "getcwd"));
 }
 
+// --- joblib < 0.10: arrays in files beside the pickle, "ZF" files (docs/formats.md) ----------
+
+const std::filesystem::path kJoblib =
+    std::filesystem::path(CKPT_SOURCE_DIR) / "tests/fixtures/joblib";
+
+// The anomalies of `kind` (category joblib).
+std::vector<ContainerAnomaly> JoblibAnomalies(const FileFacts& f, std::string_view kind) {
+  std::vector<ContainerAnomaly> out;
+  for (const ContainerAnomaly& a : f.anomalies) {
+    if (a.category == "joblib" && a.kind == kind) out.push_back(a);
+  }
+  return out;
+}
+
+TEST(JoblibCompatTest, ZFileIsReadAsTheCompatibilityLoaderReadsIt) {
+  const FileFacts f = ReadFile(Read(kJoblib / "benign/joblib09_zf_arrays.joblib"), pickle::Vm());
+  EXPECT_EQ(f.format, "joblib-compat");
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  EXPECT_TRUE(Imports(f, "(joblib.load: ZF)", "numpy", "recarray"));
+}
+
+TEST(JoblibCompatTest, ZndarrayWrapperNamesItsRawDataFile) {
+  const FileFacts f = ReadFile(Read(kJoblib / "benign/joblib09_zf_companion.joblib"), pickle::Vm());
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  const std::vector<ContainerAnomaly> a = JoblibAnomalies(f, "companion_data");
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_FALSE(a[0].must_flag);
+  EXPECT_THAT(a[0].message, ::testing::HasSubstr("joblib09_zf_companion.joblib_01.npy.z"));
+}
+
+TEST(JoblibCompatTest, NdarrayWrapperFileIsOneNumpyLoadUnpickles) {
+  const FileFacts f = ReadFile(Read(kJoblib / "malicious/joblib09_ndarray.pkl"), pickle::Vm());
+  EXPECT_EQ(f.format, "joblib");
+  EXPECT_TRUE(f.errors.empty()) << f.errors[0].message();
+  for (const MemberFacts& m : f.members) EXPECT_TRUE(m.stream.ok()) << m.member;
+  const std::vector<ContainerAnomaly> a = JoblibAnomalies(f, "companion_pickle");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_TRUE(a[0].must_flag);
+  EXPECT_THAT(a[0].message, ::testing::HasSubstr("\"joblib09_ndarray.pkl_01.npy\""));
+}
+
+TEST(JoblibCompatTest, FileNameOutsideThePicklesFolderIsAPathFinding) {
+  for (const char* file : {"malicious/joblib09_ndarray_path_parent.pkl",
+                           "malicious/joblib09_ndarray_path_absolute.pkl",
+                           "malicious/joblib09_ndarray_path_subfolder.pkl",
+                           "malicious/joblib09_ndarray_path_empty.pkl",
+                           "malicious/joblib09_zndarray_path_parent.joblib"}) {
+    const FileFacts f = ReadFile(Read(kJoblib / file), pickle::Vm());
+    EXPECT_EQ(JoblibAnomalies(f, "companion_path").size(), 1u) << file;
+    EXPECT_TRUE(JoblibAnomalies(f, "companion_pickle").empty()) << file;
+    EXPECT_TRUE(JoblibAnomalies(f, "companion_data").empty()) << file;
+  }
+}
+
+TEST(JoblibCompatTest, PlaceholderInAZFileIsNoPlaceholder) {
+  // joblib >= 0.10's NumpyArrayWrapper means nothing to the compatibility loader: the bytes
+  // after it are opcodes there.
+  const FileFacts f = ReadFile(
+      Read(kJoblib / "malicious/joblib09_zf_placeholder_then_payload.joblib"), pickle::Vm());
+  EXPECT_TRUE(Imports(f, "(joblib.load: ZF)", "posix", "system"));
+}
+
+TEST(JoblibCompatTest, LengthThatLiesIsAnErrorAndThePayloadIsStillRead) {
+  const FileFacts f =
+      ReadFile(Read(kJoblib / "malicious/joblib09_zf_length_lies_payload.joblib"), pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_THAT(f.errors[0].message(), ::testing::HasSubstr("the length field says 7 bytes"));
+  EXPECT_TRUE(Imports(f, "(joblib.load: ZF)", "posix", "system"));
+}
+
+TEST(JoblibCompatTest, NotAZlibStreamIsAnError) {
+  const FileFacts f =
+      ReadFile(Read(kJoblib / "malicious/joblib09_zf_not_zlib.joblib"), pickle::Vm());
+  ASSERT_FALSE(f.errors.empty());
+  EXPECT_THAT(f.errors[0].message(), ::testing::HasSubstr("joblib.load fails"));
+}
+
 }  // namespace
 }  // namespace ckptscan::formats

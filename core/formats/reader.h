@@ -98,7 +98,7 @@ std::string Leading(std::string_view data);
 enum class Reading : uint8_t {
   kZip,               // torch's reader (torch.load), zipfile's (numpy.load's .npz, tools)
   kNpy,               // numpy.load's format.read_array
-  kJoblibCompat,      // joblib < 0.10's "ZF": not read (unsupported)
+  kJoblibCompat,      // joblib < 0.10's "ZF": its zlib stream, then its unpickler
   kGguf,              // the strict GGUF reader
   kUnsupported,       // 7z, rar, zstd, HDF5: recognised, not read
   kJoblibCompressed,  // joblib.load's decompressor, then its unpickler
@@ -284,6 +284,19 @@ class Reader final {
   // A stop (truncated, corrupt, a limit) is an error of the file: ERROR at best, findings in
   // what was decompressed before it kept.
   void ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own);
+
+  // joblib < 0.10's "ZF" file (joblib/numpy_pickle_compat.py read_zfile): a hex length, one
+  // zlib stream holding the pickle, read by the compatibility loader's ZipNumpyUnpickler (a
+  // pickle._Unpickler whose only placeholders are the companion wrappers, which read nothing
+  // from the stream: Loader::kPython reads it alike).
+  void ReadJoblibCompat(std::string_view data);
+
+  // The files joblib.load reads beside the pickle for the first pickle of a joblib reading
+  // (core/pickle/joblib_companions.h): one anomaly each (category "joblib"), companion_path
+  // for a name that leaves the pickle's folder, else companion_pickle (NDArrayWrapper,
+  // unpickled by numpy.load) or companion_data (ZNDArrayWrapper, informational); at most
+  // zip.max_anomalies_per_kind of each kind, then one summary.
+  void JoblibCompanions(std::string_view member, const pickle::StreamFacts& s);
 
   // zipfile.is_zipfile finds an end record anywhere: a zip after the content is what
   // zipfile-based tools (and picklescan) would read instead.

@@ -12,6 +12,7 @@
 #include "base/escape.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "core/pickle/joblib_companions.h"
 #include "core/pickle/vm_internal.h"
 
 namespace ckptscan::pickle::internal {
@@ -56,6 +57,19 @@ class Placeholders final {
     if (c == nullptr || c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal) return false;
     const GlobalRef& g = g_.globals[N(c->callee).ref];
     return g.resolved_module == "joblib.numpy_pickle" && g.resolved_name == "NumpyArrayWrapper";
+  }
+  // An NDArrayWrapper or ZNDArrayWrapper as joblib 0.9 wrote it: NEWOBJ with no arguments,
+  // then this one BUILD with a dict state. joblib reads its array from a file beside the
+  // pickle (joblib_companions.h), nothing from the stream.
+  bool IsCompanionWrapper(NodeId inst, NodeId state) const {
+    const CallSite* c = MadeBy(inst);
+    if (c == nullptr || c->callee == kNoNode || N(c->callee).kind != Kind::kGlobal ||
+        N(c->callee).ref >= g_.globals.size() ||
+        !IsJoblibCompanionWrapper(g_.globals[N(c->callee).ref])) {
+      return false;
+    }
+    return c->op == CallOp::kNewObj && c->args != kNoNode && N(c->args).kind == Kind::kTuple &&
+           N(c->args).items.empty() && N(inst).states.size() == 1 && N(state).kind == Kind::kDict;
   }
   // A call's result that was made by calling something other than a named global (a class
   // built at load time, e.g. by type(...)).
@@ -240,6 +254,7 @@ absl::StatusOr<std::optional<JoblibInlineArray>> JoblibAfterBuild(const Graph& g
     CKPT_ASSIGN_OR_RETURN(JoblibInlineArray array, p.JoblibArray(inst, state));
     return array;
   }
+  if (p.IsCompanionWrapper(inst, state)) return std::nullopt;
   if (p.MayBeOtherPlaceholder(inst, state)) {
     return JoblibNotModelled(
         "BUILD on an object that may be a joblib placeholder, made in a way ckptscan does not "

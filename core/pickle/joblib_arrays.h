@@ -39,10 +39,11 @@ struct JoblibInlineArray {
 };
 
 // What joblib.load does after BUILD set `state` on `inst` (a node of `g`, of an opaque kind):
-// nullopt when it reads nothing more; the array it reads inline for a NumpyArrayWrapper made
-// as joblib.dump writes it (NEWOBJ with no arguments, one BUILD with a dict state); a
-// JoblibNotModelled error for any other object that could be a placeholder, since reading on
-// would skip bytes differently from joblib.
+// nullopt when it reads nothing more from the stream (an NDArrayWrapper or ZNDArrayWrapper made
+// as joblib 0.9 wrote it, whose array is in a file beside the pickle: joblib_companions.h); the
+// array it reads inline for a NumpyArrayWrapper made as joblib.dump writes it (NEWOBJ with no
+// arguments, one BUILD with a dict state); a JoblibNotModelled error for any other object that
+// could be a placeholder, since reading on would skip bytes differently from joblib.
 absl::StatusOr<std::optional<JoblibInlineArray>> JoblibAfterBuild(const Graph& g, NodeId inst,
                                                                   NodeId state);
 

@@ -25,7 +25,7 @@ struct IntValue {
   std::string text;      // canonical decimal when fits, else the literal as written
 };
 
-// CPython's PyLong_FromString(str, NULL, base) for base 0 or 10 on a C string.
+// CPython's PyLong_FromString(str, NULL, base) for base 0, 10 or 16 on a C string.
 absl::StatusOr<IntValue> PyLongFromString(std::string_view cstr, int base);
 // The INT opcode's argument line.
 absl::StatusOr<IntValue> ParseIntLine(std::string_view line);
@@ -39,8 +39,9 @@ absl::StatusOr<double> ParseFloatLine(std::string_view line);
 // the number, '_' between digits, a value out of range is inf; anything else (a NUL, junk) is
 // an error.
 absl::StatusOr<double> PyFloatFromBytes(std::string_view s);
-// Python's int(bytes, base) for base 0 or 10 (pickle.py's INT, LONG, GET and PUT): as
-// PyLongFromString, but over the whole bytes, so a NUL is an error rather than an end.
+// Python's int(bytes, base) for base 0 or 10 (pickle.py's INT, LONG, GET and PUT) or 16 (the
+// length of joblib < 0.10's "ZF" files): as PyLongFromString, but over the whole bytes, so a
+// NUL is an error rather than an end.
 absl::StatusOr<IntValue> PyIntFromBytes(std::string_view s, int base);
 // LONG1/LONG4 payload: little-endian two's complement.
 IntValue IntFromTwosComplement(std::string_view bytes);

@@ -88,6 +88,43 @@ TEST(ParseMemoIndexLineTest, BaseTenWithWhitespaceAndUnderscores) {
   EXPECT_FALSE(ParseMemoIndexLine("99999999999999999999\n").ok());
 }
 
+// int(bytes, 16), as joblib reads a "ZF" file's length field (checked against CPython 3.11).
+TEST(PyIntFromBytesTest, BaseSixteenMatchesCPython) {
+  struct Case {
+    std::string bytes;
+    bool ok;
+    std::string text;
+  } cases[] = {
+      {"0x337              ", true, "823"},
+      {" 0x10 ", true, "16"},
+      {"0X1f", true, "31"},
+      {"1f", true, "31"},
+      {"0x_1f", true, "31"},
+      {"0x1_f", true, "31"},
+      {"+0x5", true, "5"},
+      {"-0x5", true, "-5"},
+      {"\t0x10\v", true, "16"},
+      {"0xffffffffffffffff", true, "18446744073709551615"},
+      {"0x10000000000000000", true, "18446744073709551616"},
+      {"0x1__f", false, ""},
+      {"0x1f_", false, ""},
+      {"_1f", false, ""},
+      {"0x", false, ""},
+      {"", false, ""},
+      {"   ", false, ""},
+      {"1 2", false, ""},
+      {"0_x1", false, ""},
+      {"\x1c" "10", false, ""},
+      {"0x\0" "1"s, false, ""},
+      {"0x10\n\x78\x9c", false, ""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<IntValue> v = PyIntFromBytes(c.bytes, 16);
+    EXPECT_EQ(v.ok(), c.ok) << c.bytes;
+    if (v.ok() && c.ok) EXPECT_EQ(v->text, c.text) << c.bytes;
+  }
+}
+
 TEST(DecodeEscapedBytesTest, MatchesCPython) {
   EXPECT_EQ(*DecodeEscapedBytes("a\\x41"), "aA");
   EXPECT_EQ(*DecodeEscapedBytes("a\\q"), "a\\q");

@@ -670,5 +670,42 @@ TEST(VmTest, PythonReadingResumesAfterTheFrameItsStopLiesIn) {
   EXPECT_LT(c.pickles[0].end, data.size());
 }
 
+// joblib 0.9's NDArrayWrapper: NEWOBJ, one BUILD with {filename, subclass, allow_mmap}; its
+// array is in a file beside the pickle, so joblib.load reads nothing more from the stream.
+std::string JoblibCompanionWrapper(std::string_view wrapper, std::string_view after) {
+  return "\x80\x02" "cjoblib.numpy_pickle\n" + std::string(wrapper) +
+         "\n)\x81}(U\x08" "filenameU\x0c" "x.pkl_01.npy" "U\x08" "subclass"
+         "cnumpy\nndarray\nub" + std::string(after) + "."s;
+}
+
+TEST(VmTest, JoblibCompanionWrapperReadsNothingFromTheStream) {
+  for (std::string_view wrapper : {"NDArrayWrapper", "ZNDArrayWrapper"}) {
+    // What follows the BUILD is read as opcodes, as joblib's unpickler reads it.
+    std::string data = JoblibCompanionWrapper(wrapper, "0cposix\nsystem\n(S'true'\ntR");
+    StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+    ASSERT_TRUE(f.ok()) << wrapper << ": " << ErrorOf(f.pickles[0]);
+    EXPECT_EQ(f.pickles[0].end, data.size()) << wrapper;
+    std::vector<std::string> g = Globals(f.pickles[0]);
+    EXPECT_NE(std::find(g.begin(), g.end(), "posix.system"), g.end()) << wrapper;
+  }
+}
+
+TEST(VmTest, JoblibCompanionWrapperWithASecondBuildStopsTheReading) {
+  // A second BUILD lands on the array joblib put in the wrapper's place: not modelled.
+  std::string data = JoblibCompanionWrapper("NDArrayWrapper", "}b");
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+}
+
+TEST(VmTest, JoblibCompanionWrapperMadeByReduceStopsTheReading) {
+  std::string data =
+      "\x80\x02" "cjoblib.numpy_pickle\nNDArrayWrapper\n" "U\x01" "a"
+      "cnumpy\nndarray\n\x86R}b."s;
+  StreamFacts f = Vm(Limits{}, Loader::kJoblib).ScanStream(data);
+  ASSERT_TRUE(f.pickles[0].error.has_value());
+  EXPECT_EQ(f.pickles[0].error->code, VmError::Code::kStricter);
+}
+
 }  // namespace
 }  // namespace ckptscan::pickle

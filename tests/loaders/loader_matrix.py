@@ -132,6 +132,7 @@ ALLOWED |= {
     ("numpy.random._pcg64", "PCG64"), ("numpy.random._generator", "Generator"),
     ("numpy.core.records", "recarray"), ("numpy.core.records", "record"),
     ("numpy._core.records", "recarray"), ("numpy._core.records", "record"),
+    ("numpy", "recarray"), ("numpy", "record"),  # the names newer numpy pickles them by
 }
 # Globals that are data for one loader only: PyTables 1.x files pickle their FILTERS attribute.
 ALLOWED_FOR = {"tables": {("tables.filters", "Filters")}}
