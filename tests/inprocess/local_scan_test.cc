@@ -118,7 +118,6 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
       {std::string("\x37\x7a\xbc\xaf\x27\x1c\x00\x04", 8), "7z"},
       {std::string("Rar!\x1a\x07\x01\x00", 8), "rar"},
       {std::string("\x28\xb5\x2f\xfd\x00", 5), "zstd"},
-      {std::string("ZF0x10\n\x78\x9c", 8), "joblib-compat"},
       {std::string("\x89HDF\r\n\x1a\n\x00\x00", 10), "hdf5"},
   };
   for (const auto& c : cases) {
@@ -134,6 +133,16 @@ TEST(ExtractFactsTest, ArchiveAndZstdContainersFailClosed) {
   ASSERT_EQ(gguf.errors.size(), 1u);
   EXPECT_EQ(gguf.errors[0].code(), v1::ERROR_CODE_MALFORMED);
   EXPECT_EQ(JudgeFacts(gguf, DefaultRules()).verdict(), v1::VERDICT_ERROR);
+}
+
+// joblib < 0.10's "ZF" files are read (docs/formats.md, "joblib < 0.10"): one whose length
+// field Python's int() refuses, and whose zlib stream starts inside it, fails joblib.load.
+TEST(ExtractFactsTest, ZFileThatJoblibCannotReadIsAnError) {
+  const FileFacts f = ExtractFacts(std::string("ZF0x10\n\x78\x9c", 8), {});
+  EXPECT_EQ(f.format, "joblib-compat");
+  ASSERT_FALSE(f.errors.empty());
+  for (const v1::ScanError& e : f.errors) EXPECT_NE(e.code(), v1::ERROR_CODE_UNSUPPORTED);
+  EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(), v1::VERDICT_ERROR);
 }
 
 // "GGUF" is BINFLOAT and 4 bytes of its operand; the version and the tensor count's first byte
