@@ -115,6 +115,22 @@ const std::vector<LimitFlag>& LimitFlags() {
   return flags;
 }
 
+std::vector<LimitInForce> LimitsInForce(const pickle::Limits& vm,
+                                        const formats::FormatLimitSettings& format) {
+  std::vector<LimitInForce> out;
+  for (const Field& f : Fields()) {
+    out.push_back({f.flag.name, f.u64 != nullptr ? vm.*f.u64 : uint64_t{vm.*f.u32}});
+  }
+  for (const formats::FormatLimitInfo& f : formats::FormatLimits()) {
+    uint64_t value = f.default_value;
+    for (const formats::FormatLimitSetting& s : format) {
+      if (s.limit == f.id) value = s.value;
+    }
+    out.push_back({f.name, value});
+  }
+  return out;
+}
+
 absl::Status ApplyLimitFlag(std::string_view spec, LimitSettings* limits) {
   const size_t eq = spec.find('=');
   if (eq == std::string_view::npos) {

@@ -40,6 +40,15 @@ struct LimitSettings {
 // Every settable limit: pickle::Limits in declaration order, then formats::FormatLimits().
 const std::vector<LimitFlag>& LimitFlags();
 
+// Every settable limit with the value `limits` gives it, in LimitFlags() order: what a scan
+// ran under (a scan attestation records it).
+struct LimitInForce {
+  std::string_view name;
+  uint64_t value;
+};
+std::vector<LimitInForce> LimitsInForce(const pickle::Limits& vm,
+                                        const formats::FormatLimitSettings& format);
+
 // Applies one "NAME=VALUE" to `limits`.
 [[nodiscard]] absl::Status ApplyLimitFlag(std::string_view spec, LimitSettings* limits);
 

@@ -43,6 +43,23 @@ TEST(LimitFlagsTest, EveryLimitsFieldIsSettableByName) {
   EXPECT_EQ(l->vm.max_nested_bytes, 114u);
 }
 
+TEST(LimitFlagsTest, LimitsInForceListEveryLimitWithItsSetValue) {
+  absl::StatusOr<LimitSettings> set =
+      ParseLimitFlags({"max_opcodes=7", "max_pickles=3", "max_compression_ratio=200"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  const std::vector<LimitInForce> in_force = LimitsInForce(set->vm, set->format);
+  ASSERT_EQ(in_force.size(), LimitFlags().size());
+  for (size_t i = 0; i < in_force.size(); ++i) {
+    const LimitFlag& flag = LimitFlags()[i];
+    EXPECT_EQ(in_force[i].name, flag.name);
+    const uint64_t expected = flag.name == "max_opcodes"             ? 7
+                              : flag.name == "max_pickles"           ? 3
+                              : flag.name == "max_compression_ratio" ? 200
+                                                                     : flag.default_value;
+    EXPECT_EQ(in_force[i].value, expected) << flag.name;
+  }
+}
+
 TEST(LimitFlagsTest, NoFlagsGiveTheDefaults) {
   absl::StatusOr<LimitSettings> l = ParseLimitFlags({});
   ASSERT_TRUE(l.ok());

@@ -55,6 +55,7 @@ void AddConvertCommand(CLI::App* app, Commands* out);
 void AddDisasmCommand(CLI::App* app, Commands* out);
 void AddRulesCommands(CLI::App* app, Commands* out);   // rules show|check, version
 void AddKeyCommands(CLI::App* app, Commands* out);     // keygen, verify
+void AddAttestationCommands(CLI::App* app, Commands* out);  // verify-attestation
 void AddDaemonCommands(CLI::App* app, Commands* out);  // health, admin ...
 
 // "ckptscan: MESSAGE" on stderr: notes and warnings beside a result (errors go to Finish).

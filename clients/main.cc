@@ -1,5 +1,5 @@
 // ckptscan: decides whether Python pickle / PyTorch checkpoint files are safe to load.
-// Commands: scan, convert, keygen, verify, disasm, rules show|check, version, health, admin
+// Commands: scan, convert, keygen, verify, verify-attestation, disasm, rules show|check, version, health, admin
 // (docs/cli.md); each lives in clients/commands/. Exit codes: app/verdict.h.
 //
 // CLI11 reports parse errors by exception; they are caught around parse() and nowhere else.
@@ -29,6 +29,7 @@ int Main(int argc, char** argv) {
   AddDisasmCommand(&app, &commands);
   AddConvertCommand(&app, &commands);
   AddKeyCommands(&app, &commands);
+  AddAttestationCommands(&app, &commands);
   AddRulesCommands(&app, &commands);
   AddDaemonCommands(&app, &commands);
   app::OneValuePerOccurrence(&app);

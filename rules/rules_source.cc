@@ -17,25 +17,23 @@ absl::Status Prefixed(const absl::Status& s, const std::string& prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
-// The overlay's bytes for its digest: deterministic serialization, so the same entries in the
-// same order always give the same digest.
-std::string Canonical(const v1::RuleSet& overlay) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    overlay.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string RulesSource::Describe() const {
   std::string out = rules_file.empty() ? "built-in" : rules_file;
   if (!overlay_file.empty()) absl::StrAppend(&out, " + overlay ", overlay_file);
   if (!allow.empty()) absl::StrAppend(&out, " + ", allow.size(), " --allow");
+  return out;
+}
+
+std::string CanonicalBytes(const v1::RuleSet& rules) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    rules.SerializeToCodedStream(&coded);
+  }
   return out;
 }
 
@@ -71,7 +69,7 @@ absl::StatusOr<std::shared_ptr<const rules::RuleSet>> LoadRules(const RulesSourc
   if (!source.allow.empty()) {
     absl::StrAppend(&origin, origin.empty() ? "" : " and ", "--allow");
   }
-  absl::StatusOr<std::string> digest = base::Sha256Hex(Canonical(overlay));
+  absl::StatusOr<std::string> digest = base::Sha256Hex(CanonicalBytes(overlay));
   if (!digest.ok()) return digest.status();
   absl::StatusOr<std::shared_ptr<const rules::RuleSet>> merged =
       rules::RuleSet::WithOverlay(*base, overlay, *digest, origin);

@@ -26,6 +26,10 @@ struct RulesSource {
   std::string Describe() const;
 };
 
+// `rules` as a deterministically serialized binary ckptscan.v1.RuleSet: what the overlay's
+// digest in a rules version, and a scan attestation's rules digest, are computed over.
+std::string CanonicalBytes(const v1::RuleSet& rules);
+
 // The rules of `source`. With an overlay, its entries (the file's, then one per --allow, see
 // rules::RuleSet::TrustedName) are merged with RuleSet::WithOverlay, and the version names the
 // SHA-256 of the overlay as a deterministically serialized binary ckptscan.v1.RuleSet. Errors

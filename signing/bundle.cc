@@ -191,6 +191,8 @@ struct ParsedBundle {
   const Json* chain = nullptr;       // verificationMaterial.x509CertificateChain.certificates
   std::string payload;               // decoded
   std::string sig;                   // decoded signatures[0].sig
+  size_t signatures = 0;             // dsseEnvelope.signatures
+  bool keyid_set = false;            // signatures[0].keyid is a non-empty string
 };
 
 absl::Status CheckKnownFields(const Json& obj, std::string_view path,
@@ -360,8 +362,14 @@ absl::StatusOr<ParsedBundle> ParseBundle(const Json& b, const Limits& limits) {
           absl::StrFormat("%s: %s.sig is empty", AbslView(kDoc), path));
     }
     // model_signing checks signatures[0] only; so do we, after checking the others' shape.
-    if (i == 0) out.sig = *std::move(raw);
+    if (i == 0) {
+      out.sig = *std::move(raw);
+      const Json* keyid = FindField(s, "keyid");
+      out.keyid_set = keyid != nullptr && keyid->is_string() &&
+                      !keyid->get_ref<const std::string&>().empty();
+    }
   }
+  out.signatures = (*sigs)->size();
   return out;
 }
 
@@ -499,6 +507,39 @@ absl::Status VerifyCertificateMethod(const ParsedBundle& pb, const Trust& trust,
   return absl::OkStatus();
 }
 
+// Steps 1-4 of docs/signing.md: the size, strict JSON, the bundle's and envelope's structure.
+// The result points into `*doc`, which must outlive it.
+absl::StatusOr<ParsedBundle> ReadBundle(std::string_view bundle_json, const Limits& limits,
+                                        Json* doc) {
+  if (bundle_json.size() > limits.max_bundle_bytes) {
+    return base::LimitError(absl::StrFormat("bundle: %d bytes, over Limits::max_bundle_bytes (%d)",
+                                            bundle_json.size(), limits.max_bundle_bytes),
+                            "max_bundle_bytes", limits.max_bundle_bytes);
+  }
+  absl::StatusOr<Json> parsed = ParseStrictJson(bundle_json, kDoc, limits);
+  if (!parsed.ok()) return parsed.status();
+  *doc = *std::move(parsed);
+  return ParseBundle(*doc, limits);
+}
+
+// Step 6: the signature with the trusted key, or the chain to the trusted CAs and the leaf's key.
+absl::Status Authenticate(const ParsedBundle& pb, const Trust& trust, VerifiedBundle* out) {
+  if (pb.method == BundleMethod::kKey) {
+    if (trust.key() == nullptr) {
+      return absl::UnauthenticatedError(
+          "bundle uses the key method (verificationMaterial.publicKey) but a certificate trust "
+          "policy was given: verify it with the signer's public key");
+    }
+    return VerifyKeyMethod(pb, *trust.key(), out);
+  }
+  if (trust.anchors().empty()) {
+    return absl::UnauthenticatedError(
+        "bundle uses the certificate method (verificationMaterial.x509CertificateChain) but a "
+        "public key was given: verify it with the CA certificates");
+  }
+  return VerifyCertificateMethod(pb, trust, out);
+}
+
 }  // namespace
 
 void internal::X509Free::operator()(X509* x) const { X509_free(x); }
@@ -512,11 +553,15 @@ absl::StatusOr<std::string> Sign(const Manifest& manifest, const PrivateKey& key
                                  const Limits& limits) {
   absl::StatusOr<std::string> payload = PreparePayload(manifest, limits);
   if (!payload.ok()) return payload.status();
-  absl::StatusOr<std::string> sig = SignPae(key, Pae(kPayloadType, *payload));
+  return SignPayload(*payload, key);
+}
+
+absl::StatusOr<std::string> SignPayload(std::string_view payload, const PrivateKey& key) {
+  absl::StatusOr<std::string> sig = SignPae(key, Pae(kPayloadType, payload));
   if (!sig.ok()) return sig.status();
   const std::string vm = absl::StrCat("{\"publicKey\":{\"hint\":\"", key.public_key().hint(),
                                       "\"},\"tlogEntries\":[]}");
-  return BundleJson(vm, *payload, *sig);
+  return BundleJson(vm, payload, *sig);
 }
 
 absl::StatusOr<std::string> SignWithCertificate(const Manifest& manifest, const PrivateKey& key,
@@ -601,36 +646,39 @@ absl::StatusOr<Trust> Trust::CaCertificateFiles(const std::vector<std::string>& 
 
 absl::StatusOr<VerifiedBundle> VerifyBundle(std::string_view bundle_json, const Trust& trust,
                                             const Limits& limits) {
-  if (bundle_json.size() > limits.max_bundle_bytes) {
-    return base::LimitError(absl::StrFormat("bundle: %d bytes, over Limits::max_bundle_bytes (%d)",
-                                            bundle_json.size(), limits.max_bundle_bytes),
-                            "max_bundle_bytes", limits.max_bundle_bytes);
-  }
-  absl::StatusOr<Json> doc = ParseStrictJson(bundle_json, kDoc, limits);
-  if (!doc.ok()) return doc.status();
-  absl::StatusOr<ParsedBundle> pb = ParseBundle(*doc, limits);
+  Json doc;
+  absl::StatusOr<ParsedBundle> pb = ReadBundle(bundle_json, limits, &doc);
   if (!pb.ok()) return pb.status();
+  // The statement is checked before the signature, so that a malformed one is reported as such.
   absl::StatusOr<Manifest> manifest = ParseStatement(pb->payload, limits);
   if (!manifest.ok()) return manifest.status();
-
   VerifiedBundle out;
-  if (pb->method == BundleMethod::kKey) {
-    if (trust.key() == nullptr) {
-      return absl::UnauthenticatedError(
-          "bundle uses the key method (verificationMaterial.publicKey) but a certificate trust "
-          "policy was given: verify it with the signer's public key");
-    }
-    if (absl::Status s = VerifyKeyMethod(*pb, *trust.key(), &out); !s.ok()) return s;
-  } else {
-    if (trust.anchors().empty()) {
-      return absl::UnauthenticatedError(
-          "bundle uses the certificate method (verificationMaterial.x509CertificateChain) but a "
-          "public key was given: verify it with the CA certificates");
-    }
-    if (absl::Status s = VerifyCertificateMethod(*pb, trust, &out); !s.ok()) return s;
-  }
+  if (absl::Status s = Authenticate(*pb, trust, &out); !s.ok()) return s;
   out.manifest = *std::move(manifest);
   return out;
+}
+
+absl::StatusOr<SignedPayload> VerifyEnvelope(std::string_view bundle_json, const Trust& trust,
+                                             const Limits& limits) {
+  Json doc;
+  absl::StatusOr<ParsedBundle> pb = ReadBundle(bundle_json, limits, &doc);
+  if (!pb.ok()) return pb.status();
+  // What SignPayload writes, and nothing else: a signature or key id that nothing checks would
+  // be bytes in a signed document that an attacker may change.
+  if (pb->signatures != 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: dsseEnvelope.signatures holds %d signatures; this bundle must hold exactly one",
+        AbslView(kDoc), pb->signatures));
+  }
+  if (pb->keyid_set) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: dsseEnvelope.signatures[0].keyid is set; the key is named by "
+        "verificationMaterial only (keyid must be empty)",
+        AbslView(kDoc)));
+  }
+  VerifiedBundle who;
+  if (absl::Status s = Authenticate(*pb, trust, &who); !s.ok()) return s;
+  return SignedPayload{std::move(pb->payload), std::move(who.method), std::move(who.signer)};
 }
 
 absl::StatusOr<VerifiedBundle> VerifyManifest(std::string_view bundle_json, const Trust& trust,

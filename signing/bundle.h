@@ -60,6 +60,10 @@ std::string Pae(std::string_view payload_type, std::string_view payload);
 absl::StatusOr<std::string> Sign(const Manifest& manifest, const PrivateKey& key,
                                  const Limits& limits = {});
 
+// Signs an arbitrary in-toto statement (`payload`, already written and checked by the caller)
+// with the key method: the same bundle layout as Sign. Scan attestations (attestation.h) use it.
+absl::StatusOr<std::string> SignPayload(std::string_view payload, const PrivateKey& key);
+
 // The certificate method: `leaf_pem` must certify `key`'s public key; `chain_pem` holds the
 // intermediates (may be empty). The bundle records leaf then chain as DER.
 absl::StatusOr<std::string> SignWithCertificate(const Manifest& manifest, const PrivateKey& key,
@@ -110,6 +114,21 @@ struct VerifiedBundle {
 // Authenticates a bundle: structure, statement, signature and key/chain. Touches no files.
 absl::StatusOr<VerifiedBundle> VerifyBundle(std::string_view bundle_json, const Trust& trust,
                                             const Limits& limits = {});
+
+// What VerifyEnvelope authenticated: the DSSE payload, still unparsed, and who signed it.
+struct SignedPayload {
+  std::string payload;  // the statement's bytes, exactly as signed
+  std::string method;   // "key" or "certificate"
+  std::string signer;   // the key's hint, or the leaf certificate's subject
+};
+
+// The bundle's structure (steps 1-4 of docs/signing.md: size, strict JSON, media type, DSSE
+// payloadType, base64) and its signature (step 6), for a statement of any predicate: the
+// caller parses the payload, which nothing here has read. Stricter than VerifyBundle about what
+// no signature covers: exactly one DSSE signature, its keyid empty or absent (as SignPayload
+// writes it). Touches no files.
+absl::StatusOr<SignedPayload> VerifyEnvelope(std::string_view bundle_json, const Trust& trust,
+                                             const Limits& limits = {});
 
 struct VerifyOptions {
   // Extra exclusions relative to the model root, on top of the bundle's ignore_paths (the

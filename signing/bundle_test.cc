@@ -67,12 +67,7 @@ class OmsSignedModelTest : public ::testing::Test {
     WriteFile(dir_ / "config.json", "{\"hidden\": 4096}");
     WriteFile(dir_ / "weights/model-00001.safetensors", std::string(5000, 'w'));
     WriteFile(dir_ / "weights/model-00002.safetensors", std::string(3000, 'v'));
-    absl::StatusOr<PrivateKey> key = PrivateKey::Generate();
-    ASSERT_TRUE(key.ok());
-    key_.emplace(*std::move(key));
-    absl::StatusOr<PublicKey> pub = PublicKey::FromPem(key_->public_key().pem());
-    ASSERT_TRUE(pub.ok());
-    trust_.emplace(Trust::Key(*std::move(pub)));
+    testing::NewKeyAndTrust(&key_, &trust_);
     bundle_ = SignDir(dir_.path());
   }
 

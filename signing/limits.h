@@ -36,6 +36,12 @@ struct Limits {
   size_t max_directory_depth = 64;
   // Size of a key or certificate PEM file read from disk.
   size_t max_pem_bytes = 1u << 20;
+  // Scan attestations (attestation.h): files (subjects) one statement may attest. A scan's own
+  // walk stops at a million entries; a model repository holds a few hundred files.
+  size_t max_attested_files = 100'000;
+  // Entries in one attested file's lists (rule ids, errors, shards, code files) and limits in
+  // the verifier's record. A report holds a few; the rules catalogue has about a hundred ids.
+  size_t max_attested_list_entries = 10'000;
 };
 
 }  // namespace ckptscan::signing

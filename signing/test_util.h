@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "gtest/gtest.h"
+#include "signing/bundle.h"
+#include "signing/keys.h"
 
 namespace ckptscan::signing::testing {
 
@@ -49,6 +52,17 @@ inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << path;
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A fresh P-256 key, and a Trust in its public half (read back from its PEM, as a verifier
+// holds it).
+inline void NewKeyAndTrust(std::optional<PrivateKey>* key, std::optional<Trust>* trust) {
+  absl::StatusOr<PrivateKey> k = PrivateKey::Generate();
+  ASSERT_TRUE(k.ok()) << k.status();
+  key->emplace(*std::move(k));
+  absl::StatusOr<PublicKey> pub = PublicKey::FromPem((*key)->public_key().pem());
+  ASSERT_TRUE(pub.ok()) << pub.status();
+  trust->emplace(Trust::Key(*std::move(pub)));
 }
 
 }  // namespace ckptscan::signing::testing

@@ -28,9 +28,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "app/attest.h"
 #include "app/convert.h"
 #include "app/limit_flags.h"
 #include "app/manifest.h"
+#include "app/output_file.h"
 #include "app/report.h"
 #include "app/report_format.h"
 #include "app/scan_file.h"
@@ -42,6 +44,8 @@
 #include "clients/cli_common.h"
 #include "clients/progress.h"
 #include "rules/catalogue.h"
+#include "signing/attestation.h"
+#include "signing/keys.h"
 
 namespace ckptscan::clients {
 namespace {
@@ -69,6 +73,8 @@ struct ScanOptions {
   std::string manifest;
   std::string sarif_output;
   int jobs = 0;          // 0: one per core this process may run on
+  std::string attest;    // --attest OUT: a signed scan attestation (app/attest.h)
+  std::string key;       // --key: the private key that signs it
   bool tensors = false;  // --tensors: every tensor in the report (ckptscan ls sets it)
   bool table = false;    // ckptscan ls: the text format is the tensor table
   VerbosityFlags verbosity;
@@ -149,12 +155,98 @@ class WatchedFiles final : public app::FileSource {
   bool verbose_;
 };
 
+// --attest OUT: where the attestation goes, settled before anything is scanned: OUT's directory
+// opened once (the bundle is created relative to it), OUT checked absent, the key loaded (a
+// key file others can read is refused; the key stays in this process, no worker sees it).
+struct AttestOutput {
+  app::OutputDir dir;
+  signing::PrivateKey key;
+};
+
+absl::StatusOr<AttestOutput> PrepareAttestation(const ScanOptions& opt) {
+  if (!opt.server.server.empty()) {
+    return UsageError(
+        "--attest cannot be used with --server: the daemon's verdicts would be signed with a "
+        "key of this machine (scan locally to attest)");
+  }
+  if (opt.key.empty()) {
+    return UsageError(
+        "--attest needs --key KEY: the private key that signs the attestation (ckptscan keygen "
+        "makes one; verify-attestation checks it with the public half)");
+  }
+  if (opt.digest == "none") {
+    return UsageError(
+        "--attest binds each verdict to the file's SHA-256; it cannot be used with --digest none");
+  }
+  absl::StatusOr<signing::PrivateKey> key = signing::PrivateKey::LoadFile(opt.key);
+  if (!key.ok()) {
+    return UsageError(absl::StrCat("--key ", TerminalSafe(opt.key), ": ", key.status().message()));
+  }
+  app::ConvertRequest where;  // OpenOutputDir's one input: the output's path
+  where.output = opt.attest;
+  absl::StatusOr<app::OutputDir> dir = app::OpenOutputDir(where);
+  if (!dir.ok()) {
+    return UsageError(absl::StrCat("--attest ", TerminalSafe(opt.attest), ": ",
+                                   dir.status().message()));
+  }
+  // Publish refuses an existing OUT too; this says so before the scan rather than after it.
+  struct stat st;
+  if (::fstatat(dir->fd, dir->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "--attest ", TerminalSafe(opt.attest),
+        ": exists; not scanning (an attestation is never overwritten: remove it first)"));
+  }
+  return AttestOutput{*std::move(dir), *std::move(key)};
+}
+
+// The report signed as a scan attestation and published as OUT: written to an unnamed file in
+// OUT's directory, linked under OUT only once whole (a failure leaves nothing).
+absl::Status WriteAttestation(const ScanOptions& opt, const v1::Report& report,
+                              const app::Engine& engine, AttestOutput& out) {
+  app::AttestContext context;
+  context.scan_paths = opt.paths;
+  if (context.scan_paths.empty()) context.scan_paths.push_back(app::ManifestFolder(opt.manifest));
+  CKPT_ASSIGN_OR_RETURN(context.rules_sha256, app::RulesDigest(engine.rules()->proto()));
+  for (const app::LimitInForce& l :
+       app::LimitsInForce(engine.limits(), engine.jail().format_limits)) {
+    context.limits.push_back({std::string(l.name), l.value});
+  }
+  context.time = absl::Now();
+  absl::StatusOr<signing::ScanAttestation> attestation = app::AttestationOf(report, context);
+  absl::StatusOr<std::string> bundle =
+      attestation.ok() ? signing::SignAttestation(*attestation, out.key)
+                       : absl::StatusOr<std::string>(attestation.status());
+  if (!bundle.ok()) {
+    return absl::Status(bundle.status().code(),
+                        absl::StrCat("--attest: not written: ", bundle.status().message()));
+  }
+  absl::StatusOr<app::OutputFile> file =
+      app::OutputFile::CreateAt(out.dir.fd, out.dir.name, opt.attest);
+  absl::Status written = file.ok() ? file->WriteAt(0, *bundle) : file.status();
+  if (written.ok()) written = file->Publish(/*replace=*/false);
+  if (!written.ok()) {
+    return absl::Status(written.code(),
+                        absl::StrCat("--attest: not written: ", written.message()));
+  }
+  PrintError(absl::StrCat("attested: ", report.files_size(), " files in ",
+                          TerminalSafe(opt.attest), " (key ",
+                          out.key.public_key().hint().substr(0, 16), "...)"));
+  return absl::OkStatus();
+}
+
 CommandResult RunScan(const ScanOptions& opt) {
   if (opt.paths.empty() && opt.manifest.empty()) {
     return UsageError("scan: give PATH... or --manifest FILE (see ckptscan scan --help)");
   }
   if (!opt.manifest.empty() && opt.digest == "none") {
     return UsageError("scan: --manifest compares digests; it cannot be used with --digest none");
+  }
+  std::optional<AttestOutput> attest_out;
+  if (!opt.attest.empty()) {
+    CKPT_ASSIGN_OR_RETURN(AttestOutput prepared, PrepareAttestation(opt));
+    attest_out.emplace(std::move(prepared));
+  } else if (!opt.key.empty()) {
+    return UsageError("--key signs an attestation: give --attest OUT too");
   }
   std::vector<app::ManifestEntry> manifest;
   if (!opt.manifest.empty()) {
@@ -180,7 +272,9 @@ CommandResult RunScan(const ScanOptions& opt) {
   // cache blobs are named by; none otherwise (it costs a read of every byte of every file).
   bool compared = !opt.manifest.empty();
   for (const app::ScanTarget& t : targets) compared = compared || !t.expected_sha256.empty();
-  const bool sha256 = opt.digest == "sha256" || (opt.digest == "auto" && compared);
+  // --attest: the digest that binds each verdict to the bytes the worker parsed.
+  const bool sha256 = opt.digest == "sha256" || (opt.digest == "auto" && compared) ||
+                      attest_out.has_value();
   v1::Report report = app::NewReport(Version(), "");
   std::unique_ptr<RemoteClient> remote;
   std::unique_ptr<app::Engine> engine;
@@ -288,6 +382,9 @@ CommandResult RunScan(const ScanOptions& opt) {
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("cannot write the SARIF report: ", s.message()));
     }
+  }
+  if (attest_out.has_value()) {
+    CKPT_RETURN_IF_ERROR(WriteAttestation(opt, report, *engine, *attest_out));
   }
   return exit_code;
 }
@@ -405,6 +502,17 @@ void AddScanCommand(CLI::App* app, Commands* out) {
                    "otherwise)")
       ->check(CLI::IsMember({"auto", "sha256", "none"}))
       ->capture_default_str();
+  scan->add_option("--attest", scan_opt->attest,
+                   "Also write a signed scan attestation to OUT (a new file): a Sigstore bundle "
+                   "whose in-toto statement lists every scanned file with its SHA-256 (computed "
+                   "whatever --digest says) and records per file the verdict, what was read, "
+                   "the rule ids, and the rules, limits and version in force; any verdict is "
+                   "attested. Needs --key. Check it with ckptscan verify-attestation")
+      ->type_name("OUT");
+  scan->add_option("--key", scan_opt->key,
+                   "With --attest: the private key that signs it (PEM, from ckptscan keygen, "
+                   "mode 0600)")
+      ->type_name("KEY");
   scan->add_flag("--tensors", scan_opt->tensors,
                  "List every tensor in the report (name, dtype, shape, bytes, storage; JSON: "
                  "tensor_list). ckptscan ls prints them as a table");

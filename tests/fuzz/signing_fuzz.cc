@@ -7,13 +7,17 @@
 // (tests/fixtures/oms/model-transparency/keys/certificate/), so the seeds verify and the
 // fuzzer starts beyond the signature check.
 //
+// The input is also verified and parsed as a scan attestation (signing/attestation.h).
+//
 // Invariants: a verified bundle names its method and its manifest validates; a parsed
-// statement's manifest validates, and writing it and parsing it back is a fixed point.
+// statement's manifest validates, and writing it and parsing it back is a fixed point; a parsed
+// scan attestation writes, and its written form parses back to the same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "signing/attestation.h"
 #include "signing/bundle.h"
 #include "signing/keys.h"
 #include "signing/limits.h"
@@ -101,6 +105,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   CheckVerified(signing::VerifyBundle(bytes, key_trust, limits), limits, "key");
   CheckVerified(signing::VerifyBundle(bytes, ca_trust, limits), limits, "certificate");
+
+  (void)signing::VerifyAttestation(bytes, key_trust, limits);
+  if (absl::StatusOr<signing::ScanAttestation> a = signing::ParseAttestation(bytes, limits);
+      a.ok()) {
+    absl::StatusOr<std::string> written = signing::WriteAttestation(*a, limits);
+    CKPT_FUZZ_CHECK(written.ok(), "parsed attestation does not write: %s",
+                    written.status().ToString().c_str());
+    absl::StatusOr<signing::ScanAttestation> reread = signing::ParseAttestation(*written, limits);
+    CKPT_FUZZ_CHECK(reread.ok(), "our own attestation does not parse");
+    absl::StatusOr<std::string> rewritten = signing::WriteAttestation(*reread, limits);
+    CKPT_FUZZ_CHECK(rewritten.ok() && *rewritten == *written,
+                    "attestation write/parse is not a fixed point");
+  }
 
   absl::StatusOr<signing::Manifest> m = signing::ParseStatement(bytes, limits);
   if (!m.ok()) return 0;
