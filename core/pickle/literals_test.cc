@@ -121,7 +121,9 @@ TEST(PyIntFromBytesTest, BaseSixteenMatchesCPython) {
   for (const Case& c : cases) {
     absl::StatusOr<IntValue> v = PyIntFromBytes(c.bytes, 16);
     EXPECT_EQ(v.ok(), c.ok) << c.bytes;
-    if (v.ok() && c.ok) EXPECT_EQ(v->text, c.text) << c.bytes;
+    if (v.ok() && c.ok) {
+      EXPECT_EQ(v->text, c.text) << c.bytes;
+    }
   }
 }
 

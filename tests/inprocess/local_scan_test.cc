@@ -177,7 +177,9 @@ TEST(ExtractFactsTest, TruncatedJoblibCompressedStreamsGetTheOtherLoadersReading
     ASSERT_FALSE(f.anomalies.empty()) << c.format;
     EXPECT_EQ(f.anomalies[0].kind, "not_compressed") << c.format;
     const bool text = c.bytes == "x" || c.bytes == "BZh91AY&SY";
-    if (text) EXPECT_EQ(f.format, "text");
+    if (text) {
+      EXPECT_EQ(f.format, "text");
+    }
     EXPECT_EQ(JudgeFacts(f, DefaultRules()).verdict(),
               text ? v1::VERDICT_SAFE : v1::VERDICT_ERROR)
         << c.format;
