@@ -819,6 +819,10 @@ TEST(NpyDtypesTest, DataDtypesNumpyReadsAreDataWithoutATensor) {
            {"[('s', [('x', '<f8'), ('y', '|u1', 3)])]", 11},
            {"[('', '|O', (2,)), ('a', '<i4')]", 20},  // padding: dropped, no object
            {"('<i4', (2,))", 8},
+           {"('|S0', 3)", 3},           // numpy's "generic type tuple": S3, not a subarray
+           {"('<U0', 2)", 8},           // U2
+           {"[('b', '|V0', 2)]", 2},    // a field of V2
+           {"(('|S0', 2), 2)", 4},      // a subarray of S2
            {"[]", 0}}) {
     const std::string data(2 * c.itemsize, '\0');
     const FileFacts f = ReadFile(NpyOf(NpyHeader(c.descr, "(2,)"), data), pickle::Vm());
@@ -847,7 +851,9 @@ TEST(NpyDtypesTest, ADescrHoldingAnObjectAnywhereIsUnpickledAsNumpyDoes) {
   for (std::string_view descr :
        {"'|O'", "'O8'", "[('a', '<i4'), ('b', '|O')]", "[('s', [('x', '|O')])]",
         "('|O', (2,))", "[(('t', 'a'), '|O')]", "[('', '|O')]", "[('', '|O', ())]",
-        "[('', '|O', 1)]", "[('', '|O', [1]), ('b', '<O')]"}) {
+        "[('', '|O', 1)]", "[('', '|O', [1]), ('b', '<O')]",
+        // A descr this reading refuses ('(2,)i4') beside an object field numpy unpickles.
+        "[(('t', 'a'), [('c', ('|O4', ()))]), ('', '(2,)i4', ())]"}) {
     const FileFacts f = ReadFile(NpyOf(NpyHeader(descr, "(1,)"), getcwd), pickle::Vm());
     SCOPED_TRACE(descr);
     EXPECT_TRUE(f.tensors.empty());

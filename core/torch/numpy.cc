@@ -257,6 +257,8 @@ struct Descr {
   const DTypeInfo* dtype = nullptr;  // a plain numeric string with a tensor dtype
   bool big_endian = false;
   bool pad_type = false;  // dt.type is numpy.void and dt.names is None: 'V<n>' or a subarray
+  bool fields = false;    // a structured dtype (names, possibly none)
+  char flexible = 0;      // 'S', 'U' or 'V' for those strings, whose size numpy may set
   std::string what;       // for messages: "byte strings", "a structured dtype", ...
 };
 
@@ -315,6 +317,7 @@ absl::StatusOr<Descr> DescrOfString(std::string_view s) {
     }
     d.itemsize = code[0] == 'U' ? 4 * n : n;
     d.pad_type = code[0] == 'V';
+    d.flexible = code[0];
     d.what = code[0] == 'S' ? "byte strings" : code[0] == 'U' ? "unicode strings" : "raw bytes";
     return d;
   }
@@ -342,21 +345,20 @@ absl::StatusOr<Descr> DescrOfString(std::string_view s) {
   return Unsupported(absl::StrFormat("npy: dtype '%s' is not supported", base::AbslView(s)));
 }
 
-// numpy.dtype((dt, shape)): a shape of () is dt itself, and so is an int 1 for numpy 1.x (numpy
-// 2 makes a subarray of one element); any other int, tuple or list of ints makes a subarray.
-struct Subarray {
-  uint64_t count = 1;
-  bool base_itself = false;
-};
-
-absl::StatusOr<Subarray> SubarrayOf(const std::vector<Lit>& nodes, uint32_t shape) {
+// numpy.dtype((dt, shape)), as numpy 1.24 and 2.2 both make it (checked by
+// tests/differential/npy_descr_diff.py):
+//   - an unsized dt (item size 0, no fields: 'S0', 'U0', 'V0') with an int n is the "generic
+//     type tuple": dt sized to n characters or bytes (n = 0 leaves it as it is); with any
+//     other shape numpy refuses it;
+//   - a shape of () is dt itself, and so is an int 1 for numpy 1.x (numpy 2 makes a subarray of
+//     one element: the same size; padding only if dt is);
+//   - any other int, or a tuple or non-empty list of ints, makes a subarray: void, no names.
+absl::StatusOr<Descr> Shaped(const Descr& d, const std::vector<Lit>& nodes, uint32_t shape) {
   const Lit& s = nodes[shape];
   std::vector<int64_t> dims;
-  Subarray out;
   if (s.kind == Lit::Kind::kInt) {
     dims.push_back(s.num);
-    out.base_itself = s.num == 1;
-  } else if ((s.kind == Lit::Kind::kTuple || s.kind == Lit::Kind::kList) &&
+  } else if ((s.kind == Lit::Kind::kTuple || (s.kind == Lit::Kind::kList && !s.items.empty())) &&
              s.items.size() <= kMaxDims) {
     for (uint32_t i : s.items) {
       if (nodes[i].kind != Lit::Kind::kInt) {
@@ -364,16 +366,41 @@ absl::StatusOr<Subarray> SubarrayOf(const std::vector<Lit>& nodes, uint32_t shap
       }
       dims.push_back(nodes[i].num);
     }
-    out.base_itself = s.kind == Lit::Kind::kTuple && s.items.empty();
   } else {
     return Unsupported("npy: a subarray shape that is not integers");
   }
-  for (int64_t d : dims) {
-    if (!base::CheckedMul<uint64_t>(out.count, static_cast<uint64_t>(d), &out.count) ||
-        out.count > kMaxItemSize) {
+  const bool unsized = d.itemsize == 0 && !d.fields;
+  if (unsized) {
+    if (s.kind != Lit::Kind::kInt || d.flexible == 0) {
+      return Unsupported("npy: a shape given to a dtype of no size");
+    }
+    Descr out = d;
+    if (!base::CheckedMul<uint64_t>(static_cast<uint64_t>(s.num), d.flexible == 'U' ? 4 : 1,
+                                    &out.itemsize) ||
+        out.itemsize > kMaxItemSize) {
+      return Unsupported("npy: a dtype too large");
+    }
+    return out;
+  }
+  if ((s.kind == Lit::Kind::kTuple && s.items.empty()) ||
+      (s.kind == Lit::Kind::kInt && s.num == 1)) {
+    return d;  // the size is dt's in every version, and so is whether it is padding
+  }
+  uint64_t count = 1;
+  for (int64_t dim : dims) {
+    if (!base::CheckedMul<uint64_t>(count, static_cast<uint64_t>(dim), &count) ||
+        count > kMaxItemSize) {
       return Unsupported("npy: a subarray too large for a dtype");
     }
   }
+  Descr out;
+  if (!base::CheckedMul<uint64_t>(d.itemsize, count, &out.itemsize) ||
+      out.itemsize > kMaxItemSize) {
+    return Unsupported("npy: a dtype too large");
+  }
+  out.object = d.object;
+  out.pad_type = true;
+  out.what = "a subarray dtype";
   return out;
 }
 
@@ -381,20 +408,6 @@ absl::StatusOr<Subarray> SubarrayOf(const std::vector<Lit>& nodes, uint32_t shap
 // parents, so one pass from the last node to `root` sees every child first): no recursion.
 absl::StatusOr<Descr> DescrOf(const std::vector<Lit>& nodes, uint32_t root) {
   std::vector<std::optional<absl::StatusOr<Descr>>> memo(nodes.size());
-  // numpy.dtype((d, shape)). `pad_type` says "void without names" in every numpy version, so a
-  // field is taken for padding only when all of them take it so.
-  auto sized = [](const Descr& d, const Subarray& sub) -> absl::StatusOr<Descr> {
-    uint64_t size;
-    if (!base::CheckedMul<uint64_t>(d.itemsize, sub.count, &size) || size > kMaxItemSize) {
-      return Unsupported("npy: a dtype too large");
-    }
-    Descr out;
-    out.object = d.object;
-    out.itemsize = size;
-    out.pad_type = sub.base_itself ? d.pad_type : true;
-    out.what = sub.base_itself ? d.what : "a subarray dtype";
-    return out;
-  };
   // Which nodes are descrs: the root, a tuple's first item, a field's second item.
   std::vector<bool> is_descr(nodes.size(), false);
   is_descr[root] = true;
@@ -425,18 +438,12 @@ absl::StatusOr<Descr> DescrOf(const std::vector<Lit>& nodes, uint32_t root) {
         continue;
       }
       const absl::StatusOr<Descr>& base = child(l.items[0]);
-      absl::StatusOr<Subarray> sub = SubarrayOf(nodes, l.items[1]);
-      if (!base.ok()) {
-        memo[n] = base.status();
-      } else if (!sub.ok()) {
-        memo[n] = sub.status();
-      } else {
-        memo[n] = sized(*base, *sub);
-      }
+      memo[n] = base.ok() ? Shaped(*base, nodes, l.items[1]) : base.status();
     } else if (l.kind == Lit::Kind::kList) {
       // A structured dtype: each field (name, descr) or (name, descr, shape); a field named ''
       // whose dtype is void without names (padding) only takes its bytes.
       Descr s;
+      s.fields = true;
       s.what = "a structured dtype";
       absl::flat_hash_set<std::string_view> names;  // names and titles: numpy takes each once
       absl::Status bad;
@@ -452,18 +459,10 @@ absl::StatusOr<Descr> DescrOf(const std::vector<Lit>& nodes, uint32_t root) {
           bad = fd.status();
           break;
         }
-        absl::StatusOr<Descr> dt = *fd;
-        if (field.items.size() == 3) {
-          absl::StatusOr<Subarray> sub = SubarrayOf(nodes, field.items[2]);
-          if (!sub.ok()) {
-            bad = sub.status();
-            break;
-          }
-          dt = sized(*fd, *sub);
-          if (!dt.ok()) {
-            bad = dt.status();
-            break;
-          }
+        absl::StatusOr<Descr> dt = field.items.size() == 3 ? Shaped(*fd, nodes, field.items[2]) : *fd;
+        if (!dt.ok()) {
+          bad = dt.status();
+          break;
         }
         const Lit& name = nodes[field.items[0]];
         const bool pad = name.kind == Lit::Kind::kStr && name.str.empty() && dt->pad_type;
@@ -502,6 +501,21 @@ absl::StatusOr<Descr> DescrOf(const std::vector<Lit>& nodes, uint32_t root) {
     }
   }
   return *memo[root];
+}
+
+// Whether a string anywhere under `root` is an object dtype ('|O', 'O8', 'object', ...).
+bool NamesAnObject(const std::vector<Lit>& nodes, uint32_t root) {
+  std::vector<uint32_t> todo = {root};
+  while (!todo.empty()) {
+    const Lit& l = nodes[todo.back()];
+    todo.pop_back();
+    if (l.kind == Lit::Kind::kStr) {
+      absl::StatusOr<Descr> d = DescrOfString(l.str);
+      if (d.ok() && d->object) return true;
+    }
+    todo.insert(todo.end(), l.items.begin(), l.items.end());
+  }
+  return false;
 }
 
 }  // namespace
@@ -548,9 +562,12 @@ void ReadNpy(std::string_view data, std::string_view member, std::string_view te
   }
   absl::StatusOr<Descr> descr = DescrOf(nodes, h->descr);
   if (!descr.ok()) {
-    return error(ErrorCodeOf(descr.status()), std::string(descr.status().message()), header_at);
+    error(ErrorCodeOf(descr.status()), std::string(descr.status().message()), header_at);
+    // A descr this reading cannot evaluate may still be one numpy takes, with an object in it:
+    // then numpy unpickles the data, and what that pickle does is reported beside the error.
+    if (!NamesAnObject(nodes, h->descr)) return;
   }
-  if (descr->object) {
+  if (!descr.ok() || descr->object) {
     // np.save(allow_pickle=True) writes the array with pickle.dump after the header.
     MemberFacts m;
     m.member = std::string(member);
