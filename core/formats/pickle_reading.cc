@@ -238,17 +238,12 @@ void Reader::PurePythonReading(std::string_view data) {
   }
 }
 
-void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own) {
+bool Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own) {
   const std::string_view name = compress::CodecName(codec);
   const std::string member = absl::StrCat("(joblib.load: ", base::AbslView(name), ")");
-  if (own) out_->format = std::string(CompressedFormat(codec));
   absl::StatusOr<compress::Decompressed> d =
       compress::DecompressJoblib(data, codec, options_.compress);
-  if (!d.ok()) {
-    Error(d.status(), std::string(d.status().message()), member, 0);
-    return;
-  }
-  if (d->bytes.empty() &&
+  if (d.ok() && d->bytes.empty() &&
       (d->end == compress::End::kCorrupt || d->end == compress::End::kTruncated)) {
     // joblib.load raises before its unpickler reads a byte: nothing of the file runs there.
     // joblib takes any file whose first byte is 'x' for zlib (and "BZh" for bz2): a README or
@@ -259,10 +254,13 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
                            "'s, but the stream is not (", d->stop.message(),
                            "): joblib.load fails before it unpickles a byte; read as the other "
                            "loaders read it"));
-      out_->format.clear();
-      PickleFile(data);
     }
-    return;
+    return false;
+  }
+  if (own) out_->format = std::string(CompressedFormat(codec));
+  if (!d.ok()) {
+    Error(d.status(), std::string(d.status().message()), member, 0);
+    return true;
   }
   pickle::Vm joblib(vm_.limits(), pickle::Loader::kJoblib);
   torch::MemberFacts m{member, joblib.ScanStream(d->bytes, 0, own ? options_.trace : nullptr),
@@ -279,7 +277,7 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
                        d->bytes.size(), " bytes decompressed before)"),
           member, d->stop_offset);
   }
-  if (d->trailing_bytes == 0) return;
+  if (d->trailing_bytes == 0) return true;
   const bool first_only = codec == compress::Codec::kZlib || codec == compress::Codec::kGzip;
   Anomaly("trailing_data", member, d->trailing_offset,
           first_only
@@ -288,7 +286,7 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
                              "such as gzip.open, read on: scanned as well)")
               : absl::StrCat(d->trailing_bytes, " bytes after the last ", base::AbslView(name),
                              " stream that do not start another, which joblib.load ignores"));
-  if (!first_only) return;
+  if (!first_only) return true;
   // Every stream, one after another, as tools that read every member (gzip.open, zlib's
   // tools) see them: a payload after the first stream, or a pickle spread over several,
   // is found even though joblib.load never reaches it. joblib's bytes are scanned already.
@@ -296,7 +294,7 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
   d->bytes = std::string();
   absl::StatusOr<compress::Decompressed> all =
       compress::DecompressJoblib(data, codec, options_.compress, compress::Streams::kAll);
-  if (!all.ok() || all->streams < 2) return;
+  if (!all.ok() || all->streams < 2) return true;
   const std::string all_member = absl::StrCat("(every ", base::AbslView(name), " stream)");
   torch::MemberFacts r{all_member, vm_.ScanStream(all->bytes, 0), /*alternative=*/true};
   if (MustKeep(r.stream)) out_->members.push_back(std::move(r));
@@ -304,6 +302,7 @@ void Reader::ReadJoblibCompressed(std::string_view data, compress::Codec codec, 
     Error(all->stop, std::string(all->stop.message()), all_member,
           std::max(all->stop_offset, trailing_offset));
   }
+  return true;
 }
 
 }  // namespace ckptscan::formats

@@ -299,10 +299,24 @@ void Reader::File(std::string_view data) {
     return;
   }
   const Sniff b(data, options_.content);
-  const Reading own = FormatReading(b);
-  Run(own, data, b, /*own=*/true);
+  Reading own = FormatReading(b);
+  bool joblib_read = false;
+  if (own == Reading::kJoblibCompressed) {
+    joblib_read = true;
+    if (!ReadJoblibCompressed(data, *b.codec, /*own=*/true)) {
+      // joblib.load fails before it decompresses a byte: the file's own reading is the one its
+      // bytes take without the compressor's prefix, as the other loaders read it (the
+      // alternatives below still follow each loader's own dispatch on the real bytes).
+      Sniff rest = b;
+      rest.codec.reset();
+      own = FormatReading(rest);
+      Run(own, data, rest, /*own=*/true);
+    }
+  } else {
+    Run(own, data, b, /*own=*/true);
+  }
   for (Reading r : kAlternativeOrder) {
-    if (r == own) continue;
+    if (r == own || (r == Reading::kJoblibCompressed && joblib_read)) continue;
     for (const LoaderDispatch& l : kLoaders) {
       if (l.pick(b) == r) {
         Run(r, data, b, /*own=*/false);
@@ -335,7 +349,7 @@ void Reader::Run(Reading r, std::string_view data, const Sniff& b, bool own) {
             "", 0);
       return;
     case Reading::kJoblibCompressed:
-      ReadJoblibCompressed(data, *b.codec, own);
+      (void)ReadJoblibCompressed(data, *b.codec, own);
       return;
     case Reading::kTar:
       if (own) {

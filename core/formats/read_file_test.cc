@@ -927,6 +927,8 @@ TEST(NotCompressedTest, AFileJoblibFailsToDecompressIsStillReadAsThePickleOtherL
   const FileFacts f = ReadFile(polyglot, pickle::Vm());
   EXPECT_EQ(f.format, "pickle");
   EXPECT_TRUE(Imports(f, "", "os", "getcwd"));
+  // Read once: the file's own pickle reading, no second "(as pickle)" of the same bytes.
+  EXPECT_EQ(f.members.size(), 1u);
 }
 
 // --- joblib < 0.10: arrays in files beside the pickle, "ZF" files (docs/formats.md) ----------

@@ -282,8 +282,10 @@ class Reader final {
   // otherwise (a tar or safetensors file that starts with a joblib prefix) it is an
   // alternative reading, dropped only when joblib.load fails before it decompresses a byte.
   // A stop (truncated, corrupt, a limit) is an error of the file: ERROR at best, findings in
-  // what was decompressed before it kept.
-  void ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own);
+  // what was decompressed before it kept. Returns false when joblib.load fails before it
+  // decompresses a byte (a text file starting with 'x' is no zlib stream): nothing is read for
+  // joblib, and an own reading leaves the file to the next reading its bytes take (File).
+  bool ReadJoblibCompressed(std::string_view data, compress::Codec codec, bool own);
 
   // joblib < 0.10's "ZF" file (joblib/numpy_pickle_compat.py read_zfile): a hex length, one
   // zlib stream holding the pickle, read by the compatibility loader's ZipNumpyUnpickler (a
