@@ -161,11 +161,6 @@ void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const Glo
   const bool kwargs_broken =
       c.kwargs != pickle::kNoNode && (kw == nullptr || kw->kind != Kind::kDict);
   const bool has_kwargs = kw != nullptr && !(kw->kind == Kind::kDict && kw->items.empty());
-  if (items != nullptr && !kwargs_broken && op == v1::CALL_REDUCE && !has_kwargs &&
-      TrustedReconstruction(ref, *items)) {
-    CountArguments(c);
-    return;
-  }
   if (items != nullptr && !kwargs_broken) {
     for (const v1::CallShape& s : allowed.calls()) {
       cost_hits_.clear();
@@ -176,6 +171,11 @@ void RuleSet::Impl::Run::AllowedCall(const CallSite& c, v1::CallOp op, const Glo
         if (s.has_applies()) Applied(c, s, *items, 0);
         return;
       }
+    }
+    // Only once the entry's own shapes failed: every allowlisted REDUCE passes here.
+    if (op == v1::CALL_REDUCE && !has_kwargs && TrustedReconstruction(ref, *items)) {
+      CountArguments(c);
+      return;
     }
   }
 
@@ -210,8 +210,7 @@ bool RuleSet::Impl::Run::TrustedReconstruction(const GlobalRef& callee,
       base->resolved_module != "builtins" || base->resolved_name != "object") {
     return false;
   }
-  const Node* n = internal::NodeAt(*g_, args[0]);
-  const v1::AllowedGlobal* allow = infos_[n->ref].allow;
+  const v1::AllowedGlobal* allow = infos_[internal::NodeAt(*g_, args[0])->ref].allow;
   return allow != nullptr && internal::IsTrustedAsAddSafeGlobals(*allow);
 }
 

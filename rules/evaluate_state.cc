@@ -240,11 +240,6 @@ void RuleSet::Impl::Run::BuildState(const CallSite& c, const Node& target,
   static const std::vector<NodeId> kNoArgs;
   const std::vector<NodeId>& made_args =
       made != nullptr && made->kind == Kind::kTuple ? made->items : kNoArgs;
-  if (TrustedReconstruction(ref, made_args)) {
-    // An object of a class the user trusts: any state, as for the same object made by NEWOBJ.
-    CountArguments(c);
-    return;
-  }
   std::vector<std::string> expected;
   for (const v1::BuildState& b : allowed.build_states()) {
     bool made_ok = true;
@@ -261,6 +256,11 @@ void RuleSet::Impl::Run::BuildState(const CallSite& c, const Node& target,
       return;
     }
     expected.push_back(SpecText(b.state()));
+  }
+  if (TrustedReconstruction(ref, made_args)) {
+    // An object of a class the user trusts: any state, as for the same object made by NEWOBJ.
+    CountArguments(c);
+    return;
   }
   v1::Finding* f =
       Add("call.build_state", v1::VERDICT_SUSPICIOUS, v1::SEVERITY_HIGH, c.offset, c.opcode);

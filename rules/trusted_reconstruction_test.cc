@@ -95,6 +95,21 @@ TEST(TrustedReconstructionTest, OtherShapesOfTheCallStayPinned) {
   EXPECT_THAT(Ids(e), ElementsAre("global.unlisted", "call.shape", "call.build_state"));
 }
 
+TEST(TrustedReconstructionTest, WhatTheStateHoldsIsStillJudged) {
+  // The trust covers the BUILD, not what its state calls: posix.system in it stays DANGEROUS.
+  FactsBuilder b;
+  const NodeId recon = b.Global("copy_reg", "_reconstructor", pickle::Via::kGlobal, "copyreg",
+                                "_reconstructor");
+  const NodeId base =
+      b.Global("__builtin__", "object", pickle::Via::kGlobal, "builtins", "object");
+  const NodeId obj = b.Reduce(recon, b.Tuple({b.Global("chempy", "Atom"), base, b.None()}));
+  const NodeId run = b.Reduce(b.Global("posix", "system"), b.Tuple({b.Str("true")}));
+  b.Build(obj, b.Dict({b.Str("name"), run}));
+  const Evaluation e = Allowing({"chempy.Atom"})->Evaluate(b.Stream(obj), "atom.pkl");
+  EXPECT_EQ(e.verdict, v1::VERDICT_DANGEROUS);
+  EXPECT_THAT(Ids(e), ElementsAre("global.denied.shell"));
+}
+
 TEST(TrustedReconstructionTest, AnEntryThatPinsItsCallsIsNotTrustedThatWay) {
   // An overlay entry with call shapes of its own is not a bare name: it means what it says.
   absl::StatusOr<v1::RuleSet> overlay = RuleSet::ParseOverlayText(
