@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -95,8 +96,11 @@ AttestedFile FileOf(const v1::FileReport& f, std::string name) {
 
 }  // namespace
 
-std::string SubjectName(const std::string& path, const std::vector<std::string>& scan_paths) {
-  // The longest root first: a folder given inside another given folder names its own files.
+namespace {
+
+// The roots the command line's PATHs name their files under, longest first: a folder given
+// inside another given folder names its own files. One stat per PATH.
+std::vector<std::string> SubjectRoots(const std::vector<std::string>& scan_paths) {
   std::vector<std::string> roots;
   for (const std::string& p : scan_paths) {
     struct stat st;
@@ -105,10 +109,20 @@ std::string SubjectName(const std::string& path, const std::vector<std::string>&
   }
   std::sort(roots.begin(), roots.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  return roots;
+}
+
+std::string SubjectNameUnder(const std::string& path, const std::vector<std::string>& roots) {
   for (const std::string& root : roots) {
     if (std::optional<std::string> rel = Beneath(path, root); rel.has_value()) return *rel;
   }
   return path;
+}
+
+}  // namespace
+
+std::string SubjectName(const std::string& path, const std::vector<std::string>& scan_paths) {
+  return SubjectNameUnder(path, SubjectRoots(scan_paths));
 }
 
 absl::StatusOr<std::string> RulesDigest(const v1::RuleSet& rules) {
@@ -127,12 +141,13 @@ absl::StatusOr<signing::ScanAttestation> AttestationOf(const v1::Report& report,
   a.limits = context.limits;
   a.time_created = absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", context.time, absl::UTCTimeZone());
   std::map<std::string, std::string> names;  // subject name -> report path
+  const std::vector<std::string> roots = SubjectRoots(context.scan_paths);
   for (const v1::FileReport& f : report.files()) {
     if (f.sha256().empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           TerminalSafe(f.path()), ": no SHA-256 was computed, so it cannot be attested"));
     }
-    std::string name = SubjectName(f.path(), context.scan_paths);
+    std::string name = SubjectNameUnder(f.path(), roots);
     if (auto [it, inserted] = names.emplace(name, f.path()); !inserted) {
       return absl::InvalidArgumentError(absl::StrCat(
           TerminalSafe(f.path()), " and ", TerminalSafe(it->second),
@@ -192,12 +207,15 @@ PolicyOutcome CheckAttestationPolicy(const signing::ScanAttestation& attestation
           ", older than --min-rules-version ", TerminalSafe(policy.min_rules_version)));
     }
   }
+  // Per digest, the worst subject with it: one pass, then one lookup per local file.
+  absl::flat_hash_map<std::string_view, const AttestedFile*> by_digest;
+  for (const AttestedFile& f : attestation.files) {
+    const AttestedFile*& worst = by_digest[f.sha256];
+    if (worst == nullptr || f.verdict > worst->verdict) worst = &f;
+  }
   for (const LocalFile& local : files) {
-    const AttestedFile* worst = nullptr;  // among subjects with this digest
-    for (const AttestedFile& f : attestation.files) {
-      if (f.sha256 != local.sha256) continue;
-      if (worst == nullptr || f.verdict > worst->verdict) worst = &f;
-    }
+    const auto it = by_digest.find(local.sha256);
+    const AttestedFile* worst = it == by_digest.end() ? nullptr : it->second;
     const std::string shown = TerminalSafe(local.path);
     if (worst == nullptr) {
       not_verified = true;
