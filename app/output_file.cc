@@ -106,10 +106,14 @@ absl::StatusOr<OutputDir> OpenOutputDir(const ConvertRequest& request) {
   return out;
 }
 
-absl::StatusOr<OutputFile> OutputFile::Create(const std::string& final_path) {
+absl::StatusOr<OutputDir> OpenOutputDir(const std::string& output) {
   ConvertRequest request;
-  request.output = final_path;
-  absl::StatusOr<OutputDir> dir = OpenOutputDir(request);
+  request.output = output;
+  return OpenOutputDir(request);
+}
+
+absl::StatusOr<OutputFile> OutputFile::Create(const std::string& final_path) {
+  absl::StatusOr<OutputDir> dir = OpenOutputDir(final_path);
   if (!dir.ok()) return dir.status();
   return CreateAt(dir->fd, dir->name, final_path);
 }

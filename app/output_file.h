@@ -96,6 +96,8 @@ struct OutputDir {
 // caller's own path: symbolic links in it are followed, once). The name must be a plain file
 // name (not empty, ".", ".." or containing '/').
 absl::StatusOr<OutputDir> OpenOutputDir(const ConvertRequest& request);
+// The same for an output path alone (its directory opened here): scan --attest, OutputFile.
+absl::StatusOr<OutputDir> OpenOutputDir(const std::string& output);
 
 // The process's umask, read from /proc/self/status without changing it (022 if unreadable).
 mode_t CurrentUmask();

@@ -182,9 +182,7 @@ absl::StatusOr<AttestOutput> PrepareAttestation(const ScanOptions& opt) {
   if (!key.ok()) {
     return UsageError(absl::StrCat("--key ", TerminalSafe(opt.key), ": ", key.status().message()));
   }
-  app::ConvertRequest where;  // OpenOutputDir's one input: the output's path
-  where.output = opt.attest;
-  absl::StatusOr<app::OutputDir> dir = app::OpenOutputDir(where);
+  absl::StatusOr<app::OutputDir> dir = app::OpenOutputDir(opt.attest);
   if (!dir.ok()) {
     return UsageError(absl::StrCat("--attest ", TerminalSafe(opt.attest), ": ",
                                    dir.status().message()));
